@@ -1,0 +1,5 @@
+"""Named DuckDB queries and pure functions over their results (no plotting here)."""
+
+from toolkit.analysis.queries import QUERIES, run_query
+
+__all__ = ["QUERIES", "run_query"]

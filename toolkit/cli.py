@@ -1,0 +1,168 @@
+"""Command line: a thin layer over the library. Every command has a library twin."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from toolkit.errors import ToolkitError
+from toolkit.registry import RegistryError
+
+app = typer.Typer(
+    help="Trace-replay toolkit for KV-cache tiering in sparse-attention LLM serving.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+ingest_app = typer.Typer(help="Ingest a trace file into a store.", no_args_is_help=True)
+replay_app = typer.Typer(help="Replay a stored trace through a cache.", no_args_is_help=True)
+app.add_typer(ingest_app, name="ingest")
+app.add_typer(replay_app, name="replay")
+
+StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (created if missing).")]
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Turn the errors a user can fix into one line on stderr, not a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except (ToolkitError, RegistryError, ValueError) as e:
+        _fail(str(e))
+
+
+def _print_record(row: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        typer.echo(json.dumps(row, sort_keys=False))
+        return
+    width = max(len(k) for k in row)
+    for k, v in row.items():
+        if k == "config_json":
+            continue
+        shown = f"{v:.6f}" if isinstance(v, float) else str(v)
+        typer.echo(f"{k:<{width}}  {shown}")
+
+
+def _make_ingest_command(fmt: str, description: str) -> None:
+    def command(
+        path: Annotated[Path, typer.Argument(help="Trace file to read.")],
+        store: StoreOpt,
+        name: Annotated[
+            str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
+        ] = None,
+        replace: Annotated[
+            bool, typer.Option("--replace", help="Overwrite a trace of the same name.")
+        ] = False,
+    ) -> None:
+        from toolkit.store import open_store
+
+        with open_store(store) as s:
+            res = _guard(s.ingest, fmt, path, name, replace=replace)
+        typer.echo(
+            f"ingested {res.rows:,} rows from {path} as {res.table}/{res.trace} "
+            f"in {res.elapsed_s:.2f} s"
+        )
+
+    command.__doc__ = f"{description}."
+    ingest_app.command(fmt)(command)
+
+
+def _register_ingest_commands() -> None:
+    from toolkit.ingest import readers
+
+    for fmt in readers.names():
+        reader = readers.get(fmt)
+        _make_ingest_command(fmt, reader.description)
+
+
+_register_ingest_commands()
+
+
+@replay_app.command("prefix")
+def replay_prefix_cmd(
+    store: StoreOpt,
+    trace: Annotated[str, typer.Option("--trace", help="Name of a request timeline.")],
+    policy: Annotated[str, typer.Option("--policy", help="Cache policy.")] = "lru",
+    capacity_blocks: Annotated[
+        int | None,
+        typer.Option("--capacity-blocks", min=0, help="Cache size in blocks; omit for unbounded."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Replay a request timeline's prefix blocks through one cache (see README: semantics)."""
+    from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
+    from toolkit.store import open_store
+
+    with open_store(store) as s:
+        cfg = _guard(PrefixReplayConfig, trace, policy, capacity_blocks)
+        row = _guard(replay_prefix, s, cfg)
+    _print_record(row, as_json)
+
+
+@app.command("sql")
+def sql_cmd(
+    query: Annotated[str, typer.Argument(help="DuckDB SQL over the store's views.")],
+    store: StoreOpt,
+    fmt: Annotated[
+        str, typer.Option("--format", help="Output format: table, csv or json.")
+    ] = "table",
+) -> None:
+    """Run SQL against a store (views: requests, replay_runs, ...)."""
+    import duckdb
+    import polars as pl
+
+    from toolkit.store import open_store
+
+    if fmt not in ("table", "csv", "json"):
+        _fail(f"--format must be table, csv or json, got {fmt!r}")
+    with open_store(store) as s:
+        try:
+            df = s.query(query)
+        except duckdb.Error as e:
+            _fail(str(e), code=1)
+    if fmt == "csv":
+        sys.stdout.write(df.write_csv())
+    elif fmt == "json":
+        sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")
+    else:
+        with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, fmt_str_lengths=80):
+            typer.echo(str(df))
+
+
+@app.command("info")
+def info_cmd(store: StoreOpt) -> None:
+    """List a store's tables and what each holds."""
+    from toolkit.store import open_store
+
+    with open_store(store) as s:
+        for t in s.tables():
+            keys = s.keys(t)
+            typer.echo(f"{t}: {len(keys)} key(s)" + (f": {', '.join(keys[:20])}" if keys else ""))
+
+
+@app.command("demo")
+def demo_cmd(
+    store: Annotated[Path, typer.Option("--store")] = Path("build/store"),
+    report: Annotated[Path, typer.Option("--report", help="Report directory.")] = Path(
+        "build/report"
+    ),
+    traces: Annotated[Path, typer.Option("--traces", help="Bundled traces directory.")] = Path(
+        "traces"
+    ),
+) -> None:
+    """Ingest the bundled real traces, sweep LRU capacities, print a summary, write charts."""
+    from toolkit.demo import run_demo
+
+    _guard(run_demo, store, report, traces, echo=typer.echo)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

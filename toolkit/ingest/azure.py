@@ -1,0 +1,87 @@
+"""Azure LLM inference traces (2023 Splitwise / 2024 week-long CSV).
+
+Columns ``TIMESTAMP`` (``YYYY-MM-DD HH:MM:SS.fffffff``, up to 9 fractional digits),
+``ContextTokens`` and ``GeneratedTokens``. No prefix hashes: these traces drive arrival
+timelines and length distributions, not prefix-cache reuse.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from toolkit.errors import TraceFormatError
+from toolkit.ingest import Reader
+from toolkit.ingest.fields import MonotonicClock, as_count, requests_table
+
+COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_TS = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
+
+
+def parse_timestamp(text: str, path: Path, line: int) -> int:
+    """Nanoseconds since the epoch (UTC), keeping the 7 fractional digits Python drops."""
+    m = _TS.match(text.strip())
+    if not m:
+        raise TraceFormatError(
+            path, line, "TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS[.fffffff]', got {text!r}"
+        )
+    try:
+        base = datetime.fromisoformat(m.group(1).replace("T", " ")).replace(tzinfo=timezone.utc)
+    except ValueError as e:
+        raise TraceFormatError(path, line, "TIMESTAMP", str(e)) from None
+    frac = (m.group(2) or "").ljust(9, "0")
+    return int(base.timestamp()) * 1_000_000_000 + int(frac)
+
+
+def _count(text: str, path: Path, line: int, field: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceFormatError(
+            path, line, field, f"expected a non-negative integer, got {text!r}"
+        ) from None
+    return as_count(value, path, line, field)
+
+
+def read(path: Path, trace: str) -> pa.Table:
+    """Parse and validate every row; raise on the first bad one."""
+    arrival_ns: list[int] = []
+    inp: list[int] = []
+    out: list[int] = []
+    clock = MonotonicClock(path, "TIMESTAMP")
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header is None:
+            raise TraceFormatError(path, None, None, "empty file")
+        header = [h.strip() for h in header]
+        for col in COLUMNS:
+            if col not in header:
+                raise TraceFormatError(path, 1, col, f"missing column; header is {header}")
+        idx = [header.index(c) for c in COLUMNS]
+        for row in rows:
+            line = rows.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) < len(header):
+                raise TraceFormatError(
+                    path, line, COLUMNS[0] if len(row) <= idx[0] else None,
+                    f"expected {len(header)} columns, got {len(row)}",
+                )
+            t = parse_timestamp(row[idx[0]], path, line)
+            clock.check(t, line, row[idx[0]].strip())
+            arrival_ns.append(t)
+            inp.append(_count(row[idx[1]], path, line, COLUMNS[1]))
+            out.append(_count(row[idx[2]], path, line, COLUMNS[2]))
+    if not arrival_ns:
+        raise TraceFormatError(path, None, None, "no requests in file")
+    t0 = arrival_ns[0]
+    arrival_s = [(t - t0) / 1e9 for t in arrival_ns]
+    return requests_table(trace, arrival_s, inp, out, None, None)
+
+
+READER = Reader("azure", "requests", read, "Azure LLM inference CSV (no prefix hashes)")

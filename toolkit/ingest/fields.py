@@ -1,0 +1,106 @@
+"""Field checks shared by the readers, each raising a TraceFormatError that names the spot."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pyarrow as pa
+
+from toolkit import schema
+from toolkit.errors import TraceFormatError
+
+INT64_MAX = (1 << 63) - 1
+
+
+def as_count(value: object, path: Path, line: int, field: str) -> int:
+    """A non-negative integer (an integral float such as ``512.0`` is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceFormatError(
+            path, line, field, f"expected a non-negative integer, got {value!r}"
+        )
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise TraceFormatError(path, line, field, f"expected an integer, got {value!r}")
+        value = int(value)
+    if value < 0:
+        raise TraceFormatError(path, line, field, f"must be >= 0, got {value}")
+    if value > INT64_MAX:
+        raise TraceFormatError(path, line, field, f"{value} does not fit in int64")
+    return value
+
+
+def as_time(value: object, path: Path, line: int, field: str) -> float:
+    """A finite number (int or float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TraceFormatError(path, line, field, f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def as_hash_list(value: object, path: Path, line: int, field: str) -> list[int]:
+    """A list of int64 block ids."""
+    if not isinstance(value, list):
+        raise TraceFormatError(path, line, field, f"expected a list of integers, got {value!r}")
+    for i, h in enumerate(value):
+        if isinstance(h, bool) or not isinstance(h, int) or not -INT64_MAX - 1 <= h <= INT64_MAX:
+            raise TraceFormatError(
+                path, line, f"{field}[{i}]", f"expected an int64 block id, got {h!r}"
+            )
+    return value
+
+
+class MonotonicClock:
+    """Refuses an arrival time earlier than the previous one."""
+
+    def __init__(self, path: Path, field: str) -> None:
+        self.path, self.field = path, field
+        self.prev: float = -math.inf
+        self.prev_shown, self.prev_line = "", 0
+
+    def check(self, t: float, line: int, shown: str | None = None) -> None:
+        """``shown`` is how the user wrote ``t`` (defaults to ``t`` itself)."""
+        shown = str(t) if shown is None else shown
+        if t < self.prev:
+            raise TraceFormatError(
+                self.path,
+                line,
+                self.field,
+                f"{shown} is earlier than {self.prev_shown} on line {self.prev_line}; "
+                "request timelines must be sorted by arrival",
+            )
+        self.prev, self.prev_shown, self.prev_line = t, shown, line
+
+
+def requests_table(
+    trace: str,
+    arrival_s: list[float],
+    input_tokens: list[int],
+    output_tokens: list[int],
+    block_tokens: int | None,
+    hashes: list[list[int]] | None,
+    session_id: list[int | None] | None = None,
+    turn: list[int | None] | None = None,
+) -> pa.Table:
+    """Assemble a ``requests`` table from column lists (hashes may be absent).
+
+    ``arrival_s`` must already be relative to the trace start.
+    """
+    n = len(arrival_s)
+    if hashes is None:
+        hash_col = pa.array([[]] * n, type=pa.list_(pa.int64()))
+    else:
+        hash_col = pa.array(hashes, type=pa.list_(pa.int64()))
+    return pa.table(
+        {
+            "trace": pa.array([trace] * n, pa.string()),
+            "request_id": pa.array(range(n), pa.int64()),
+            "arrival_s": pa.array(arrival_s, pa.float64()),
+            "input_tokens": pa.array(input_tokens, pa.int64()),
+            "output_tokens": pa.array(output_tokens, pa.int64()),
+            "block_tokens": pa.array([block_tokens] * n, pa.int32()),
+            "block_hashes": hash_col,
+            "session_id": pa.array(session_id or [None] * n, pa.int64()),
+            "turn": pa.array(turn or [None] * n, pa.int32()),
+        },
+        schema=schema.REQUESTS,
+    )

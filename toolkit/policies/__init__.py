@@ -1,0 +1,96 @@
+"""Cache policies: a Protocol, a registry, one module per built-in policy.
+
+A policy replays a stream of dense integer keys (``0 <= key < n_keys``) through a cache
+of ``capacity`` unit-size slots and reports, per access, whether it hit. ``segments``
+marks offsets where the cache restarts cold (one buffer per request x layer in selection
+replay), so one compiled call covers a whole trace. Built-ins are numba kernels; a plain
+Python class with the same ``simulate`` method also works (slowly) and is how third-party
+policies start. Third parties register through the ``toolkit.policies`` entry points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from toolkit.registry import Registry
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outcome of one simulate call.
+
+    Attributes:
+        hits: bool array, one per access.
+        evictions: number of keys evicted to make room (capacity pressure only; the
+            cold restarts at segment boundaries are not evictions).
+    """
+
+    hits: np.ndarray
+    evictions: int
+
+    @property
+    def hit_count(self) -> int:
+        return int(np.count_nonzero(self.hits))
+
+    @property
+    def miss_count(self) -> int:
+        return int(self.hits.size - self.hit_count)
+
+
+@runtime_checkable
+class CachePolicy(Protocol):
+    """What the replay drivers need from a policy."""
+
+    name: str
+
+    def simulate(
+        self,
+        keys: np.ndarray,
+        n_keys: int,
+        capacity: int,
+        segments: np.ndarray | None = None,
+    ) -> SimResult:
+        """Replay ``keys`` (int64, dense) through a cache of ``capacity`` slots.
+
+        Args:
+            keys: accessed keys in order, ``0 <= key < n_keys``.
+            n_keys: size of the key space (kernels index arrays with keys).
+            capacity: number of slots; ``0`` caches nothing.
+            segments: sorted start offsets where the cache restarts empty; ``None`` means
+                one segment starting at 0.
+        """
+        ...
+
+
+policies: Registry[CachePolicy] = Registry("policy", entry_point_group="toolkit.policies")
+
+
+def as_segments(segments: np.ndarray | None, n: int) -> np.ndarray:
+    """Normalise segment starts to an int64 array that begins at 0 (empty for n == 0)."""
+    if segments is None:
+        return np.zeros(1 if n else 0, dtype=np.int64)
+    seg = np.asarray(segments, dtype=np.int64)
+    if seg.size and (seg[0] != 0 or np.any(np.diff(seg) < 0) or seg[-1] > n):
+        raise ValueError("segments must be sorted offsets starting at 0 and <= len(keys)")
+    return seg
+
+
+def check_keys(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """Refuse out-of-range keys before a kernel indexes memory with them."""
+    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    if keys.size and (keys.min() < 0 or keys.max() >= n_keys):
+        raise ValueError(f"keys must lie in [0, {n_keys}); got [{keys.min()}, {keys.max()}]")
+    return keys
+
+
+def _register_builtins() -> None:
+    from toolkit.policies import lru
+
+    for policy in (lru.LRU(),):
+        policies.register(policy.name, policy)
+
+
+_register_builtins()

@@ -1,0 +1,1 @@
+"""Replay drivers: turn stored traces into key streams, call policy kernels, store results."""
