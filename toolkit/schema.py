@@ -48,10 +48,49 @@ REPLAY_RUNS = pa.schema(
     ]
 )
 
+#: One row per (request, decode step, layer) of a recorded top-k selection trace.
+SELECTIONS = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),  # decode step, strictly increasing per layer
+        pa.field("layer", pa.int16(), nullable=False),
+        pa.field("seq_len", pa.int32(), nullable=False),  # context incl. the new token
+        pa.field("topk", pa.list_(pa.int32()), nullable=False),  # positions in [0, seq_len)
+    ]
+)
+
+#: One row per selection trace: what produced it and how to read its lists.
+SELECTION_TRACES = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),  # e.g. "SmolLM2-135M-Instruct"
+        pa.field("k", pa.int32(), nullable=False),  # top-k budget per selection
+        pa.field("score", pa.string(), nullable=False),  # "softmax-sum", "relu", "indexer", ...
+        pa.field("order", pa.string(), nullable=False),  # "score" or "position"
+        pa.field("n_layers", pa.int16(), nullable=False),
+        pa.field("synthetic", pa.bool_(), nullable=False),  # True for generated, never measured
+        pa.field("source", pa.string(), nullable=False),  # how it was made (command, texts)
+    ]
+)
+
+#: One row per request of a selection trace.
+SELECTION_REQUESTS = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("source_text", pa.string(), nullable=True),  # file or description of the text
+    ]
+)
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
     "replay_runs": REPLAY_RUNS,
+    "selections": SELECTIONS,
+    "selection_traces": SELECTION_TRACES,
+    "selection_requests": SELECTION_REQUESTS,
 }
 
 
