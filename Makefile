@@ -1,0 +1,28 @@
+# Two commands: `make demo` (main job on the bundled real traces) and `make test`.
+# Both create .venv with pip on first use and re-install when pyproject.toml changes.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+.PHONY: setup demo test lint bench clean
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/toolkit demo --store build/store --report build/report
+
+test: $(STAMP)
+	$(BIN)/python -m ruff check toolkit tests benchmarks
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/ingest_replay_bench.py
+
+clean:
+	rm -rf build .pytest_cache

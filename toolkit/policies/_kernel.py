@@ -1,0 +1,34 @@
+"""The shared Python side of every built-in policy: validate, allocate, call the kernel.
+
+Kernels index memory with keys, so validation happens here, once, before any compiled
+code runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from toolkit.policies import SimResult, as_segments, check_keys
+
+
+def run_kernel(
+    kernel: Callable[..., int],
+    keys: np.ndarray,
+    n_keys: int,
+    capacity: int,
+    segments: np.ndarray | None,
+    *extra: object,
+) -> SimResult:
+    """Call ``kernel(keys, n_keys, capacity, segments, hits, *extra) -> evictions``.
+
+    Raises:
+        ValueError: on out-of-range keys, badly formed segments or a negative capacity.
+    """
+    keys = check_keys(keys, n_keys)
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    hits = np.zeros(keys.size, dtype=np.uint8)
+    ev = kernel(keys, int(n_keys), int(capacity), as_segments(segments, keys.size), hits, *extra)
+    return SimResult(hits.view(np.bool_), int(ev))
