@@ -78,6 +78,7 @@ def parse_sourced(raw: Any, where: str) -> Sourced:
 
 
 S = TypeVar("S")
+_NOT_SOURCED = {"provenance", "price_history", "aliases"}
 
 
 def build_spec(
@@ -92,9 +93,9 @@ def build_spec(
         plain: already-parsed non-sourced fields (name, label, ...).
     """
     sourced_fields = [
-        f.name for f in dataclasses.fields(cls) if f.name not in plain and f.name != "provenance"
+        f.name for f in dataclasses.fields(cls) if f.name not in plain and f.name not in _NOT_SOURCED
     ]
-    unknown = set(data) - set(sourced_fields) - set(plain) - {"price_history", "aliases"}
+    unknown = set(data) - set(sourced_fields) - set(plain) - _NOT_SOURCED
     if unknown:
         raise SpecError(f"{where}: unknown field(s) {sorted(unknown)}; check spelling and units")
     missing = [n for n in sourced_fields if n not in data]
@@ -152,7 +153,13 @@ def with_overrides(spec: S, overrides: Mapping[str, Any], where: str) -> S:
             s = parse_sourced(raw, f"{where}: override {name}")
         else:
             old = prov[name]
-            s = Sourced(raw, "assumed", "user override", note=f"was {old.value!r} ({old.source})")
+            s = Sourced(
+                raw,
+                "assumed",
+                "user override",
+                note=f"was {old.value!r} ({old.source})",
+                vintage="user override" if old.vintage else "",
+            )
         prov[name] = s
         changes[name] = _number(s.value, f"{where}: override {name}")
     return dataclasses.replace(spec, **changes, provenance=MappingProxyType(prov))  # type: ignore[type-var]

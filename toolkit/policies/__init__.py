@@ -87,9 +87,19 @@ def check_keys(keys: np.ndarray, n_keys: int) -> np.ndarray:
 
 
 def _register_builtins() -> None:
-    from toolkit.policies import lru
+    from toolkit.policies import arc, clock, fifo, lfu, lru, opt, s3fifo, slru
 
-    for policy in (lru.LRU(),):
+    for policy in (
+        lru.LRU(),
+        fifo.FIFO(),
+        clock.Clock(),
+        lfu.LFU(),
+        arc.ARC(),
+        s3fifo.S3FIFO(),
+        slru.SLRU(),
+        opt.OPT(),
+        opt.OPT(bypass=True),
+    ):
         policies.register(policy.name, policy)
 
 

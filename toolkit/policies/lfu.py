@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies import SimResult
+from toolkit.policies import SimResult, check_keys
 from toolkit.policies._kernel import run_kernel
 
 
@@ -106,5 +106,6 @@ class LFU:
         capacity: int,
         segments: np.ndarray | None = None,
     ) -> SimResult:
-        counts = np.bincount(np.asarray(keys, dtype=np.int64)) if len(keys) else np.zeros(1)
-        return run_kernel(lfu_kernel, keys, n_keys, capacity, segments, int(counts.max()))
+        keys = check_keys(keys, n_keys)
+        max_freq = int(np.bincount(keys).max()) if keys.size else 0
+        return run_kernel(lfu_kernel, keys, n_keys, capacity, segments, max_freq)

@@ -1,0 +1,128 @@
+"""Adaptive Replacement Cache (Megiddo & Modha, FAST'03), as libCacheSim's ``ARC``.
+
+T1 holds keys seen once recently, T2 keys seen at least twice; ghost lists B1/B2
+remember keys recently evicted from each, and a ghost hit moves the target size ``p``
+of T1 (a float, as in libCacheSim). Details copied from libCacheSim so counts match:
+ghost bookkeeping runs only when the cache is full, REPLACE also takes T1 when T2 is
+empty, and with B1 empty and T1 + 1 > capacity the T1 LRU key is dropped without a
+ghost entry.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from toolkit.policies import SimResult
+from toolkit.policies._kernel import run_kernel
+
+T1, T2, B1, B2 = 1, 2, 3, 4  # list ids; 0 = untracked
+
+
+@nb.njit(cache=True, nogil=True)
+def _move(nxt, prv, where, n_keys, k, dst):  # pragma: no cover - compiled
+    """Unlink ``k`` (if tracked) and push it at the MRU end of list ``dst`` (0 = drop)."""
+    if where[k]:
+        p = prv[k]
+        q = nxt[k]
+        nxt[p] = q
+        prv[q] = p
+    where[k] = dst
+    if dst:
+        sent = n_keys + dst
+        h = nxt[sent]
+        nxt[k] = h
+        prv[k] = sent
+        prv[h] = k
+        nxt[sent] = k
+
+
+@nb.njit(cache=True, nogil=True)
+def arc_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - compiled
+    """Fill ``hits`` (uint8) and return the eviction count."""
+    nxt = np.empty(n_keys + 5, dtype=np.int64)  # sentinels at n_keys + list id
+    prv = np.empty(n_keys + 5, dtype=np.int64)
+    where = np.zeros(n_keys, dtype=np.uint8)
+    ln = np.zeros(5, dtype=np.int64)  # list lengths
+    for j in range(1, 5):
+        nxt[n_keys + j] = n_keys + j
+        prv[n_keys + j] = n_keys + j
+    evictions = 0
+    n = keys.shape[0]
+    n_seg = segments.shape[0]
+    for s in range(n_seg):
+        lo = segments[s]
+        hi = segments[s + 1] if s + 1 < n_seg else n
+        for j in range(1, 5):
+            sent = n_keys + j
+            node = nxt[sent]
+            while node != sent:
+                where[node] = 0
+                node = nxt[node]
+            nxt[sent] = sent
+            prv[sent] = sent
+            ln[j] = 0
+        p = 0.0
+        for i in range(lo, hi):
+            k = keys[i]
+            w = where[k]
+            if w == T1 or w == T2:
+                hits[i] = 1
+                ln[w] -= 1
+                ln[T2] += 1
+                _move(nxt, prv, where, n_keys, k, T2)
+                continue
+            hits[i] = 0
+            if capacity == 0:
+                continue
+            if w == B1:
+                p = min(p + max(ln[B2] / ln[B1], 1.0), capacity)
+            elif w == B2:
+                p = max(p - max(ln[B1] / ln[B2], 1.0), 0.0)
+            if w:
+                ln[w] -= 1
+                _move(nxt, prv, where, n_keys, k, 0)
+            if ln[T1] + ln[T2] + 1 > capacity:
+                replace = True
+                if w == 0:
+                    if ln[T1] + ln[B1] + 1 > capacity:
+                        if ln[B1] > 0:
+                            ln[B1] -= 1
+                            _move(nxt, prv, where, n_keys, prv[n_keys + B1], 0)
+                        else:
+                            ln[T1] -= 1
+                            _move(nxt, prv, where, n_keys, prv[n_keys + T1], 0)
+                            replace = False
+                    elif ln[T1] + ln[T2] + ln[B1] + ln[B2] >= 2 * capacity and ln[B2] > 0:
+                        ln[B2] -= 1
+                        _move(nxt, prv, where, n_keys, prv[n_keys + B2], 0)
+                if replace:
+                    t1 = ln[T1]
+                    if (t1 > 0 and (t1 > p or (t1 == p and w == B2))) or ln[T2] == 0:
+                        ln[T1] -= 1
+                        ln[B1] += 1
+                        _move(nxt, prv, where, n_keys, prv[n_keys + T1], B1)
+                    else:
+                        ln[T2] -= 1
+                        ln[B2] += 1
+                        _move(nxt, prv, where, n_keys, prv[n_keys + T2], B2)
+                evictions += 1
+            dst = T2 if w else T1
+            ln[dst] += 1
+            _move(nxt, prv, where, n_keys, k, dst)
+    return evictions
+
+
+class ARC:
+    """Compiled ARC (see module docstring)."""
+
+    name = "arc"
+
+    def simulate(
+        self,
+        keys: np.ndarray,
+        n_keys: int,
+        capacity: int,
+        segments: np.ndarray | None = None,
+    ) -> SimResult:
+        return run_kernel(arc_kernel, keys, n_keys, capacity, segments)

@@ -1,0 +1,47 @@
+"""Plain-Python policies written for clarity, to check the compiled kernels against.
+
+Not registered: they implement the same Protocol but run ~50x slower than the kernels.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from toolkit.policies import SimResult, as_segments, check_keys
+
+
+class PythonLRU:
+    """LRU on an ``OrderedDict`` (last item = most recently used)."""
+
+    name = "lru-python"
+
+    def simulate(
+        self,
+        keys: np.ndarray,
+        n_keys: int,
+        capacity: int,
+        segments: np.ndarray | None = None,
+    ) -> SimResult:
+        keys = check_keys(keys, n_keys)
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        starts = as_segments(segments, keys.size).tolist()
+        ends = starts[1:] + [keys.size]
+        hits = np.zeros(keys.size, dtype=np.bool_)
+        evictions = 0
+        stream = keys.tolist()
+        for lo, hi in zip(starts, ends):
+            cache: OrderedDict[int, None] = OrderedDict()
+            for i in range(lo, hi):
+                k = stream[i]
+                if k in cache:
+                    hits[i] = True
+                    cache.move_to_end(k)
+                elif capacity:
+                    if len(cache) == capacity:
+                        cache.popitem(last=False)
+                        evictions += 1
+                    cache[k] = None
+        return SimResult(hits, evictions)
