@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test bench notebooks clean
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -23,6 +23,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ingest_replay_bench.py
+
+# Re-execute the report notebooks from their py:percent sources (their outputs are the golden
+# files nbval compares against); review the diff before committing.
+notebooks: $(STAMP)
+	cd notebooks && for f in [0-9]*.py; do \
+	  ../$(BIN)/jupytext --to ipynb "$$f" -o "$${f%.py}.ipynb" && \
+	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace "$${f%.py}.ipynb"; done
 
 clean:
 	rm -rf build .pytest_cache

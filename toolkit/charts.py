@@ -26,7 +26,9 @@ def hit_ratio_vs_capacity(curve: pl.DataFrame, title: str | None = None) -> alt.
         y=alt.Y("ratio:Q", title="hit ratio", scale=alt.Scale(domain=[0, 1])),
         color=color,
         detail="trace:N",
-        tooltip=["trace", "policy", "capacity_blocks", "hit of", alt.Tooltip("ratio", format=".4f")],
+        tooltip=[
+            "trace", "policy", "capacity_blocks", "hit of", alt.Tooltip("ratio", format=".4f")
+        ],
     )
     lines = base.mark_line(point=True)
     rules = (

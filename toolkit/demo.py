@@ -50,5 +50,6 @@ def run_demo(
     chart.save(html, inline=True)
     chart.save(report_dir / "prefix_hit_ratio.svg")
     chart.save(report_dir / "prefix_hit_ratio.png", scale_factor=2)
-    echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png)   [{time.perf_counter() - t0:.1f} s]")
+    elapsed_s = time.perf_counter() - t0
+    echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png)   [{elapsed_s:.1f} s]")
     return html

@@ -16,7 +16,8 @@ REQUESTS = pa.schema(
         pa.field("arrival_s", pa.float64(), nullable=False),  # seconds since the trace start
         pa.field("input_tokens", pa.int64(), nullable=False),
         pa.field("output_tokens", pa.int64(), nullable=False),
-        pa.field("block_tokens", pa.int32(), nullable=True),  # tokens per hashed block; null: no hashes
+        # tokens per hashed block; null when the format has no hashes
+        pa.field("block_tokens", pa.int32(), nullable=True),
         pa.field("block_hashes", pa.list_(pa.int64()), nullable=False),  # chained prefix-block ids
         pa.field("session_id", pa.int64(), nullable=True),
         pa.field("turn", pa.int32(), nullable=True),

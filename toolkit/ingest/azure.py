@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -30,7 +30,7 @@ def parse_timestamp(text: str, path: Path, line: int) -> int:
             path, line, "TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS[.fffffff]', got {text!r}"
         )
     try:
-        base = datetime.fromisoformat(m.group(1).replace("T", " ")).replace(tzinfo=timezone.utc)
+        base = datetime.fromisoformat(m.group(1).replace("T", " ")).replace(tzinfo=UTC)
     except ValueError as e:
         raise TraceFormatError(path, line, "TIMESTAMP", str(e)) from None
     frac = (m.group(2) or "").ljust(9, "0")
