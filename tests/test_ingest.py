@@ -148,7 +148,7 @@ class TestBadInput:
             store.ingest("mooncake", tmp_path / "nope.jsonl")
 
     def test_unknown_format_lists_known(self, store):
-        with pytest.raises(KeyError, match="known: azure, mooncake"):
+        with pytest.raises(KeyError, match="known: azure, dsa-jsonl, mooncake, npz, parquet"):
             store.ingest("bogus", AZURE)
 
 

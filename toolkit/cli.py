@@ -80,10 +80,47 @@ def _register_ingest_commands() -> None:
 
     for fmt in readers.names():
         reader = readers.get(fmt)
-        _make_ingest_command(fmt, reader.description)
+        if reader.table == "requests":
+            _make_ingest_command(fmt, reader.description)
 
 
 _register_ingest_commands()
+
+
+@ingest_app.command("selections")
+def ingest_selections_cmd(
+    path: Annotated[Path, typer.Argument(help="Selection trace file.")],
+    store: StoreOpt,
+    fmt: Annotated[str, typer.Option("--format", help="dsa-jsonl, npz or parquet.")],
+    name: Annotated[
+        str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model that produced the selections.")] = "unknown",
+    k: Annotated[
+        int | None, typer.Option("--k", min=1, help="Top-k budget; inferred if omitted.")
+    ] = None,
+    score: Annotated[str, typer.Option(help="Score behind the selection.")] = "unknown",
+    order: Annotated[
+        str | None, typer.Option(help="'score' or 'position'; inferred if omitted.")
+    ] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Overwrite a trace.")] = False,
+) -> None:
+    """Ingest recorded top-k selections (validated: positions, duplicates, k, step order)."""
+    from toolkit.ingest import readers
+    from toolkit.store import open_store
+
+    reader = _guard(readers.get, fmt)
+    if reader.table != "selections":
+        _fail(f"--format {fmt!r} is a request-timeline format; use `toolkit ingest {fmt}`")
+    if order not in (None, "score", "position"):
+        _fail(f"--order must be 'score' or 'position', got {order!r}")
+    with open_store(store) as s:
+        res = _guard(s.ingest, fmt, path, name, replace=replace, model=model, k=k,
+                     score=score, order=order)
+    typer.echo(
+        f"ingested {res.rows:,} selection rows from {path} as {res.trace} "
+        f"in {res.elapsed_s:.2f} s"
+    )
 
 
 @replay_app.command("prefix")

@@ -82,6 +82,7 @@ SELECTION_REQUESTS = pa.schema(
         pa.field("request_id", pa.int64(), nullable=False),
         pa.field("prompt_tokens", pa.int32(), nullable=False),
         pa.field("source_text", pa.string(), nullable=True),  # file or description of the text
+        pa.field("external_id", pa.string(), nullable=True),  # the engine's own request id
     ]
 )
 
@@ -98,10 +99,16 @@ TABLES: dict[str, pa.Schema] = {
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Return ``table`` with exactly ``schema``'s columns, order and types.
 
+    Absent nullable columns are added as nulls, so older writers keep working when a
+    nullable column is added to a schema.
+
     Raises:
-        ValueError: a column is missing or cannot be cast safely.
+        ValueError: a non-nullable column is missing or a column cannot be cast safely.
     """
-    missing = [f.name for f in schema if f.name not in table.column_names]
+    missing = [f.name for f in schema if f.name not in table.column_names and not f.nullable]
     if missing:
         raise ValueError(f"table lacks column(s) {missing}; expected {schema.names}")
+    for f in schema:
+        if f.name not in table.column_names:
+            table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
     return table.select(schema.names).cast(schema, safe=True)

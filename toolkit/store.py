@@ -14,6 +14,7 @@ ingest leaves the store exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -138,19 +139,33 @@ class Store:
         Raises:
             StoreError: the key exists and ``replace`` is false.
         """
-        check_key(key, "key" if table != "requests" else "trace name")
-        data = schema.conform(data, schema.TABLES[table])
-        final = self._key_path(table, key)
-        if final.exists() and not replace:
-            raise StoreError(
-                f"{table} {key!r} already exists in {self.root}; pass --replace to overwrite"
-            )
-        with self._staged(final.name) as tmp:
-            pq.write_table(data, tmp, compression="zstd", row_group_size=1 << 17)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, final)
+        return self.write_many({table: data}, key, replace=replace)[0]
+
+    def write_many(
+        self, tables: dict[str, pa.Table], key: str, *, replace: bool = False
+    ) -> list[Path]:
+        """Write several tables under one key (a trace and its metadata) together.
+
+        Every file is fully written under ``.staging/`` before the first rename, so a
+        schema or disk error leaves the store untouched.
+        """
+        check_key(key, "trace name" if "requests" in tables else "key")
+        finals = {t: self._key_path(t, key) for t in tables}
+        for t, final in finals.items():
+            if final.exists() and not replace:
+                raise StoreError(
+                    f"{t} {key!r} already exists in {self.root}; pass --replace to overwrite"
+                )
+        conformed = {t: schema.conform(d, schema.TABLES[t]) for t, d in tables.items()}
+        with contextlib.ExitStack() as stack:
+            staged = {t: stack.enter_context(self._staged(finals[t].name)) for t in tables}
+            for t, data in conformed.items():
+                pq.write_table(data, staged[t], compression="zstd", row_group_size=1 << 17)
+            for t, final in finals.items():
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged[t], final)
         self._refresh_views()
-        return final
+        return list(finals.values())
 
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""
@@ -158,16 +173,23 @@ class Store:
         self._refresh_views()
 
     def ingest(
-        self, fmt: str, path: str | Path, name: str | None = None, *, replace: bool = False
+        self,
+        fmt: str,
+        path: str | Path,
+        name: str | None = None,
+        *,
+        replace: bool = False,
+        **options: object,
     ) -> IngestResult:
         """Read ``path`` with the reader registered as ``fmt`` and store it as ``name``.
 
         The name defaults to the file stem. Nothing is written unless the whole file is
-        valid.
+        valid. ``options`` go to the reader (selection formats take ``model``, ``k``,
+        ``score``, ``order``).
         """
         from toolkit.ingest import ingest_file  # ingest sits above the store
 
-        return ingest_file(self, fmt, path, name=name, replace=replace)
+        return ingest_file(self, fmt, path, name=name, replace=replace, **options)
 
     # -- internals --------------------------------------------------------------------
     def _table_dir(self, table: str) -> Path:

@@ -28,14 +28,16 @@ class Reader:
 
     Attributes:
         name: format name used on the command line.
-        table: store table the reader fills (a key of ``toolkit.schema.TABLES``).
-        read: ``read(path, trace_name) -> pa.Table``; raises :class:`TraceFormatError`.
+        table: the main store table the reader fills (a key of ``toolkit.schema.TABLES``);
+            a name already present there is refused unless replacing.
+        read: ``read(path, trace_name, **options) -> {table: pa.Table}``; raises
+            :class:`TraceFormatError`. All returned tables are written together.
         description: one line for ``--help``.
     """
 
     name: str
     table: str
-    read: Callable[[Path, str], pa.Table]
+    read: Callable[..., dict[str, pa.Table]]
     description: str
 
 
@@ -54,9 +56,18 @@ readers: Registry[Reader] = Registry("reader", entry_point_group="toolkit.reader
 
 
 def ingest_file(
-    store: Store, fmt: str, path: str | Path, name: str | None = None, *, replace: bool = False
+    store: Store,
+    fmt: str,
+    path: str | Path,
+    name: str | None = None,
+    *,
+    replace: bool = False,
+    **options: object,
 ) -> IngestResult:
-    """Validate ``path`` completely, then write it to ``store`` in one atomic step."""
+    """Validate ``path`` completely, then write it to ``store`` in one atomic step.
+
+    ``options`` go to the reader (e.g. ``model``, ``k``, ``score`` for selection formats).
+    """
     reader = readers.get(fmt)
     path = Path(path)
     if not path.is_file():
@@ -68,15 +79,16 @@ def ingest_file(
             f"{reader.table} {trace!r} already exists in {store.root}; pass --replace to overwrite"
         )
     t0 = time.perf_counter()
-    table = reader.read(path, trace)
-    out = store.write(reader.table, trace, table, replace=replace)
-    return IngestResult(trace, reader.table, table.num_rows, out, time.perf_counter() - t0)
+    tables = reader.read(path, trace, **options)
+    outs = store.write_many(tables, trace, replace=replace)
+    rows = tables[reader.table].num_rows
+    return IngestResult(trace, reader.table, rows, outs[0], time.perf_counter() - t0)
 
 
 def _register_builtins() -> None:
-    from toolkit.ingest import azure, mooncake
+    from toolkit.ingest import azure, dsa_jsonl, mooncake, npz, parquet
 
-    for mod in (mooncake, azure):
+    for mod in (mooncake, azure, dsa_jsonl, npz, parquet):
         readers.register(mod.READER.name, mod.READER)
 
 

@@ -47,7 +47,7 @@ def _count(text: str, path: Path, line: int, field: str) -> int:
     return as_count(value, path, line, field)
 
 
-def read(path: Path, trace: str) -> pa.Table:
+def read(path: Path, trace: str) -> dict[str, pa.Table]:
     """Parse and validate every row; raise on the first bad one."""
     arrival_ns: list[int] = []
     inp: list[int] = []
@@ -81,7 +81,7 @@ def read(path: Path, trace: str) -> pa.Table:
         raise TraceFormatError(path, None, None, "no requests in file")
     t0 = arrival_ns[0]
     arrival_s = [(t - t0) / 1e9 for t in arrival_ns]
-    return requests_table(trace, arrival_s, inp, out, None, None)
+    return {"requests": requests_table(trace, arrival_s, inp, out, None, None)}
 
 
 READER = Reader("azure", "requests", read, "Azure LLM inference CSV (no prefix hashes)")

@@ -26,7 +26,7 @@ BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
-def read(path: Path, trace: str) -> pa.Table:
+def read(path: Path, trace: str) -> dict[str, pa.Table]:
     """Parse and validate every line; raise on the first bad one."""
     arrival_s: list[float] = []
     inp: list[int] = []
@@ -56,7 +56,7 @@ def read(path: Path, trace: str) -> pa.Table:
         raise TraceFormatError(path, None, None, "no requests in file")
     t0 = arrival_s[0]
     arrival_s = [(t - t0) / 1000.0 for t in arrival_s]
-    return requests_table(trace, arrival_s, inp, out, BLOCK_TOKENS, hashes)
+    return {"requests": requests_table(trace, arrival_s, inp, out, BLOCK_TOKENS, hashes)}
 
 
 READER = Reader("mooncake", "requests", read, "Mooncake FAST'25 JSONL (512-token hash_ids)")

@@ -1,0 +1,88 @@
+"""DSA top-k events as JSONL, the instrumented DeepSeek-V3.2 reference format.
+
+One JSON object per line; lines whose ``event`` is ``"dsa_topk"`` carry ``request_id``
+(int or string), ``layer_id``, ``step_idx``, ``seq_len_current`` and
+``selected_token_pos``. Other events are ignored. ``-1`` entries (vLLM's padding) are
+dropped. String request ids are mapped to dense integers in order of first appearance and
+kept as ``selection_requests.external_id``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from toolkit.errors import TraceFormatError
+from toolkit.ingest import Reader
+from toolkit.ingest.fields import as_count
+from toolkit.ingest.selections import SelectionColumns, SelectionError, TraceMeta, build_tables
+
+EVENT = "dsa_topk"
+FIELDS = ("request_id", "layer_id", "step_idx", "seq_len_current", "selected_token_pos")
+
+
+def _positions(value: object, path: Path, line: int) -> np.ndarray:
+    field = "selected_token_pos"
+    if not isinstance(value, list):
+        raise TraceFormatError(path, line, field, f"expected a list of integers, got {value!r}")
+    arr = np.asarray(value) if value else np.zeros(0, dtype=np.int64)
+    if arr.ndim != 1 or not (arr.dtype.kind in "iu"):
+        bad = next((x for x in value if isinstance(x, bool) or not isinstance(x, int)), value)
+        raise TraceFormatError(path, line, field, f"expected integers, got {bad!r}")
+    return arr.astype(np.int64)
+
+
+def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
+    """Parse every ``dsa_topk`` event, then validate the whole trace at once."""
+    ids: dict[object, int] = {}
+    cols: dict[str, list[int]] = {"request_id": [], "step": [], "layer": [], "seq_len": []}
+    lists: list[np.ndarray] = []
+    lines: list[int] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}") from None
+            if not isinstance(rec, dict):
+                raise TraceFormatError(path, lineno, None, "expected a JSON object")
+            if rec.get("event") != EVENT:
+                continue
+            for field in FIELDS:
+                if field not in rec:
+                    raise TraceFormatError(path, lineno, field, "missing")
+            rid = rec["request_id"]
+            if isinstance(rid, bool) or not isinstance(rid, int | str):
+                raise TraceFormatError(path, lineno, "request_id", f"expected int or string, got {rid!r}")
+            cols["request_id"].append(ids.setdefault(rid, len(ids)))
+            cols["layer"].append(as_count(rec["layer_id"], path, lineno, "layer_id"))
+            cols["step"].append(as_count(rec["step_idx"], path, lineno, "step_idx"))
+            cols["seq_len"].append(as_count(rec["seq_len_current"], path, lineno, "seq_len_current"))
+            lists.append(_positions(rec["selected_token_pos"], path, lineno))
+            lines.append(lineno)
+    if not lists:
+        raise TraceFormatError(path, None, None, f"no {EVENT!r} events in file")
+    offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum([a.size for a in lists], out=offsets[1:])
+    data = SelectionColumns(
+        **{k: np.asarray(v, dtype=np.int64) for k, v in cols.items()},
+        offsets=offsets,
+        values=np.concatenate(lists),
+    )
+    names = {"step": "step_idx", "layer": "layer_id", "seq_len": "seq_len_current",
+             "topk": "selected_token_pos"}
+
+    def locate(e: SelectionError) -> TraceFormatError:
+        return TraceFormatError(path, lines[e.row], names.get(e.field, e.field), e.message)
+
+    meta = TraceMeta(source=f"ingested from {path.name} (dsa-jsonl)", **options)  # type: ignore[arg-type]
+    external = [str(r) for r in ids]
+    return build_tables(trace, data, meta, locate, external_ids=external)
+
+
+READER = Reader("dsa-jsonl", "selections", read, "DSA top-k JSONL events (dsa_topk)")
