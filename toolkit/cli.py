@@ -144,6 +144,55 @@ def replay_prefix_cmd(
     _print_record(row, as_json)
 
 
+@replay_app.command("selections")
+def replay_selections_cmd(
+    store: StoreOpt,
+    trace: Annotated[str, typer.Option("--trace", help="Name of a selection trace.")],
+    policy: Annotated[str, typer.Option("--policy", help="Cache policy.")] = "lru",
+    buffer_tokens: Annotated[
+        int | None,
+        typer.Option("--buffer-tokens", min=1, help="Slots per (request, layer); default 2 x k."),
+    ] = None,
+    mode: Annotated[str, typer.Option("--mode", help="hisparse (default) or plain.")] = "hisparse",
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model spec for row bytes and the IndexShare pattern "
+                     "(e.g. glm-5.2); the pattern's rule is applied to the trace's layers."),
+    ] = None,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp8 or bf16 MLA rows.")] = "fp8",
+    initial: Annotated[
+        str, typer.Option("--initial", help="HiSparse buffer when a sequence outgrows it: "
+                          "first (tokens 0..N-1, staging path) or empty (PD direct path).")
+    ] = "first",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Replay top-k selections through per-(request, layer) device buffers (README)."""
+    from toolkit.replay.selections import (
+        DEFAULT_ROW_BYTES,
+        SelectionReplayConfig,
+        load_rows,
+        replay_selections,
+    )
+    from toolkit.store import open_store
+
+    row_bytes, full = DEFAULT_ROW_BYTES, None
+    with open_store(store) as s:
+        rows = _guard(load_rows, s, trace)
+        if model is not None:
+            from toolkit.models.spec import get_model, indexer_layer_ids
+
+            spec = _guard(get_model, model)
+            row_bytes = _guard(spec.mla_row_bytes, kv_dtype)
+            n_layers = int(rows.layer.max()) + 1
+            if mode == "hisparse" and spec.index_topk_freq > 1:
+                full = indexer_layer_ids(n_layers, spec.index_topk_freq,
+                                         spec.index_skip_topk_offset)
+        cfg = _guard(SelectionReplayConfig, trace, policy, buffer_tokens, mode, initial,
+                     full, row_bytes)
+        row = _guard(replay_selections, s, cfg, rows=rows)
+    _print_record(row, as_json)
+
+
 @app.command("sql")
 def sql_cmd(
     query: Annotated[str, typer.Argument(help="DuckDB SQL over the store's views.")],
@@ -199,6 +248,16 @@ def demo_cmd(
     from toolkit.demo import run_demo
 
     _guard(run_demo, store, report, traces, echo=typer.echo)
+
+
+def _mount_cost_commands() -> None:
+    from toolkit.commands.cost import cost_cmd, hardware_app
+
+    app.add_typer(hardware_app, name="hardware")
+    app.command("cost")(cost_cmd)
+
+
+_mount_cost_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover

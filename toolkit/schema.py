@@ -86,6 +86,47 @@ SELECTION_REQUESTS = pa.schema(
     ]
 )
 
+#: One row per selection replay run (policy x buffer size x mode) with its totals.
+SELECTION_RUNS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("policy", pa.string(), nullable=False),
+        pa.field("mode", pa.string(), nullable=False),  # "plain" | "hisparse"
+        pa.field("buffer_tokens", pa.int64(), nullable=False),
+        pa.field("indexshare", pa.bool_(), nullable=False),
+        pa.field("row_bytes", pa.int64(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("accesses", pa.int64(), nullable=False),
+        pa.field("hits", pa.int64(), nullable=False),
+        pa.field("misses", pa.int64(), nullable=False),
+        pa.field("miss_ratio", pa.float64(), nullable=False),
+        pa.field("evictions", pa.int64(), nullable=False),
+        pa.field("bytes_h2d", pa.int64(), nullable=False),
+        pa.field("fast_path_rows", pa.int64(), nullable=False),
+        pa.field("elapsed_s", pa.float64(), nullable=False),
+        pa.field("config_json", pa.string(), nullable=False),
+        pa.field("toolkit_version", pa.string(), nullable=False),
+    ]
+)
+
+#: One row per (run, request, step, layer) of a selection replay.
+SELECTION_REPLAY = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("layer", pa.int16(), nullable=False),
+        pa.field("seq_len", pa.int32(), nullable=False),
+        pa.field("accesses", pa.int32(), nullable=False),
+        pa.field("hits", pa.int32(), nullable=False),
+        pa.field("misses", pa.int32(), nullable=False),
+        pa.field("bytes_h2d", pa.int64(), nullable=False),
+        pa.field("fast_path", pa.bool_(), nullable=False),  # seq_len <= buffer (hisparse)
+    ]
+)
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -93,6 +134,8 @@ TABLES: dict[str, pa.Schema] = {
     "selections": SELECTIONS,
     "selection_traces": SELECTION_TRACES,
     "selection_requests": SELECTION_REQUESTS,
+    "selection_runs": SELECTION_RUNS,
+    "selection_replay": SELECTION_REPLAY,
 }
 
 

@@ -81,9 +81,7 @@ S = TypeVar("S")
 _NOT_SOURCED = {"provenance", "price_history", "aliases"}
 
 
-def build_spec(
-    cls: type[S], data: Mapping[str, Any], where: str, plain: Mapping[str, Any]
-) -> S:
+def build_spec(cls: type[S], data: Mapping[str, Any], where: str, plain: Mapping[str, Any]) -> S:
     """Build frozen ``cls`` from a spec mapping: sourced tables for every numeric field.
 
     Args:
@@ -92,9 +90,8 @@ def build_spec(
         where: spec name/file for error messages.
         plain: already-parsed non-sourced fields (name, label, ...).
     """
-    sourced_fields = [
-        f.name for f in dataclasses.fields(cls) if f.name not in plain and f.name not in _NOT_SOURCED
-    ]
+    names = [f.name for f in dataclasses.fields(cls)]
+    sourced_fields = [n for n in names if n not in plain and n not in _NOT_SOURCED]
     unknown = set(data) - set(sourced_fields) - set(plain) - _NOT_SOURCED
     if unknown:
         raise SpecError(f"{where}: unknown field(s) {sorted(unknown)}; check spelling and units")
@@ -148,7 +145,9 @@ def with_overrides(spec: S, overrides: Mapping[str, Any], where: str) -> S:
     changes: dict[str, Any] = {}
     for name, raw in overrides.items():
         if name not in prov:
-            raise SpecError(f"{where}: cannot override unknown field {name!r}; known: {sorted(prov)}")
+            raise SpecError(
+                f"{where}: cannot override unknown field {name!r}; known: {sorted(prov)}"
+            )
         if isinstance(raw, Mapping):
             s = parse_sourced(raw, f"{where}: override {name}")
         else:

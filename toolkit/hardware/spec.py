@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from toolkit.hardware.provenance import (
-    SpecError,
     Sourced,
+    SpecError,
     build_spec,
     bundled_spec_texts,
     read_toml,
@@ -124,8 +124,10 @@ def load_hardware(path_or_dict: str | Path | Mapping[str, Any]) -> HardwareSpec:
             raise SpecError(f"{where}: top-level {key!r} must be a string")
     plain = {k: data[k] for k in _PLAIN}
     plain["name"] = plain["name"].lower()
-    history = tuple(_price_point(p, f"{where}: price_history[{i}]")
-                    for i, p in enumerate(data.get("price_history", [])))
+    history = tuple(
+        _price_point(p, f"{where}: price_history[{i}]")
+        for i, p in enumerate(data.get("price_history", []))
+    )
     spec = build_spec(HardwareSpec, data, where, plain)
     for tier in PRICE_TIERS:
         if not spec.price_vintage(tier):
