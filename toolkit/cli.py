@@ -20,8 +20,10 @@ app = typer.Typer(
 )
 ingest_app = typer.Typer(help="Ingest a trace file into a store.", no_args_is_help=True)
 replay_app = typer.Typer(help="Replay a stored trace through a cache.", no_args_is_help=True)
+synth_app = typer.Typer(help="Generate labelled-SYNTHETIC traces.", no_args_is_help=True)
 app.add_typer(ingest_app, name="ingest")
 app.add_typer(replay_app, name="replay")
+app.add_typer(synth_app, name="synth")
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (created if missing).")]
 
@@ -191,6 +193,35 @@ def replay_selections_cmd(
                      full, row_bytes)
         row = _guard(replay_selections, s, cfg, rows=rows)
     _print_record(row, as_json)
+
+
+@synth_app.command("selections")
+def synth_selections_cmd(
+    store: StoreOpt,
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    requests: Annotated[int, typer.Option(min=1)] = 1,
+    prompt_tokens: Annotated[int, typer.Option(min=1)] = 8_192,
+    steps: Annotated[int, typer.Option(min=1)] = 64,
+    layers: Annotated[int, typer.Option(min=1)] = 4,
+    k: Annotated[int, typer.Option("--k", min=1)] = 2_048,
+    sinks: Annotated[int, typer.Option(min=0)] = 64,
+    recent_window: Annotated[int, typer.Option(min=0)] = 512,
+    step_retention: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.85,
+    layer_retention: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.7,
+    seed: int = 0,
+    replace: Annotated[bool, typer.Option("--replace")] = False,
+) -> None:
+    """Generate a SYNTHETIC selection trace (sinks + recency + retained + fresh picks)."""
+    from toolkit.store import open_store
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    cfg = _guard(SyntheticSelectionConfig, requests, prompt_tokens, steps, layers, k, sinks,
+                 recent_window, step_retention, layer_retention, seed)
+    tables = generate(cfg, name)
+    with open_store(store) as s:
+        _guard(s.write_many, tables, name, replace=replace)
+    typer.echo(f"wrote SYNTHETIC selection trace {name!r}: "
+               f"{tables['selections'].num_rows:,} rows")
 
 
 @app.command("sql")

@@ -51,15 +51,72 @@ QUERIES: dict[str, str] = {
         WHERE kind = 'prefix' AND ($trace IS NULL OR trace = $trace)
         ORDER BY trace, policy, metric, capacity_blocks NULLS LAST
     """,
+    # Where selections fall, per trace and layer: recency window W, sinks S, position 0.
+    "selection_position_mix": """
+        WITH rows AS (
+            SELECT trace, layer, seq_len, topk FROM selections
+            WHERE ($trace IS NULL OR trace = $trace)
+        ), flat AS (SELECT trace, layer, seq_len, unnest(topk) AS pos FROM rows)
+        SELECT f.trace, f.layer,
+               count(*)                                            AS selected,
+               avg((f.pos >= f.seq_len - $window)::DOUBLE)         AS frac_recent,
+               avg((f.pos < $sinks)::DOUBLE)                       AS frac_sinks,
+               any_value(p0.pos0_rate)                             AS pos0_rate
+        FROM flat f JOIN (
+            SELECT trace, layer, avg(list_contains(topk, 0)::DOUBLE) AS pos0_rate
+            FROM rows GROUP BY ALL) p0 USING (trace, layer)
+        GROUP BY f.trace, f.layer ORDER BY f.trace, f.layer
+    """,
+    # Overlap of layer l with layer l+1 at the same (request, step).
+    "selection_layer_overlap": """
+        WITH s AS (SELECT * FROM selections WHERE ($trace IS NULL OR trace = $trace)),
+        pairs AS (
+            SELECT a.trace, a.layer, len(list_intersect(a.topk, b.topk)) AS inter,
+                   len(a.topk) AS na, len(b.topk) AS nb, t.k
+            FROM s a JOIN s b ON a.trace = b.trace AND a.request_id = b.request_id
+                 AND a.step = b.step AND b.layer = a.layer + 1
+            JOIN selection_traces t ON t.trace = a.trace)
+        SELECT trace, layer, count(*) AS pairs,
+               avg(inter / (na + nb - inter)::DOUBLE)  AS jaccard,
+               avg(inter / k::DOUBLE)                  AS overlap_of_k
+        FROM pairs GROUP BY ALL ORDER BY trace, layer
+    """,
+    # Overlap of a step with the next recorded step, same (request, layer).
+    "selection_step_overlap": """
+        WITH s AS (
+            SELECT trace, request_id, layer, step, topk,
+                   lag(topk) OVER (PARTITION BY trace, request_id, layer ORDER BY step) AS prev
+            FROM selections WHERE ($trace IS NULL OR trace = $trace)),
+        pairs AS (
+            SELECT s.trace, layer, len(list_intersect(topk, prev)) AS inter,
+                   len(topk) AS na, len(prev) AS nb, t.k
+            FROM s JOIN selection_traces t USING (trace) WHERE prev IS NOT NULL)
+        SELECT trace, layer, count(*) AS pairs,
+               avg(inter / (na + nb - inter)::DOUBLE)  AS jaccard,
+               avg(inter / k::DOUBLE)                  AS overlap_of_k
+        FROM pairs GROUP BY ALL ORDER BY trace, layer
+    """,
+    # Selection replay runs, newest config per (trace, mode, policy, buffer).
+    "selection_runs": """
+        SELECT trace, mode, policy, buffer_tokens, indexshare, accesses, hits, misses,
+               round(miss_ratio, 4) AS miss_ratio, bytes_h2d
+        FROM selection_runs WHERE ($trace IS NULL OR trace = $trace)
+        ORDER BY trace, mode, policy, buffer_tokens, indexshare
+    """,
 }
+
+#: Parameter defaults; ``None`` means "all" for filters.
+DEFAULTS: dict[str, Any] = {"trace": None, "window": 128, "sinks": 4}
 
 
 def run_query(store: Store, name: str, **params: Any) -> pl.DataFrame:
-    """Run the named query; unspecified parameters default to NULL ("all")."""
+    """Run the named query; unspecified parameters take :data:`DEFAULTS`."""
     try:
         sql = QUERIES[name]
     except KeyError:
         raise KeyError(f"unknown query {name!r}; known: {', '.join(sorted(QUERIES))}") from None
-    wanted = {p for p in ("trace",) if f"${p}" in sql}
-    args = {p: params.get(p) for p in wanted}
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise KeyError(f"unknown parameter(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    args = {p: params.get(p, d) for p, d in DEFAULTS.items() if f"${p}" in sql}
     return store.con.sql(sql, params=args).pl() if args else store.query(sql)

@@ -117,14 +117,21 @@ def load_rows(store: Store, trace: str) -> SelectionRows:
     return SelectionRows(**col, offsets=offsets, values=values, k=k)
 
 
+def anchor_layers(layers: np.ndarray, full_layers: tuple[int, ...]) -> np.ndarray:
+    """The Full layer each layer reuses under IndexShare: the nearest Full layer at or
+    before it (itself if Full; itself if no Full layer precedes it)."""
+    full = np.asarray(sorted(full_layers), dtype=np.int64)
+    layers = np.asarray(layers, dtype=np.int64)
+    idx = np.searchsorted(full, layers, side="right") - 1
+    return np.where(idx >= 0, full[np.maximum(idx, 0)], layers)
+
+
 def share_layers(rows: SelectionRows, full_layers: tuple[int, ...]) -> SelectionRows:
     """Replace every Shared layer's list by its Full layer's list at the same step.
 
     A Shared layer with no preceding Full layer keeps its own selection.
     """
-    full = np.asarray(sorted(full_layers), dtype=np.int64)
-    anchor_of = full[np.maximum(np.searchsorted(full, rows.layer, side="right") - 1, 0)]
-    anchor_of = np.where(rows.layer < full[0], rows.layer, anchor_of)
+    anchor_of = anchor_layers(rows.layer, full_layers)
     # index of the anchor row for each row: same (request, step), layer = anchor
     key = lambda r, s, la: (r * (1 << 20) + s) * (1 << 12) + la  # noqa: E731
     own = key(rows.request_id, rows.step, rows.layer)

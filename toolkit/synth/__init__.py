@@ -1,0 +1,1 @@
+"""Labelled-synthetic generators. Everything they write is marked synthetic in the store."""
