@@ -29,7 +29,7 @@ def _positions(value: object, path: Path, line: int) -> np.ndarray:
     if not isinstance(value, list):
         raise TraceFormatError(path, line, field, f"expected a list of integers, got {value!r}")
     arr = np.asarray(value) if value else np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1 or not (arr.dtype.kind in "iu"):
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
         bad = next((x for x in value if isinstance(x, bool) or not isinstance(x, int)), value)
         raise TraceFormatError(path, line, field, f"expected integers, got {bad!r}")
     return arr.astype(np.int64)
@@ -58,11 +58,14 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
                     raise TraceFormatError(path, lineno, field, "missing")
             rid = rec["request_id"]
             if isinstance(rid, bool) or not isinstance(rid, int | str):
-                raise TraceFormatError(path, lineno, "request_id", f"expected int or string, got {rid!r}")
+                raise TraceFormatError(
+                    path, lineno, "request_id", f"expected int or string, got {rid!r}"
+                )
             cols["request_id"].append(ids.setdefault(rid, len(ids)))
             cols["layer"].append(as_count(rec["layer_id"], path, lineno, "layer_id"))
             cols["step"].append(as_count(rec["step_idx"], path, lineno, "step_idx"))
-            cols["seq_len"].append(as_count(rec["seq_len_current"], path, lineno, "seq_len_current"))
+            seq_len = as_count(rec["seq_len_current"], path, lineno, "seq_len_current")
+            cols["seq_len"].append(seq_len)
             lists.append(_positions(rec["selected_token_pos"], path, lineno))
             lines.append(lineno)
     if not lists:

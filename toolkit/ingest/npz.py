@@ -42,7 +42,9 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
     if "step" in arrays:
         step = np.asarray(arrays["step"]).astype(np.int64)
         if step.shape != (steps,):
-            raise TraceFormatError(path, None, "step", f"expected [{steps}], got {list(step.shape)}")
+            raise TraceFormatError(
+                path, None, "step", f"expected [{steps}], got {list(step.shape)}"
+            )
     else:  # running index within each request, in file order
         step = np.zeros(steps, dtype=np.int64)
         for r in np.unique(rid):
