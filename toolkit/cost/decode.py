@@ -38,14 +38,15 @@ class DecodeScenario:
     Attributes:
         batch_per_gpu: requests decoding concurrently per GPU (DP attention).
         context_tokens: history length L of every request.
-        misses_per_layer: MLA rows per request per layer fetched from host this step.
+        misses_per_layer: MLA rows per request per layer fetched from host this step: one
+            number for every layer, or one per model layer (e.g. from a selection replay).
     """
 
     model: ModelSpec
     hardware: HardwareSpec
     batch_per_gpu: int
     context_tokens: int
-    misses_per_layer: float = 0.0
+    misses_per_layer: float | tuple[float, ...] = 0.0
     kv_dtype: str = "fp8"
     weight_precision: str = "fp8"
     gpus_per_replica: int = 8
@@ -96,6 +97,10 @@ def decode_step(sc: DecodeScenario) -> DecodeResult:
     hbm_bw = hw.hbm_bandwidth_bytes_per_s * sc.hbm_efficiency
     path = transfer_path(hw, sc.mechanism, concurrent=sc.concurrent_link)
     indexer = set(m.indexer_layers)
+    misses = sc.misses_per_layer
+    if isinstance(misses, tuple) and len(misses) != m.num_layers:
+        raise ValueError(f"misses_per_layer has {len(misses)} entries; {m.name} has "
+                         f"{m.num_layers} layers")
     rows = []
     for layer in range(m.num_layers):
         has_idx = layer in indexer
@@ -108,7 +113,7 @@ def decode_step(sc: DecodeScenario) -> DecodeResult:
             + attn_flops / _tflops(hw, "bf16")
             + idx_flops / _tflops(hw, "fp8")
         ) / sc.compute_efficiency
-        n_miss = sc.misses_per_layer * b
+        n_miss = (misses[layer] if isinstance(misses, tuple) else misses) * b
         t_miss = float(path.time_s(n_miss, row))
         t_work = max(t_hbm, t_comp)
         rows.append(

@@ -1,0 +1,141 @@
+"""Decode-step cost of a stored selection replay: misses per (request, step, layer) in,
+latency distribution, tokens/s/GPU and $/M tokens out.
+
+Labelled assumptions, beyond those of :mod:`toolkit.cost.decode`:
+
+* Every request in a batch of ``batch_per_gpu`` behaves like the replayed (request, step)
+  sample: same context length, same misses per layer.
+* A trace with fewer layers than the model (e.g. a 30-layer SmolLM2 recording priced as
+  78-layer GLM-5.2) maps model layer ``j`` to trace layer ``floor(j * n_trace / n_model)``,
+  keeping the depth profile of the misses.
+* Throughput counts input + output tokens (InferenceX's definition). A request costs
+  ``OSL x mean TPOT / batch`` GPU-seconds of decode plus ``2 x active params x ISL /
+  (dense FP8 FLOP/s x compute efficiency)`` GPU-seconds of prefill (linear FLOPs only;
+  prefill attention and prefix-cache hits ignored). ISL and OSL default to the trace's
+  mean prompt length and decode steps; pass the workload's own to price a real mix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from toolkit.cost.decode import DecodeScenario, decode_step
+from toolkit.cost.price import usd_per_million_tokens
+from toolkit.cost.transfer import transfer_path
+from toolkit.errors import ToolkitError
+from toolkit.hardware import HardwareSpec
+from toolkit.models import ModelSpec
+from toolkit.store import Store
+
+PRICE_TIERS = ("hyperscaler", "neocloud", "rental")
+
+
+@dataclass(frozen=True)
+class ReplayCost:
+    """Per-step table, per-layer miss latency and the run-level summary."""
+
+    steps: pl.DataFrame
+    layers: pl.DataFrame
+    summary: dict[str, float | int | str | bool]
+
+
+def _replay_rows(store: Store, run_id: str) -> tuple[pl.DataFrame, dict]:
+    run = store.query(f"SELECT * FROM selection_runs WHERE run_id = '{run_id}'")
+    if run.height == 0:
+        raise ToolkitError(f"no selection replay run {run_id!r} in {store.root}")
+    rows = store.query(
+        "SELECT request_id, step, layer, seq_len, misses FROM selection_replay "
+        f"WHERE run_id = '{run_id}' ORDER BY request_id, step, layer")
+    return rows, run.row(0, named=True)
+
+
+def cost_of_replay(
+    store: Store,
+    run_id: str,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    *,
+    batch_per_gpu: int = 32,
+    overlap: bool = False,
+    mechanism: str = "sm_kernel",
+    gpus_per_replica: int = 8,
+    kv_dtype: str = "fp8",
+    isl_tokens: float | None = None,
+    osl_tokens: float | None = None,
+    compute_efficiency: float = 0.5,
+) -> ReplayCost:
+    """Price a selection replay run on ``hardware`` with ``model``'s geometry."""
+    rows, run = _replay_rows(store, run_id)
+    n_t = int(rows["layer"].max()) + 1
+    n_m = model.num_layers
+    layer_map = (np.arange(n_m) * n_t) // n_m
+    wide = rows.pivot(on="layer", index=["request_id", "step"], values="misses",
+                      aggregate_function="first").sort("request_id", "step")
+    ctx = rows.group_by("request_id", "step").agg(pl.col("seq_len").first()).sort(
+        "request_id", "step")
+    miss = np.column_stack([wide[str(j)].fill_null(0).to_numpy() for j in range(n_t)])
+    miss_m = miss[:, layer_map].astype(np.float64)  # [samples, model layers]
+    row_bytes = model.mla_row_bytes(kv_dtype)
+    path = transfer_path(hardware, mechanism, concurrent=True)
+    t_miss = np.asarray(path.time_s(miss_m * batch_per_gpu, row_bytes), dtype=np.float64)
+    t_miss = np.where(miss_m > 0, t_miss, 0.0)
+    # work time per layer depends on context only: one decode_step per distinct context
+    seq = ctx["seq_len"].to_numpy()
+    work = {}
+    for L in np.unique(seq):
+        res = decode_step(DecodeScenario(model, hardware, batch_per_gpu, int(L),
+                                         kv_dtype=kv_dtype, gpus_per_replica=gpus_per_replica,
+                                         mechanism=mechanism))
+        work[int(L)] = np.maximum(res.layers["t_hbm_s"].to_numpy(),
+                                  res.layers["t_compute_s"].to_numpy())
+    t_work = np.stack([work[int(L)] for L in seq])
+    t_layer = np.maximum(t_work, t_miss) if overlap else t_work + t_miss
+    tpot = t_layer.sum(axis=1)
+    steps = pl.DataFrame({
+        "request_id": wide["request_id"], "step": wide["step"], "seq_len": seq,
+        "misses_per_layer": miss_m.mean(axis=1), "t_work_s": t_work.sum(axis=1),
+        "t_miss_s": t_miss.sum(axis=1), "tpot_s": tpot,
+    })
+    layers = pl.DataFrame({
+        "layer": np.arange(n_m), "trace_layer": layer_map,
+        "mean_misses": miss_m.mean(axis=0), "mean_miss_latency_s": t_miss.mean(axis=0),
+        "p99_miss_latency_s": np.percentile(t_miss, 99, axis=0),
+    })
+    if isl_tokens is None:
+        isl_tokens = float(store.query(
+            "SELECT avg(prompt_tokens) FROM selection_requests "
+            f"WHERE trace = '{run['trace']}'").item())
+    if osl_tokens is None:
+        osl_tokens = float(steps.group_by("request_id").len()["len"].mean())
+    decode_gpu_s = osl_tokens * float(tpot.mean()) / batch_per_gpu
+    prefill_gpu_s = 2 * model.active_params * isl_tokens / (
+        hardware.dense_fp8_tflops * 1e12 * compute_efficiency)
+    per_request_gpu_s = decode_gpu_s + prefill_gpu_s
+    out_tput = osl_tokens / per_request_gpu_s
+    total_tput = (isl_tokens + osl_tokens) / per_request_gpu_s
+    summary: dict[str, float | int | str | bool] = {
+        "run_id": run_id, "model": model.name, "hardware": hardware.name,
+        "batch_per_gpu": batch_per_gpu, "overlap": overlap, "mechanism": mechanism,
+        "p50_tpot_s": float(np.percentile(tpot, 50)),
+        "p90_tpot_s": float(np.percentile(tpot, 90)),
+        "p99_tpot_s": float(np.percentile(tpot, 99)),
+        "mean_tpot_s": float(tpot.mean()),
+        "interactivity_tok_s_user": 1.0 / float(np.percentile(tpot, 50)),
+        "miss_share_of_step": float(t_miss.sum() / t_layer.sum()),
+        "isl_tokens": isl_tokens, "osl_tokens": osl_tokens,
+        "prefill_share_of_gpu_time": prefill_gpu_s / per_request_gpu_s,
+        "output_tokens_per_s_per_gpu": out_tput,
+        "total_tokens_per_s_per_gpu": total_tput,
+        "input_tokens_per_s_per_gpu": total_tput - out_tput,
+    }
+    for tier in PRICE_TIERS:
+        price = hardware.price_usd_per_gpu_hour(tier)
+        summary[f"usd_per_gpu_hour_{tier}"] = price
+        for kind in ("total", "input", "output"):
+            tput = float(summary[f"{kind}_tokens_per_s_per_gpu"])
+            summary[f"usd_per_million_{kind}_tokens_{tier}"] = float(
+                usd_per_million_tokens(price, tput))
+    return ReplayCost(steps, layers, summary)
