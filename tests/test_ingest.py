@@ -144,11 +144,11 @@ class TestBadInput:
             store.ingest("mooncake", bad, "t")
 
     def test_missing_file(self, store, tmp_path):
-        with pytest.raises(TraceFormatError, match="no such file"):
+        with pytest.raises(TraceFormatError, match="no such file or directory"):
             store.ingest("mooncake", tmp_path / "nope.jsonl")
 
     def test_unknown_format_lists_known(self, store):
-        with pytest.raises(KeyError, match="known: azure, dsa-jsonl, mooncake, npz, parquet"):
+        with pytest.raises(KeyError, match="known: azure, bundle, dsa-jsonl, mooncake, npz, parquet"):
             store.ingest("bogus", AZURE)
 
 

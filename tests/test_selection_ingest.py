@@ -152,3 +152,23 @@ def test_cli_ingest_selections(tmp_path):
     r = CliRunner().invoke(app, ["ingest", "selections", str(p), "--format", "mooncake",
                                  "--store", str(tmp_path / "s")])
     assert r.exit_code == 2 and "request-timeline format" in r.output
+
+
+def test_bundle_round_trip_keeps_metadata(store, tmp_path):
+    """A directory of the three tables ingests with its own metadata (synthetic flag kept)."""
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    tables = generate(SyntheticSelectionConfig(prompt_tokens=300, steps=3, layers=2, k=64,
+                                               sinks=4, recent_window=8), "orig")
+    d = tmp_path / "bundle"
+    d.mkdir()
+    for name, t in tables.items():
+        pq.write_table(t, d / f"{name}.parquet")
+    store.ingest("bundle", d, "b")
+    meta = store.query("SELECT trace, model, k, synthetic, source FROM selection_traces").row(0)
+    assert meta[:4] == ("b", "synthetic", 64, True) and meta[4].startswith("SYNTHETIC")
+    assert store.query("SELECT count(*) FROM selections WHERE trace = 'b'").item() == 6
+    assert store.query("SELECT source_text FROM selection_requests").item() == "synthetic"
+    with pytest.raises(TraceFormatError, match="missing bundle file"):
+        (d / "selection_requests.parquet").unlink()
+        store.ingest("bundle", d, "c")

@@ -93,7 +93,9 @@ _register_ingest_commands()
 def ingest_selections_cmd(
     path: Annotated[Path, typer.Argument(help="Selection trace file.")],
     store: StoreOpt,
-    fmt: Annotated[str, typer.Option("--format", help="dsa-jsonl, npz or parquet.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="dsa-jsonl, npz, parquet or bundle (a directory).")
+    ],
     name: Annotated[
         str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
     ] = None,

@@ -70,8 +70,8 @@ def ingest_file(
     """
     reader = readers.get(fmt)
     path = Path(path)
-    if not path.is_file():
-        raise TraceFormatError(path, None, None, "no such file")
+    if not path.exists():
+        raise TraceFormatError(path, None, None, "no such file or directory")
     trace = check_key(name or path.stem)
     if trace in store.keys(reader.table) and not replace:
         # Refuse before the (possibly long) parse, not only at write time.
@@ -86,9 +86,9 @@ def ingest_file(
 
 
 def _register_builtins() -> None:
-    from toolkit.ingest import azure, dsa_jsonl, mooncake, npz, parquet
+    from toolkit.ingest import azure, bundle, dsa_jsonl, mooncake, npz, parquet
 
-    for mod in (mooncake, azure, dsa_jsonl, npz, parquet):
+    for mod in (mooncake, azure, dsa_jsonl, npz, parquet, bundle):
         readers.register(mod.READER.name, mod.READER)
 
 
