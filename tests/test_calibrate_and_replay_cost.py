@@ -71,3 +71,21 @@ def test_cost_of_replay_arithmetic(store):
     assert s["usd_per_million_output_tokens_hyperscaler"] == pytest.approx(
         usd_per_million_tokens(1.86, 6 / gpu_s))
     assert s["p50_tpot_s"] <= s["p90_tpot_s"] <= s["p99_tpot_s"]
+
+
+def test_hbm_budget_arithmetic():
+    """GLM-5.2 on GB200 at 40K context: budget, bytes per request and both batch limits."""
+    from toolkit.cost.capacity import hbm_budget
+
+    ctx = 40_960
+    b = hbm_budget(MODEL, HW, ctx)
+    budget = HW.hbm_usable_bytes * 0.9 - MODEL.weight_bytes("fp8") / 8
+    assert b.kv_budget_bytes == pytest.approx(budget)
+    assert b.bytes_per_request_full == ctx * (51_168 + 2_772)
+    assert b.bytes_per_request_offload == 4_097 * 51_168 + ctx * 2_772
+    assert b.max_batch_full == int(budget // (ctx * (51_168 + 2_772)))
+    assert b.max_batch_offload == min(b.max_batch_offload_hbm,
+                                      int(HW.host_mem_bytes_per_gpu // (ctx * 51_168)))
+    assert b.max_batch_offload > b.max_batch_full
+    short = hbm_budget(MODEL, HW, 1_000)  # shorter than the buffer: nothing to offload
+    assert short.bytes_per_request_offload == short.bytes_per_request_full

@@ -41,3 +41,58 @@ def hit_ratio_vs_capacity(curve: pl.DataFrame, title: str | None = None) -> alt.
         width=520,
         height=300,
     )
+
+
+def metric_by_layer(df: pl.DataFrame, metrics: list[str], title: str,
+                    y_title: str = "share") -> alt.Chart:
+    """One line per metric across layers (e.g. frac_recent, frac_sinks, pos0_rate)."""
+    long = df.unpivot(index="layer", on=metrics, variable_name="metric", value_name="value")
+    return alt.Chart(long).mark_line(point=True).encode(
+        x=alt.X("layer:O", title="layer"),
+        y=alt.Y("value:Q", title=y_title),
+        color=alt.Color("metric:N", title=None),
+        tooltip=["layer", "metric", alt.Tooltip("value", format=".3f")],
+    ).properties(title=title, width=520, height=240)
+
+
+def selection_heatmap(df: pl.DataFrame, title: str) -> alt.Chart:
+    """Decode step x position-bin heat map (the ``selection_heatmap`` query)."""
+    return alt.Chart(df).mark_rect().encode(
+        x=alt.X("position_bin:O", title="token position (bin start)",
+                axis=alt.Axis(labelOverlap=True, labelAngle=-90)),
+        y=alt.Y("step:O", title="decode step", axis=alt.Axis(labelOverlap=True)),
+        color=alt.Color("selected:Q", title="selected", scale=alt.Scale(scheme="viridis")),
+        tooltip=["step", "position_bin", "selected"],
+    ).properties(title=title, width=560, height=300)
+
+
+def misses_vs_buffer(df: pl.DataFrame, title: str) -> alt.Chart:
+    """Miss ratio against buffer size, one line per policy (``selection_runs`` query)."""
+    return alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("buffer_tokens:Q", scale=alt.Scale(type="log"), title="device buffer (tokens)"),
+        y=alt.Y("miss_ratio:Q", title="miss ratio"),
+        color=alt.Color("policy:N"),
+        tooltip=["policy", "buffer_tokens", alt.Tooltip("miss_ratio", format=".4f"), "misses"],
+    ).properties(title=title, width=520, height=280)
+
+
+def misses_per_step(df: pl.DataFrame, title: str) -> alt.Chart:
+    """Misses per decode step, one line per series (``selection_misses_per_step``)."""
+    return alt.Chart(df).mark_line().encode(
+        x=alt.X("step:Q", title="decode step"),
+        y=alt.Y("misses:Q", title="misses (all layers)"),
+        color=alt.Color("series:N", title=None),
+        tooltip=["series", "step", "misses"],
+    ).properties(title=title, width=520, height=260)
+
+
+def grouped_bars(df: pl.DataFrame, x: str, y: str, color: str, title: str,
+                 y_title: str | None = None) -> alt.Chart:
+    """Bars of ``y`` per ``x``, side by side per ``color`` (gap to OPT, bytes by setting)."""
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X(f"{x}:N", title=x.replace("_", " ")),
+        xOffset=f"{color}:N",
+        y=alt.Y(f"{y}:Q", title=y_title or y.replace("_", " ")),
+        color=alt.Color(f"{color}:N"),
+        tooltip=[x, color, alt.Tooltip(y, format=",.4g")],
+    ).properties(title=title, width=520, height=260)

@@ -96,7 +96,22 @@ QUERIES: dict[str, str] = {
                avg(inter / k::DOUBLE)                  AS overlap_of_k
         FROM pairs GROUP BY ALL ORDER BY trace, layer
     """,
-    # Selection replay runs, newest config per (trace, mode, policy, buffer).
+    # Step x position heat map of one (request, layer): selections per position bin.
+    "selection_heatmap": """
+        SELECT step, (pos // $bin) * $bin AS position_bin, count(*) AS selected
+        FROM (SELECT step, unnest(topk) AS pos FROM selections
+              WHERE trace = $trace AND layer = $layer AND request_id = $request)
+        GROUP BY ALL ORDER BY step, position_bin
+    """,
+    # Misses per decode step (summed over layers and requests) for each selection run.
+    "selection_misses_per_step": """
+        SELECT r.trace, r.mode, r.policy, r.buffer_tokens, r.indexshare, s.step,
+               sum(s.misses)::BIGINT AS misses, sum(s.bytes_h2d)::BIGINT AS bytes_h2d
+        FROM selection_replay s JOIN selection_runs r USING (run_id)
+        WHERE ($trace IS NULL OR r.trace = $trace)
+        GROUP BY ALL ORDER BY r.policy, r.buffer_tokens, s.step
+    """,
+    # Selection replay runs, one row per (trace, mode, policy, buffer, IndexShare).
     "selection_runs": """
         SELECT trace, mode, policy, buffer_tokens, indexshare, accesses, hits, misses,
                round(miss_ratio, 4) AS miss_ratio, bytes_h2d
@@ -106,7 +121,9 @@ QUERIES: dict[str, str] = {
 }
 
 #: Parameter defaults; ``None`` means "all" for filters.
-DEFAULTS: dict[str, Any] = {"trace": None, "window": 128, "sinks": 4}
+DEFAULTS: dict[str, Any] = {
+    "trace": None, "window": 128, "sinks": 4, "layer": 0, "request": 0, "bin": 64,
+}
 
 
 def run_query(store: Store, name: str, **params: Any) -> pl.DataFrame:

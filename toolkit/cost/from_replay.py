@@ -66,8 +66,14 @@ def cost_of_replay(
     isl_tokens: float | None = None,
     osl_tokens: float | None = None,
     compute_efficiency: float = 0.5,
+    miss_scale: float = 1.0,
 ) -> ReplayCost:
-    """Price a selection replay run on ``hardware`` with ``model``'s geometry."""
+    """Price a selection replay run on ``hardware`` with ``model``'s geometry.
+
+    ``miss_scale`` multiplies every replayed miss count; pricing a small-k recording at a
+    model's k (e.g. k = 64 -> 2048) with ``miss_scale = 2048 / 64`` keeps the trace's miss
+    ratio per row, which is an assumption, not a measurement.
+    """
     rows, run = _replay_rows(store, run_id)
     n_t = int(rows["layer"].max()) + 1
     n_m = model.num_layers
@@ -77,7 +83,7 @@ def cost_of_replay(
     ctx = rows.group_by("request_id", "step").agg(pl.col("seq_len").first()).sort(
         "request_id", "step")
     miss = np.column_stack([wide[str(j)].fill_null(0).to_numpy() for j in range(n_t)])
-    miss_m = miss[:, layer_map].astype(np.float64)  # [samples, model layers]
+    miss_m = miss[:, layer_map].astype(np.float64) * miss_scale  # [samples, model layers]
     row_bytes = model.mla_row_bytes(kv_dtype)
     path = transfer_path(hardware, mechanism, concurrent=True)
     t_miss = np.asarray(path.time_s(miss_m * batch_per_gpu, row_bytes), dtype=np.float64)
@@ -119,6 +125,7 @@ def cost_of_replay(
     summary: dict[str, float | int | str | bool] = {
         "run_id": run_id, "model": model.name, "hardware": hardware.name,
         "batch_per_gpu": batch_per_gpu, "overlap": overlap, "mechanism": mechanism,
+        "miss_scale": miss_scale,
         "p50_tpot_s": float(np.percentile(tpot, 50)),
         "p90_tpot_s": float(np.percentile(tpot, 90)),
         "p99_tpot_s": float(np.percentile(tpot, 99)),
