@@ -142,3 +142,28 @@ def test_segments_restart_cold():
                          np.array([9, 9]), np.array([0, 3, 6]), vals, 3)
     p = plan(rows, 2, "plain", "first")
     assert p.segments.tolist() == [0, 3]
+
+
+def test_miss_curve_equals_per_size_replays(store):
+    """SYNTHETIC trace: the one-pass curve equals plain-mode replays at every probed size."""
+    from toolkit.replay.mrc import miss_curve_table
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    cfg = SyntheticSelectionConfig(requests=2, prompt_tokens=900, steps=12, layers=3, k=128,
+                                   sinks=8, recent_window=32, seed=3)
+    store.write_many(generate(cfg, "syn"), "syn")
+    curve = miss_curve_table(store, "syn", "selections", 600)
+    assert store.query("SELECT count(*) FROM miss_curves").item() == 601
+    for n in (1, 100, 128, 200, 256, 600):
+        run = replay_selections(store, SelectionReplayConfig("syn", buffer_tokens=n,
+                                                             mode="plain"), save=False)
+        assert curve.column("misses")[n].as_py() == run["misses"]
+
+
+def test_prefix_miss_curve_matches_golden(mooncake_store):
+    """Mooncake blocks: the curve at 1,000 and 10,000 blocks equals the golden LRU counts."""
+    from toolkit.replay.mrc import miss_curve_table
+
+    curve = miss_curve_table(mooncake_store, "conv", "prefix", 10_000, save=False)
+    misses = curve.column("misses").to_numpy()
+    assert misses[1_000] == 288_500 - 12_831 and misses[10_000] == 288_500 - 60_921

@@ -197,6 +197,45 @@ def replay_selections_cmd(
     _print_record(row, as_json)
 
 
+@replay_app.command("mrc")
+def replay_mrc_cmd(
+    store: StoreOpt,
+    trace: Annotated[str, typer.Option("--trace", help="Selection trace or request timeline.")],
+    max_capacity: Annotated[
+        int, typer.Option("--max-capacity", min=0, help="Largest buffer/cache size.")
+    ],
+    kind: Annotated[
+        str, typer.Option("--kind", help="selections (plain mode) or prefix (blocks).")
+    ] = "selections",
+    sizes: Annotated[
+        str | None, typer.Option("--sizes", help="Comma-separated sizes to print (default: "
+                                 "powers of two and the maximum).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """LRU misses for every size 0..max in one pass (stack distances); stored in miss_curves."""
+    import polars as pl
+
+    from toolkit.replay.mrc import miss_curve_table
+    from toolkit.store import open_store
+
+    with open_store(store) as s:
+        table = _guard(miss_curve_table, s, trace, kind, max_capacity)
+    df = pl.from_arrow(table)
+    if sizes:
+        wanted = [int(x) for x in sizes.split(",")]
+    else:
+        wanted = [0] + [1 << i for i in range(max_capacity.bit_length()) if 1 << i <= max_capacity]
+        wanted = sorted(set(wanted) | {max_capacity})
+    df = df.filter(pl.col("capacity").is_in(wanted)).select("capacity", "accesses", "misses",
+                                                            "miss_ratio")
+    if as_json:
+        typer.echo(json.dumps(df.to_dicts()))
+    else:
+        with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True):
+            typer.echo(str(df))
+
+
 @synth_app.command("selections")
 def synth_selections_cmd(
     store: StoreOpt,

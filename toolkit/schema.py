@@ -127,6 +127,18 @@ SELECTION_REPLAY = pa.schema(
     ]
 )
 
+#: LRU miss counts for every cache size of one trace (one-pass stack distances).
+MISS_CURVES = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # "selections" (plain) | "prefix"
+        pa.field("capacity", pa.int64(), nullable=False),  # slots (tokens) or blocks
+        pa.field("accesses", pa.int64(), nullable=False),
+        pa.field("misses", pa.int64(), nullable=False),
+        pa.field("miss_ratio", pa.float64(), nullable=False),
+    ]
+)
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -136,6 +148,7 @@ TABLES: dict[str, pa.Schema] = {
     "selection_requests": SELECTION_REQUESTS,
     "selection_runs": SELECTION_RUNS,
     "selection_replay": SELECTION_REPLAY,
+    "miss_curves": MISS_CURVES,
 }
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+import pyarrow as pa
 
 from toolkit.policies import as_segments, check_keys
+from toolkit.store import Store
 
 
 @nb.njit(cache=True, nogil=True)
@@ -79,3 +81,38 @@ def lru_miss_curve(
     seg = as_segments(segments, keys.size)
     hist = _distance_histogram(keys, int(n_keys), seg, int(max_capacity))
     return keys.size - np.cumsum(hist)
+
+
+def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
+                     *, save: bool = True) -> pa.Table:
+    """One-pass LRU miss curve of a stored trace, as a ``miss_curves`` table.
+
+    ``kind="selections"``: plain-mode streams (one cold buffer per request x layer,
+    positions ascending within a step). ``kind="prefix"``: the prefix-block stream of a
+    request timeline. Written to the store under ``<kind>-<trace>`` when ``save``.
+    """
+    if kind == "selections":
+        from toolkit.replay.selections import load_rows, plan
+
+        rows = load_rows(store, trace)
+        p = plan(rows, 1, "plain", "first")
+        keys, segments = p.keys, p.segments
+        n_keys = int(max(rows.seq_len.max(initial=0), 1))
+    elif kind == "prefix":
+        from toolkit.replay.prefix import load_stream
+
+        stream = load_stream(store, trace)
+        keys, segments, n_keys = stream.keys, None, stream.n_keys
+    else:
+        raise ValueError(f"kind must be 'selections' or 'prefix', got {kind!r}")
+    misses = lru_miss_curve(keys, n_keys, max_capacity, segments)
+    n = keys.size
+    table = pa.table({
+        "trace": [trace] * misses.size, "kind": [kind] * misses.size,
+        "capacity": np.arange(misses.size, dtype=np.int64),
+        "accesses": np.full(misses.size, n, dtype=np.int64), "misses": misses.astype(np.int64),
+        "miss_ratio": misses / n if n else np.zeros(misses.size),
+    })
+    if save:
+        store.write("miss_curves", f"{kind}-{trace}", table, replace=True)
+    return table
