@@ -39,7 +39,7 @@ pl.Config(tbl_rows=40, tbl_width_chars=120, tbl_hide_column_data_types=True,
 TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
 workdir = tempfile.TemporaryDirectory()
 store = toolkit.open_store(Path(workdir.name) / "store")
-store.ingest("bundle", TRACES / "smollm2", "smollm2")
+store.ingest("bundle", TRACES / "smollm2", "smollm2", select="smollm2-softmax-sum")
 store.write_many(generate(SyntheticSelectionConfig(prompt_tokens=16_384, steps=32, layers=8),
                           "synthetic_k2048"), "synthetic_k2048")
 store.query("SELECT trace, model, k, score, \"order\", n_layers, synthetic FROM selection_traces")

@@ -37,7 +37,7 @@ pl.Config(tbl_rows=60, tbl_width_chars=120, tbl_hide_column_data_types=True,
 TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
 workdir = tempfile.TemporaryDirectory()
 store = toolkit.open_store(Path(workdir.name) / "store")
-store.ingest("bundle", TRACES / "smollm2", "smollm2")
+store.ingest("bundle", TRACES / "smollm2", "smollm2", select="smollm2-softmax-sum")
 rows = load_rows(store, "smollm2")
 k = rows.k
 print(f"k = {k}, {rows.request_id.size:,} (request, step, layer) rows, "

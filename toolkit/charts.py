@@ -124,3 +124,37 @@ def link_vs_hbm(df: pl.DataFrame, title: str) -> alt.LayerChart:
     )
     rule = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 3]).encode(y="y:Q")
     return (line + rule).properties(title=title, width=520, height=280)
+
+
+_TIER_SOURCE = {"gpu_hit_rate": "GPU (L1)", "host_hit_rate": "host (L2)",
+           "storage_hit_rate": "storage (L3)"}
+
+
+def tier_share_bars(shares: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """Stacked bars: share of prompt tokens by source against concurrency."""
+    df = shares.with_columns(pl.col("source").replace_strict(_TIER_SOURCE).alias("source"))
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("concurrency:O", title="concurrency (users)"),
+        y=alt.Y("sum(rate):Q", title="share of prompt tokens", scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("source:N", title="served from"),
+        column=alt.Column("label:N", title=None) if "label" in df.columns else alt.Undefined,
+        tooltip=["concurrency", "source", alt.Tooltip("rate", format=".3f")],
+    ).properties(title=title or "Prompt-token source vs concurrency", width=220, height=260)
+
+
+def ttft_cdf(cdf: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """TTFT CDF per configuration (log x)."""
+    df = cdf.with_columns(pl.col("ttft_s").clip(lower_bound=1e-4))
+    return alt.Chart(df).mark_line().encode(
+        x=alt.X("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (s)"),
+        y=alt.Y("fraction:Q", title="fraction of requests"),
+        color=alt.Color("config:N", title="configuration"),
+    ).properties(title=title or "TTFT CDF", width=520, height=280)
+
+
+def cost_bars(cost: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """$ per million total tokens per hardware."""
+    return alt.Chart(cost).mark_bar().encode(
+        x=alt.X("hardware:N"), y=alt.Y("usd_per_m_total:Q", title="$ / M total tokens"),
+        tooltip=["hardware", "usd_per_m_total", "tokens_per_s_per_gpu", "p90_ttft_s"],
+    ).properties(title=title or "$ per million total tokens", width=300, height=240)

@@ -107,6 +107,9 @@ def ingest_selections_cmd(
     order: Annotated[
         str | None, typer.Option(help="'score' or 'position'; inferred if omitted.")
     ] = None,
+    select: Annotated[
+        str | None, typer.Option("--select", help="bundle: which of its traces to ingest.")
+    ] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Overwrite a trace.")] = False,
 ) -> None:
     """Ingest recorded top-k selections (validated: positions, duplicates, k, step order)."""
@@ -119,8 +122,10 @@ def ingest_selections_cmd(
     if order not in (None, "score", "position"):
         _fail(f"--order must be 'score' or 'position', got {order!r}")
     with open_store(store) as s:
-        res = _guard(s.ingest, fmt, path, name, replace=replace, model=model, k=k,
-                     score=score, order=order)
+        meta = {"model": model, "k": k, "score": score, "order": order}
+        if fmt == "bundle":  # the bundle carries its own metadata
+            meta = {"select": select} | ({"k": k} if k else {})
+        res = _guard(s.ingest, fmt, path, name, replace=replace, **meta)
     typer.echo(
         f"ingested {res.rows:,} selection rows from {path} as {res.trace} "
         f"in {res.elapsed_s:.2f} s"
@@ -324,9 +329,11 @@ def demo_cmd(
 
 def _mount_cost_commands() -> None:
     from toolkit.commands.cost import cost_cmd, hardware_app
+    from toolkit.commands.tiers import tiers_cmd
 
     app.add_typer(hardware_app, name="hardware")
     app.command("cost")(cost_cmd)
+    replay_app.command("tiers")(tiers_cmd)
 
 
 _mount_cost_commands()

@@ -139,6 +139,90 @@ MISS_CURVES = pa.schema(
     ]
 )
 
+#: Event counters of the tier replay kernel, in the order the kernel fills them.
+TIER_COUNTERS = (
+    "device_evictions",
+    "host_evictions",
+    "storage_evictions",
+    "host_writes",
+    "storage_writes",
+    "host_load_pages",
+    "storage_load_pages",
+    "dropped_pages",
+    "host_backup_failures",
+    "peak_device_pages",
+    "peak_host_pages",
+    "oversize_requests",
+)
+
+#: One row per tier replay run: the config (flattened + JSON) and the run summary.
+TIER_RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("arrivals", pa.string(), nullable=False),  # trace | scaled:F | from:T | closed
+    pa.field("concurrency", pa.int64(), nullable=True),  # closed loop only
+    pa.field("policy", pa.string(), nullable=False),
+    pa.field("write_policy", pa.string(), nullable=False),
+    pa.field("page_tokens", pa.int64(), nullable=False),
+    pa.field("device_capacity_tokens", pa.int64(), nullable=False),  # -1: unbounded
+    pa.field("host_capacity_tokens", pa.int64(), nullable=False),
+    pa.field("storage_capacity_tokens", pa.int64(), nullable=False),  # 0: no storage
+    pa.field("requests", pa.int64(), nullable=False),
+    pa.field("prompt_tokens", pa.int64(), nullable=False),
+    pa.field("output_tokens", pa.int64(), nullable=False),
+    pa.field("device_hit_tokens", pa.int64(), nullable=False),
+    pa.field("host_hit_tokens", pa.int64(), nullable=False),
+    pa.field("storage_hit_tokens", pa.int64(), nullable=False),
+    pa.field("computed_tokens", pa.int64(), nullable=False),
+    pa.field("gpu_hit_rate", pa.float64(), nullable=False),
+    pa.field("host_hit_rate", pa.float64(), nullable=False),
+    pa.field("storage_hit_rate", pa.float64(), nullable=False),
+    pa.field("overall_hit_rate", pa.float64(), nullable=False),
+    pa.field("p50_ttft_s", pa.float64(), nullable=False),
+    pa.field("p90_ttft_s", pa.float64(), nullable=False),
+    pa.field("p99_ttft_s", pa.float64(), nullable=False),
+    pa.field("p50_tpot_s", pa.float64(), nullable=True),  # null: no request decodes >1 token
+    pa.field("p90_tpot_s", pa.float64(), nullable=True),
+    pa.field("makespan_s", pa.float64(), nullable=False),
+    pa.field("tokens_per_s_per_gpu", pa.float64(), nullable=False),  # input + output
+    pa.field("output_tokens_per_s_per_gpu", pa.float64(), nullable=False),
+    pa.field("usd_per_gpu_hour", pa.float64(), nullable=False),
+    pa.field("usd_per_million_total_tokens", pa.float64(), nullable=True),
+    pa.field("usd_per_million_output_tokens", pa.float64(), nullable=True),
+    pa.field("host_used_peak_bytes", pa.float64(), nullable=False),
+    pa.field("host_used_mean_bytes", pa.float64(), nullable=False),  # time-weighted
+    pa.field("device_used_mean_bytes", pa.float64(), nullable=False),
+    *[pa.field(c, pa.int64(), nullable=False) for c in TIER_COUNTERS],
+    pa.field("elapsed_s", pa.float64(), nullable=False),  # wall time of the kernel
+    pa.field("config_json", pa.string(), nullable=False),
+    pa.field("toolkit_version", pa.string(), nullable=False),
+])
+
+#: One row per (run, request): where its prompt tokens came from and its timeline.
+TIER_REQUESTS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("request_id", pa.int64(), nullable=False),
+    pa.field("session_id", pa.int64(), nullable=True),
+    pa.field("turn", pa.int32(), nullable=True),
+    pa.field("arrival_s", pa.float64(), nullable=False),  # when it was sent in this run
+    pa.field("admit_s", pa.float64(), nullable=False),
+    pa.field("first_token_s", pa.float64(), nullable=False),
+    pa.field("finish_s", pa.float64(), nullable=False),
+    pa.field("prompt_tokens", pa.int64(), nullable=False),
+    pa.field("output_tokens", pa.int64(), nullable=False),
+    pa.field("device_tokens", pa.int64(), nullable=False),
+    pa.field("host_tokens", pa.int64(), nullable=False),
+    pa.field("storage_tokens", pa.int64(), nullable=False),
+    pa.field("computed_tokens", pa.int64(), nullable=False),
+    pa.field("ttft_s", pa.float64(), nullable=False),
+    pa.field("tpot_s", pa.float64(), nullable=True),  # null when output_tokens <= 1
+    pa.field("running_at_admit", pa.int32(), nullable=False),
+    pa.field("host_used_tokens", pa.int64(), nullable=False),
+])
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -149,7 +233,10 @@ TABLES: dict[str, pa.Schema] = {
     "selection_runs": SELECTION_RUNS,
     "selection_replay": SELECTION_REPLAY,
     "miss_curves": MISS_CURVES,
+    "tier_runs": TIER_RUNS,
+    "tier_requests": TIER_REQUESTS,
 }
+
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -118,6 +118,31 @@ QUERIES: dict[str, str] = {
         FROM selection_runs WHERE ($trace IS NULL OR trace = $trace)
         ORDER BY trace, mode, policy, buffer_tokens, indexshare
     """,
+    # Long form: one row per (run, source) with the share of prompt tokens.
+    "tier_shares": """
+        SELECT run_id, trace, hardware, concurrency, device_capacity_tokens, source, rate
+        FROM tier_runs
+        UNPIVOT (rate FOR source IN (gpu_hit_rate, host_hit_rate, storage_hit_rate))
+        ORDER BY trace, hardware, device_capacity_tokens, concurrency, source
+    """,
+    # TTFT CDF per run: every request's TTFT with its cumulative fraction.
+    "tier_ttft_cdf": """
+        SELECT r.run_id, t.hardware, t.concurrency, t.device_capacity_tokens, r.ttft_s,
+               cume_dist() OVER (PARTITION BY r.run_id ORDER BY r.ttft_s) AS fraction
+        FROM tier_requests r JOIN tier_runs t USING (run_id)
+        ORDER BY r.run_id, r.ttft_s
+    """,
+    # $/M tokens per run (InferenceX arithmetic on the replay's throughput).
+    "tier_cost": """
+        SELECT run_id, hardware, concurrency, device_capacity_tokens,
+               round(overall_hit_rate, 4) AS overall_hit_rate,
+               round(tokens_per_s_per_gpu, 1) AS tokens_per_s_per_gpu,
+               usd_per_gpu_hour,
+               round(usd_per_million_total_tokens, 4) AS usd_per_m_total,
+               round(usd_per_million_output_tokens, 3) AS usd_per_m_output,
+               round(p90_ttft_s, 3) AS p90_ttft_s
+        FROM tier_runs ORDER BY hardware, concurrency
+    """,
 }
 
 #: Parameter defaults; ``None`` means "all" for filters.

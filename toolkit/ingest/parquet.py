@@ -25,6 +25,12 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as e:
         raise TraceFormatError(path, None, None, f"not a readable Parquet file: {e}") from None
+    return read_table(table, path, trace, **options)
+
+
+def read_table(table: pa.Table, path: Path, trace: str, **options: object
+               ) -> dict[str, pa.Table]:
+    """Validate an in-memory table in the selection schema (``path`` names it in errors)."""
     for c in COLUMNS:
         if c not in table.column_names:
             raise TraceFormatError(path, None, c, f"missing column; file has {table.column_names}")

@@ -1,1 +1,1 @@
-"""Labelled-synthetic generators. Everything they write is marked synthetic in the store."""
+"""Labelled-synthetic workload generators (every trace they emit says it is synthetic)."""

@@ -1,0 +1,94 @@
+"""CLI: ``toolkit replay tiers``, a thin layer over :func:`toolkit.replay.tiers.replay_tiers`.
+
+Mount in ``toolkit/cli.py`` (after ``replay_app`` exists)::
+
+    from toolkit.commands.tiers import tiers_cmd
+    replay_app.command("tiers")(tiers_cmd)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolkit.errors import ToolkitError
+from toolkit.registry import RegistryError
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def tiers_cmd(
+    store: Annotated[Path, typer.Option("--store", help="Store directory.")],
+    trace: Annotated[str, typer.Option("--trace", help="Request timeline with hashes.")],
+    hardware: Annotated[str, typer.Option("--hardware", help="Accelerator, e.g. gb200.")] = "gb200",
+    model: Annotated[str, typer.Option("--model", help="Model spec, e.g. glm-5.2.")] = "glm-5.2",
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", min=1, help="Closed loop with N users.")
+    ] = None,
+    arrivals: Annotated[
+        str, typer.Option("--arrivals", help="Open loop: trace, scaled:F (F x rate), from:TRACE.")
+    ] = "trace",
+    device_tokens: Annotated[
+        int | None, typer.Option("--device-tokens", help="KV pool; -1 unbounded; default HBM.")
+    ] = None,
+    host_ratio: Annotated[
+        float | None, typer.Option("--host-ratio", help="Host pool / device pool (default 2).")
+    ] = None,
+    host_gb: Annotated[
+        float | None, typer.Option("--host-gb", help="Host pool in GB (overrides the ratio).")
+    ] = None,
+    storage_gb: Annotated[
+        float, typer.Option("--storage-gb", help="L3 capacity in GB; 0 off, -1 unbounded.")
+    ] = 0.0,
+    page_tokens: Annotated[
+        int | None, typer.Option("--page-tokens", help="Page size; a multiple of the trace's.")
+    ] = None,
+    policy: Annotated[str, typer.Option("--policy", help="lru or lfu.")] = "lru",
+    write_policy: Annotated[
+        str, typer.Option("--write-policy",
+                          help="write_through, write_through_selective or write_back.")
+    ] = "write_through",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+) -> None:
+    """Replay a timeline through GPU / host / storage prefix tiers (HiCache semantics)."""
+    from toolkit.models import get_model
+    from toolkit.replay.tiers import (
+        UNBOUNDED,
+        TierReplayConfig,
+        replay_tiers,
+        summary_json,
+    )
+    from toolkit.replay.tiers_service import kv_bytes_per_token
+    from toolkit.store import open_store
+
+    try:
+        kvb = kv_bytes_per_token(get_model(model))
+
+        def gb_tokens(gb: float) -> int:
+            return UNBOUNDED if gb < 0 else int(gb * 1e9 // kvb)
+
+        cfg = TierReplayConfig(
+            trace=trace, hardware=hardware, model=model, concurrency=concurrency,
+            arrivals=arrivals, device_tokens=device_tokens,
+            host_tokens=None if host_gb is None else gb_tokens(host_gb),
+            host_ratio=2.0 if host_ratio is None else host_ratio,
+            storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
+            write_policy=write_policy,
+        )
+        with open_store(store) as s:
+            res = replay_tiers(s, cfg)
+    except (ToolkitError, RegistryError, ValueError) as e:
+        _fail(str(e))
+    row = summary_json(res)
+    if as_json:
+        typer.echo(json.dumps(row))
+        return
+    width = max(len(k) for k in row)
+    for k, v in row.items():
+        typer.echo(f"{k:<{width}}  {v:.6f}" if isinstance(v, float) else f"{k:<{width}}  {v}")

@@ -1,0 +1,414 @@
+"""Prefix tiers under concurrency: a timeline replay of GPU / host / storage page caches.
+
+HiCache semantics (sglang ``mem_cache/hiradix_cache.py``, ``docs/advanced_features/
+hicache_design.md``; BRIEF §4, anchors §1.3), as the compiled loop in
+:mod:`toolkit.replay.tiers_kernel` applies them:
+
+* pages of ``page_tokens`` tokens keyed by chained hashes; a page is usable only if its
+  whole prefix is (device run, then host run, then storage run, then computed);
+* only pages not locked by a running request are evicted, leaves first; device evictions
+  demote to host under ``write_through`` (every new page is copied to host at once),
+  ``write_through_selective`` (copied once hit ``write_through_threshold`` times) and
+  ``write_back`` (copied on eviction); host hits are loaded back to the device;
+* the optional storage tier (L3) receives every host copy and is an LRU of pages.
+
+Metrics follow InferenceX (anchors §6): hit rate of a source = tokens from that source /
+prompt tokens. Requests are admitted FCFS when their pages fit on the device, so with
+unbounded tiers lookups happen in arrival order and the overall hit rate equals
+:mod:`toolkit.replay.prefix`'s unbounded ``prefix_token_hit_ratio``. Service-time
+assumptions are in :mod:`toolkit.replay.tiers_service`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from toolkit import __version__
+from toolkit.config import config_json, fingerprint
+from toolkit.cost import usd_per_million_tokens
+from toolkit.errors import ToolkitError
+from toolkit.hardware import get_hardware
+from toolkit.models import get_model
+from toolkit.replay import tiers_kernel as K
+from toolkit.replay.tiers_service import (
+    ServiceAssumptions,
+    ServiceModel,
+    default_device_tokens,
+    service_model,
+)
+from toolkit.schema import TIER_REQUESTS, TIER_RUNS
+from toolkit.store import Store
+
+UNBOUNDED = -1  # a capacity of -1 tokens means "never evicts"
+SUMMARY_KEYS = (
+    "gpu_hit_rate", "host_hit_rate", "storage_hit_rate", "overall_hit_rate",
+    "p50_ttft_s", "p90_ttft_s",
+)
+
+
+
+@dataclass(frozen=True)
+class TierReplayConfig:
+    """One tier replay. Capacities in tokens; ``None`` derives them, ``-1`` is unbounded.
+
+    Attributes:
+        trace: stored request timeline (with prefix hashes).
+        hardware, model: spec names; they set capacities, service times and price.
+        concurrency: run closed-loop with this many users (sessions); ``None`` replays
+            arrivals open-loop.
+        arrivals: open-loop times: ``trace``; ``scaled:F`` (arrival_s / F, F x the rate);
+            ``from:NAME`` (the inter-arrival gaps of another stored trace, e.g. Azure).
+        device_tokens: KV pool; default from HBM left after weights.
+        host_tokens: host pool; default ``host_ratio`` x device (``--hicache-ratio``).
+        storage_tokens: L3 capacity; 0 disables it.
+        page_tokens: page size; default the trace's block size, else a multiple of it.
+        policy: device eviction: lru | lfu.
+        write_policy: write_through | write_through_selective | write_back.
+        write_through_threshold: hits before a selective backup (sglang uses 2).
+        max_running: cap on running requests; 0 = none.
+        price_tier: hyperscaler | neocloud | rental, for $/M tokens.
+    """
+
+    trace: str
+    hardware: str = "gb200"
+    model: str = "glm-5.2"
+    concurrency: int | None = None
+    arrivals: str = "trace"
+    device_tokens: int | None = None
+    host_tokens: int | None = None
+    host_ratio: float = 2.0
+    storage_tokens: int = 0
+    page_tokens: int | None = None
+    policy: str = "lru"
+    write_policy: str = "write_through"
+    write_through_threshold: int = 2
+    max_running: int = 0
+    price_tier: str = "hyperscaler"
+    assumptions: ServiceAssumptions = ServiceAssumptions()
+
+    def __post_init__(self) -> None:
+        if self.policy not in K.POLICY_CODES:
+            raise ValueError(
+                f"policy must be one of {', '.join(K.POLICY_CODES)}; got {self.policy!r} "
+                "(slru and priority are not modelled yet)"
+            )
+        if self.write_policy not in K.WRITE_CODES:
+            raise ValueError(f"write_policy must be one of {', '.join(K.WRITE_CODES)}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not (self.arrivals == "trace" or self.arrivals.startswith(("scaled:", "from:"))):
+            raise ValueError(
+                f"arrivals must be trace, scaled:F or from:TRACE; got {self.arrivals!r}"
+            )
+        if self.arrivals.startswith("scaled:") and not float(self.arrivals[7:]) > 0:
+            raise ValueError("scaled:F needs F > 0")
+        for name in ("device_tokens", "host_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < UNBOUNDED:
+                raise ValueError(f"{name} must be >= 0, -1 (unbounded) or None (default)")
+        if self.storage_tokens < UNBOUNDED:
+            raise ValueError("storage_tokens must be >= 0 or -1 (unbounded)")
+
+    @property
+    def arrival_label(self) -> str:
+        return "closed" if self.concurrency is not None else self.arrivals
+
+    @property
+    def run_id(self) -> str:
+        load = f"c{self.concurrency}" if self.concurrency else self.arrivals.replace(":", "")
+        return f"tiers-{self.trace}-{self.hardware}-{load}-{fingerprint(self)[:8]}"
+
+
+@dataclass(frozen=True)
+class PageStream:
+    """A request timeline as pages, in replay order (see :func:`page_stream`)."""
+
+    keys: np.ndarray  # dense page ids, one per (request, page)
+    n_keys: int
+    tokens: np.ndarray  # tokens each page covers
+    starts: np.ndarray
+    lengths: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    arrival_s: np.ndarray  # trace times (sorted)
+    request_id: np.ndarray
+    session_id: np.ndarray  # -1 where the trace has none
+    turn: np.ndarray
+    page_tokens: int
+
+
+def page_stream(requests: pa.Table, page_tokens: int | None = None) -> PageStream:
+    """Sort by (arrival, request id), flatten the hashes, regroup blocks into pages.
+
+    A page of ``m`` blocks is keyed by its last block's chained hash (which identifies
+    the whole prefix) and covers the tokens of its blocks.
+
+    Raises:
+        ToolkitError: no hashes, or ``page_tokens`` is not a multiple of the block size.
+    """
+    order = pc.sort_indices(requests, [("arrival_s", "ascending"), ("request_id", "ascending")])
+    t = requests.take(order)
+    hashes = t.column("block_hashes").combine_chunks()
+    lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False).astype(np.int64)
+    if lengths.sum() == 0:
+        raise ToolkitError("trace has no prefix-block hashes; tier replay needs them")
+    bt_col = t.column("block_tokens").drop_null()
+    block = int(bt_col[0].as_py()) if len(bt_col) else 0
+    flat = hashes.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    prompt = t.column("input_tokens").to_numpy().astype(np.int64)
+    starts = np.zeros(lengths.size, np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    req_of = np.repeat(np.arange(lengths.size), lengths)
+    pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
+    tokens = np.clip(prompt[req_of] - block * pos, 0, block)
+    page = page_tokens or block
+    if page % block:
+        raise ToolkitError(
+            f"page_tokens {page} is not a multiple of the trace's {block}-token blocks; "
+            "regenerate a synthetic trace with that page size instead"
+        )
+    m = page // block
+    if m > 1:
+        first = pos % m == 0
+        grp = np.flatnonzero(first)
+        last = np.append(grp[1:], flat.size) - 1
+        tokens = np.add.reduceat(tokens, grp)
+        flat = flat[last]
+        lengths = np.bincount(req_of[grp], minlength=lengths.size).astype(np.int64)
+        starts = np.zeros(lengths.size, np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+    uniq, keys = np.unique(flat, return_inverse=True)
+
+    def col(name: str, fill: int) -> np.ndarray:
+        return t.column(name).fill_null(fill).to_numpy().astype(np.int64)
+
+    return PageStream(
+        keys=keys.astype(np.int64), n_keys=int(uniq.size), tokens=tokens.astype(np.int64),
+        starts=starts, lengths=lengths, prompt=prompt, output=col("output_tokens", 0),
+        arrival_s=t.column("arrival_s").to_numpy().astype(np.float64),
+        request_id=col("request_id", 0), session_id=col("session_id", -1),
+        turn=col("turn", 0), page_tokens=page,
+    )
+
+
+def _sessions(ps: PageStream) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Closed-loop order: sessions by first arrival, turns in order; think gaps per turn."""
+    n = ps.prompt.size
+    sid = np.where(ps.session_id >= 0, ps.session_id, -1 - np.arange(n))  # lone requests
+    order = np.lexsort((ps.turn, ps.arrival_s, sid))
+    s_sorted = sid[order]
+    brk = np.flatnonzero(np.diff(s_sorted)) + 1
+    sess_start = np.concatenate([[0], brk]).astype(np.int64)
+    sess_len = np.diff(np.append(sess_start, n)).astype(np.int64)
+    first_t = ps.arrival_s[order][sess_start]
+    sess_order = np.argsort(first_t, kind="stable")
+    req = np.concatenate([order[sess_start[s]: sess_start[s] + sess_len[s]] for s in sess_order])
+    new_len = sess_len[sess_order]
+    new_start = np.zeros_like(new_len)
+    np.cumsum(new_len[:-1], out=new_start[1:])
+    gap = np.zeros(n)
+    nxt = req[1:]
+    same = np.ones(n - 1, bool)
+    same[new_start[1:] - 1] = False
+    gap[req[:-1][same]] = np.maximum(ps.arrival_s[nxt[same]] - ps.arrival_s[req[:-1][same]], 0)
+    return req.astype(np.int64), new_start, new_len, gap
+
+
+def _open_arrivals(store: Store, cfg: TierReplayConfig, ps: PageStream) -> np.ndarray:
+    t = ps.arrival_s - ps.arrival_s[0]
+    if cfg.arrivals.startswith("scaled:"):
+        return t / float(cfg.arrivals[7:])
+    if cfg.arrivals.startswith("from:"):
+        other = np.sort(store.read("requests", cfg.arrivals[5:]).column("arrival_s").to_numpy())
+        gaps = np.diff(other) if other.size > 1 else np.zeros(1)
+        reps = int(np.ceil(max(t.size - 1, 1) / max(gaps.size, 1)))
+        return np.concatenate([[0.0], np.cumsum(np.tile(gaps, reps)[: t.size - 1])])
+    return t
+
+
+def capacities(cfg: TierReplayConfig, kv_bytes: int) -> tuple[int, int, int]:
+    """(device, host, storage) capacities in tokens; -1 unbounded."""
+    hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
+    dev = cfg.device_tokens
+    if dev is None:
+        dev = default_device_tokens(hw, model, cfg.assumptions)
+    host = cfg.host_tokens
+    if host is None:
+        host = UNBOUNDED if dev == UNBOUNDED else int(cfg.host_ratio * dev)
+    return int(dev), int(host), int(cfg.storage_tokens)
+
+
+def _pages(tokens: int, page: int, big: int) -> int:
+    return big if tokens == UNBOUNDED else tokens // page
+
+
+def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceModel,
+               caps: tuple[int, int, int], t_open: np.ndarray) -> dict[str, Any]:
+    """Call the compiled loop; returns its per-request arrays, counters and integrals."""
+    r = ps.prompt.size
+    page = ps.page_tokens
+    dpages = -(-ps.output // page)
+    big = int(ps.n_keys + dpages.sum() + 1)
+    dev, host, sto = (_pages(c, page, big) for c in caps)
+    if cfg.concurrency is not None:
+        sess_req, sess_start, sess_len, gap = _sessions(ps)
+    else:
+        sess_req = sess_start = sess_len = np.zeros(0, np.int64)
+        gap = np.zeros(r)
+    out = {k: np.zeros(r, np.int64) for k in ("dev", "host", "sto", "host_pages")}
+    out |= {k: np.full(r, -1.0) for k in ("arr", "adm", "first", "fin")}
+    out["batch"] = np.zeros(r, np.int32)
+    cnt = np.zeros(len(K.COUNTERS), np.int64)
+    areas = np.zeros(2)
+    t0 = time.perf_counter()
+    makespan = K.simulate_tiers(
+        ps.keys, ps.starts, ps.lengths, ps.tokens, ps.prompt, ps.output, dpages,
+        cfg.concurrency is not None, t_open, int(cfg.concurrency or 0),
+        sess_req, sess_start, sess_len, gap,
+        ps.n_keys, dev, host, sto, K.POLICY_CODES[cfg.policy], K.WRITE_CODES[cfg.write_policy],
+        cfg.write_through_threshold, cfg.max_running,
+        svc.prefill_s_per_token, svc.prefill_s_per_token_context, svc.host_fixed_s,
+        svc.host_s_per_token, svc.storage_fixed_s, svc.storage_s_per_token,
+        svc.tpot_by_batch_s,
+        out["dev"], out["host"], out["sto"], out["arr"], out["adm"], out["first"], out["fin"],
+        out["batch"], out["host_pages"], cnt, areas,
+    )
+    out["elapsed_s"] = time.perf_counter() - t0
+    out["makespan_s"] = float(makespan)
+    out["counters"] = dict(zip(K.COUNTERS, cnt.tolist(), strict=True))
+    out["areas"] = areas
+    return out
+
+
+@dataclass(frozen=True)
+class TierReplayResult:
+    """A run's summary (a ``tier_runs`` row as a dict) and its per-request table."""
+
+    summary: dict[str, Any]
+    requests: pa.Table
+
+    @property
+    def runs(self) -> pa.Table:
+        return pa.Table.from_pylist([self.summary], schema=TIER_RUNS)
+
+
+def replay_tiers(
+    store: Store,
+    cfg: TierReplayConfig,
+    *,
+    stream: PageStream | None = None,
+    save: bool = True,
+) -> TierReplayResult:
+    """Replay ``cfg``; with ``save`` write ``tier_runs``/``tier_requests`` (see save_result).
+
+    Pass ``stream`` to reuse one flattened trace across a sweep.
+    """
+    hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
+    ps = stream or page_stream(store.read("requests", cfg.trace), cfg.page_tokens)
+    if cfg.page_tokens is not None and cfg.page_tokens != ps.page_tokens:
+        raise ValueError(f"stream has {ps.page_tokens}-token pages, config asks {cfg.page_tokens}")
+    max_batch = cfg.concurrency or (cfg.max_running or 1024)
+    svc = service_model(hw, model, cfg.assumptions, int(ps.prompt.mean()), max_batch)
+    caps = capacities(cfg, svc.kv_bytes_per_token)
+    t_open = _open_arrivals(store, cfg, ps) if cfg.concurrency is None else np.zeros(0)
+    out = run_kernel(cfg, ps, svc, caps, t_open)
+    result = _assemble(cfg, ps, svc, caps, out, hw.price_usd_per_gpu_hour(cfg.price_tier))
+    if save:
+        save_result(store, result)
+    return result
+
+
+def _assemble(cfg, ps, svc, caps, out, price) -> TierReplayResult:  # noqa: ANN001
+    run_id = cfg.run_id
+    computed = ps.prompt - out["dev"] - out["host"] - out["sto"]
+    ttft = out["first"] - out["arr"]
+    steps = ps.output - 1
+    tpot = np.where(steps > 0, (out["fin"] - out["first"]) / np.maximum(steps, 1), np.nan)
+    reqs = pa.table({
+        "run_id": pa.array([run_id] * ps.prompt.size, pa.string()),
+        "trace": pa.array([cfg.trace] * ps.prompt.size, pa.string()),
+        "request_id": ps.request_id,
+        "session_id": pa.array(ps.session_id, mask=ps.session_id < 0),
+        "turn": pa.array(ps.turn.astype(np.int32), mask=ps.session_id < 0),
+        "arrival_s": out["arr"], "admit_s": out["adm"], "first_token_s": out["first"],
+        "finish_s": out["fin"], "prompt_tokens": ps.prompt, "output_tokens": ps.output,
+        "device_tokens": out["dev"], "host_tokens": out["host"], "storage_tokens": out["sto"],
+        "computed_tokens": computed, "ttft_s": ttft,
+        "tpot_s": pa.array(tpot, mask=np.isnan(tpot)),
+        "running_at_admit": out["batch"],
+        "host_used_tokens": out["host_pages"] * ps.page_tokens,
+    }, schema=TIER_REQUESTS)
+    prompt = int(ps.prompt.sum())
+    output = int(ps.output.sum())
+    sums = {k: int(out[k].sum()) for k in ("dev", "host", "sto")}
+
+    def rate(x: int) -> float:
+        return x / prompt if prompt else 0.0
+
+    makespan = max(float(np.max(out["fin"])) - float(np.min(out["arr"])), 1e-12)
+    g = cfg.assumptions.gpus_per_replica
+    tput = (prompt + output) / makespan / g
+    out_tput = output / makespan / g
+    kvb = svc.kv_bytes_per_token
+    tp_ok = tpot[~np.isnan(tpot)]
+    summary = {
+        "run_id": run_id, "trace": cfg.trace, "hardware": cfg.hardware, "model": cfg.model,
+        "arrivals": cfg.arrival_label, "concurrency": cfg.concurrency, "policy": cfg.policy,
+        "write_policy": cfg.write_policy, "page_tokens": ps.page_tokens,
+        "device_capacity_tokens": caps[0], "host_capacity_tokens": caps[1],
+        "storage_capacity_tokens": caps[2],
+        "requests": int(ps.prompt.size), "prompt_tokens": prompt, "output_tokens": output,
+        "device_hit_tokens": sums["dev"], "host_hit_tokens": sums["host"],
+        "storage_hit_tokens": sums["sto"], "computed_tokens": int(computed.sum()),
+        "gpu_hit_rate": rate(sums["dev"]), "host_hit_rate": rate(sums["host"]),
+        "storage_hit_rate": rate(sums["sto"]),
+        "overall_hit_rate": rate(sums["dev"] + sums["host"] + sums["sto"]),
+        "p50_ttft_s": float(np.quantile(ttft, 0.5)), "p90_ttft_s": float(np.quantile(ttft, 0.9)),
+        "p99_ttft_s": float(np.quantile(ttft, 0.99)),
+        "p50_tpot_s": float(np.quantile(tp_ok, 0.5)) if tp_ok.size else None,
+        "p90_tpot_s": float(np.quantile(tp_ok, 0.9)) if tp_ok.size else None,
+        "makespan_s": makespan, "tokens_per_s_per_gpu": tput,
+        "output_tokens_per_s_per_gpu": out_tput, "usd_per_gpu_hour": price,
+        "usd_per_million_total_tokens": float(usd_per_million_tokens(price, tput)) if tput > 0
+        else None,
+        "usd_per_million_output_tokens": float(usd_per_million_tokens(price, out_tput))
+        if out_tput > 0 else None,
+        "host_used_peak_bytes": float(out["counters"]["peak_host_pages"] * ps.page_tokens * kvb),
+        "host_used_mean_bytes": float(out["areas"][0] / out["makespan_s"] * ps.page_tokens * kvb)
+        if out["makespan_s"] > 0 else 0.0,
+        "device_used_mean_bytes": float(out["areas"][1] / out["makespan_s"] * ps.page_tokens * kvb)
+        if out["makespan_s"] > 0 else 0.0,
+        **out["counters"],
+        "elapsed_s": out["elapsed_s"], "config_json": _config_json(cfg),
+        "toolkit_version": __version__,
+    }
+    return TierReplayResult(summary, reqs)
+
+
+def _config_json(cfg: TierReplayConfig) -> str:
+    return config_json(cfg)
+
+
+def save_result(store: Store, result: TierReplayResult) -> None:
+    """Write the run's ``tier_runs`` row and ``tier_requests`` rows under its run id."""
+    store.write_many({"tier_runs": result.runs, "tier_requests": result.requests},
+                     result.summary["run_id"], replace=True)
+
+
+def summary_json(result: TierReplayResult) -> dict[str, Any]:
+    """The ``--json`` record: the six headline keys first, then the rest (no config)."""
+    s = {k: v for k, v in result.summary.items() if k != "config_json"}
+    return {**{k: s[k] for k in SUMMARY_KEYS}, **s}
+
+
+__all__ = [
+    "UNBOUNDED", "PageStream", "ServiceAssumptions",
+    "TierReplayConfig", "TierReplayResult", "capacities", "page_stream", "replay_tiers",
+    "save_result", "summary_json",
+]
