@@ -112,13 +112,13 @@ alt.Chart(share.with_columns(distance=pl.col("layer") - pl.col("anchor"))).mark_
 
 # %% [markdown]
 # ## 4. Step x position heat map of one layer
-# Request 0, layer 15, positions binned by 16 tokens: the vertical bands are positions the
+# Request 0, layer 15, positions binned by 32 tokens: the vertical bands are positions the
 # indexer keeps coming back to (sinks, a few salient tokens), the diagonal edge is recency.
 
 # %%
-heat = run_query(store, "selection_heatmap", trace="smollm2", layer=15, request=0, bin=16)
+heat = run_query(store, "selection_heatmap", trace="smollm2", layer=15, request=0, bin=32)
 print(f"{heat.height} cells")
-selection_heatmap(heat, "SmolLM2 (real), request 0, layer 15: selections per 16-token bin")
+selection_heatmap(heat, "SmolLM2 (real), request 0, layer 15: selections per 32-token bin")
 
 # %%
 store.close()

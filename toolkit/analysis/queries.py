@@ -11,6 +11,8 @@ import polars as pl
 
 from toolkit.store import Store
 
+_CDF_FRACTIONS = ", ".join(f"{i / 100:.2f}" for i in range(0, 101))
+
 QUERIES: dict[str, str] = {
     # One row per request timeline: size, lengths, duration and distinct blocks.
     "trace_summary": """
@@ -125,12 +127,16 @@ QUERIES: dict[str, str] = {
         UNPIVOT (rate FOR source IN (gpu_hit_rate, host_hit_rate, storage_hit_rate))
         ORDER BY trace, hardware, device_capacity_tokens, concurrency, source
     """,
-    # TTFT CDF per run: every request's TTFT with its cumulative fraction.
-    "tier_ttft_cdf": """
-        SELECT r.run_id, t.hardware, t.concurrency, t.device_capacity_tokens, r.ttft_s,
-               cume_dist() OVER (PARTITION BY r.run_id ORDER BY r.ttft_s) AS fraction
-        FROM tier_requests r JOIN tier_runs t USING (run_id)
-        ORDER BY r.run_id, r.ttft_s
+    # TTFT CDF per run at 101 fixed fractions (charts need a few hundred rows, not one
+    # per request).
+    "tier_ttft_cdf": f"""
+        WITH q AS (
+            SELECT run_id, quantile_cont(ttft_s, [{_CDF_FRACTIONS}]) AS qs
+            FROM tier_requests GROUP BY run_id)
+        SELECT q.run_id, t.hardware, t.concurrency, t.device_capacity_tokens,
+               unnest([{_CDF_FRACTIONS}]::DOUBLE[]) AS fraction, unnest(q.qs) AS ttft_s
+        FROM q JOIN tier_runs t USING (run_id)
+        ORDER BY q.run_id, fraction
     """,
     # $/M tokens per run (InferenceX arithmetic on the replay's throughput).
     "tier_cost": """

@@ -115,7 +115,7 @@ class Decoder:
             raise ValueError(f"score {score!r} unknown; choose one of {SCORES}")
         h, kv, d = c.n_heads, c.n_kv_heads, c.head_dim
         group = h // kv
-        scale = 1.0 / np.sqrt(d)
+        scale = float(1.0 / np.sqrt(d))  # Python float: a NumPy float64 would upcast fp32
         n_scored = n - score_from if score is not None else 0
         scores = (
             np.empty((c.n_layers, n_scored, end), self.dtype) if n_scored > 0 else None
@@ -133,7 +133,9 @@ class Decoder:
             keys = cache.keys[li, :, :end]  # (kv, end, d)
             # query head j uses kv head j // group, as Llama's repeat_kv does
             qg = q.reshape(n, kv, group, d).transpose(1, 2, 0, 3).reshape(kv, group * n, d)
-            att = (qg @ keys.transpose(0, 2, 1)).reshape(kv, group, n, end) * scale
+            # per-KV-head 2-D matmuls: NumPy's stacked matmul misses BLAS on these shapes
+            att = np.stack([qg[j] @ keys[j].T for j in range(kv)]).reshape(kv, group, n, end)
+            att *= scale
             att[..., mask] = -np.inf
             if score == "relu":
                 relu = np.maximum(att[:, :, score_from:], 0).sum(axis=(0, 1))
@@ -146,7 +148,8 @@ class Decoder:
                 summed = att[:, :, score_from:].sum(axis=(0, 1))
                 summed[mask[score_from:]] = -np.inf
                 scores[li] = summed
-            out = (att.reshape(kv, group * n, end) @ cache.values[li, :, :end])
+            att = att.reshape(kv, group * n, end)
+            out = np.stack([att[j] @ cache.values[li, j, :end] for j in range(kv)])
             out = out.reshape(kv, group, n, d).transpose(2, 0, 1, 3).reshape(n, h * d)
             x = x + out @ layer.wo
             gate_up = self._rms_norm(x, layer.ffn_norm) @ layer.w_gate_up
@@ -158,5 +161,6 @@ class Decoder:
         result_logits = None
         if logits != "none":
             rows = x[-1:] if logits == "last" else x
-            result_logits = self._rms_norm(rows, self.weights.output_norm) @ self.weights.embedding.T
+            normed = self._rms_norm(rows, self.weights.output_norm)
+            result_logits = normed @ self.weights.embedding.T  # tied LM head
         return ForwardResult(result_logits, scores)

@@ -87,6 +87,20 @@ class ModelWeights:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+def cast_weights(weights: ModelWeights, dtype: Any) -> ModelWeights:
+    """``weights`` with every array converted to ``dtype`` (exact for float32 -> float64)."""
+
+    def conv(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=dtype)
+
+    layers = tuple(
+        LayerWeights(**{f: conv(getattr(layer, f)) for f in LayerWeights.__dataclass_fields__})
+        for layer in weights.layers
+    )
+    return ModelWeights(weights.config, conv(weights.embedding), layers,
+                        conv(weights.output_norm), dict(weights.metadata))
+
+
 def _field(reader: Any, key: str) -> Any:
     if key not in reader.fields:
         raise KeyError(f"GGUF metadata lacks {key!r}")

@@ -10,9 +10,10 @@ Decode step ``s`` runs the token at position ``prompt_tokens + s``, so its
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,23 @@ ORDERS = ("position", "score")
 METHODS = ("stepwise", "full")
 #: Prefill runs in chunks of this many tokens to bound the (heads, n, seq) score buffer.
 PREFILL_CHUNK_TOKENS = 512
+
+
+@contextlib.contextmanager
+def blas_threads(n: int | None) -> Iterator[None]:
+    """Limit BLAS to ``n`` threads inside the block (None: leave it alone).
+
+    Decode steps are matrix-vector products bound by memory bandwidth; a second BLAS
+    thread gains little and, when other processes share the cores, OpenBLAS threads
+    spin-waiting on each other made steps ~6x slower on the 2-core dev machine.
+    """
+    if n is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=n, user_api="blas"):
+        yield
 
 
 @dataclass(frozen=True)
@@ -58,8 +76,20 @@ def load_smollm2(dtype: str = "float32") -> SmolLM2:
     Args:
         dtype: "float32" (recording) or "float64" (exactness tests).
     """
-    from toolkit.record.gguf_model import gguf_path, load_tokenizer, load_weights, open_gguf
+    from toolkit.record.gguf_model import (
+        cast_weights,
+        gguf_path,
+        load_tokenizer,
+        load_weights,
+        open_gguf,
+    )
 
+    if dtype != "float32":
+        # gguf dequantises to float32, so widening the loaded model is exact and skips
+        # re-reading the file
+        base = load_smollm2("float32")
+        weights = cast_weights(base.decoder.weights, np.dtype(dtype))
+        return SmolLM2(Decoder(weights), base.tokenizer, dict(base.metadata, dtype=dtype))
     path = gguf_path()
     reader = open_gguf(path)
     weights = load_weights(reader, dtype=np.dtype(dtype))
@@ -135,13 +165,33 @@ def record_request(
     order: str = "position",
     temperature: float = 0.7,
     rng: np.random.Generator | None = None,
+    threads: int | None = 1,
 ) -> tuple[list[np.ndarray], np.ndarray]:
     """Prefill + ``steps`` KV-cached decode steps of one request.
+
+    Args:
+        model: from :func:`load_smollm2`.
+        ids: token ids of the text; teacher mode needs ``prompt_tokens + steps`` of them.
+        prompt_tokens, steps, k, score, mode, order, temperature: as in
+            :func:`record_selections`.
+        rng: sampling RNG of generate mode (default: seeded with 0).
+        threads: BLAS threads (None: the library default).
 
     Returns:
         (selections, token_ids): ``selections[s]`` is an int32 array (n_layers, <=k) for
         decode step ``s``; ``token_ids`` are the prompt plus the decoded tokens.
     """
+    _check_args(score, mode, order, "stepwise", prompt_tokens, steps, k)
+    if mode == "teacher" and len(ids) < prompt_tokens + steps:
+        raise ValueError(f"{len(ids)} token ids; teacher mode needs {prompt_tokens + steps}")
+    with blas_threads(threads):
+        return _record_request(model, ids, prompt_tokens, steps, k, score, mode, order,
+                               temperature, rng)
+
+
+def _record_request(model: SmolLM2, ids: np.ndarray, prompt_tokens: int, steps: int, k: int,
+                    score: str, mode: str, order: str, temperature: float,
+                    rng: np.random.Generator | None) -> tuple[list[np.ndarray], np.ndarray]:
     rng = rng if rng is not None else np.random.default_rng(0)
     ids = np.asarray(ids, dtype=np.int64)
     tokens = list(ids[:prompt_tokens])
@@ -171,6 +221,7 @@ def teacher_forced_full(
     k: int,
     score: str = "softmax-sum",
     order: str = "position",
+    threads: int | None = 1,
 ) -> list[np.ndarray]:
     """The same selections as teacher-forced :func:`record_request`, from one pass.
 
@@ -180,8 +231,9 @@ def teacher_forced_full(
     """
     ids = np.asarray(ids, dtype=np.int64)[: prompt_tokens + steps]
     cache = model.decoder.new_cache(len(ids))
-    result = model.decoder.forward(ids, cache, score=score, score_from=prompt_tokens,
-                                   logits="none")
+    with blas_threads(threads):
+        result = model.decoder.forward(ids, cache, score=score, score_from=prompt_tokens,
+                                       logits="none")
     return [
         topk_positions(result.scores[:, s, : prompt_tokens + s + 1], k, order)
         for s in range(steps)
@@ -248,6 +300,7 @@ def record_selections(
     trace: str = "smollm2",
     source: str | None = None,
     model: SmolLM2 | None = None,
+    threads: int | None = 1,
 ) -> RecordedTrace:
     """Record top-k selections of SmolLM2-135M-Instruct, one request per text.
 
@@ -268,6 +321,7 @@ def record_selections(
         trace: trace name written in every row.
         source: provenance text for ``selection_traces.source``; default: the call.
         model: a loaded model; default :func:`load_smollm2` ("float32").
+        threads: BLAS threads while recording (None: the library default).
 
     Raises:
         ValueError: an unknown option, or a text too short for teacher mode.
@@ -288,13 +342,13 @@ def record_selections(
                              f"prompt_tokens={prompt_tokens}, steps={steps} needs {need}")
         if method == "full":
             sel = teacher_forced_full(model, ids, prompt_tokens=prompt_tokens, steps=steps,
-                                      k=k, score=score, order=order)
+                                      k=k, score=score, order=order, threads=threads)
             tokens = ids[: prompt_tokens + steps]
         else:
             sel, tokens = record_request(
                 model, ids, prompt_tokens=prompt_tokens, steps=steps, k=k, score=score,
                 mode=mode, order=order, temperature=temperature,
-                rng=np.random.default_rng([seed, request_id]),
+                rng=np.random.default_rng([seed, request_id]), threads=threads,
             )
         for s, per_layer in enumerate(sel):
             cols["request_id"].append(np.full(n_layers, request_id, np.int64))
@@ -319,7 +373,8 @@ def record_selections(
         names=schema.SELECTIONS.names,
     )
     if source is None:
-        source = (f"toolkit.record.record_selections(texts=[{', '.join(l for l, _ in texts)}], "
+        labels = ", ".join(label for label, _ in texts)
+        source = (f"toolkit.record.record_selections(texts=[{labels}], "
                   f"prompt_tokens={prompt_tokens}, steps={steps}, k={k}, score={score!r}, "
                   f"mode={mode!r}, seed={seed}, temperature={temperature}, order={order!r}, "
                   f"method={method!r}); model {model.metadata.get('wheel')} "
