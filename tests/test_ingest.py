@@ -148,7 +148,8 @@ class TestBadInput:
             store.ingest("mooncake", tmp_path / "nope.jsonl")
 
     def test_unknown_format_lists_known(self, store):
-        with pytest.raises(KeyError, match="known: azure, bundle, dsa-jsonl, mooncake, npz, parquet"):
+        known = "known: azure, bundle, dsa-jsonl, mooncake, npz, parquet"
+        with pytest.raises(KeyError, match=known):
             store.ingest("bogus", AZURE)
 
 
