@@ -12,6 +12,8 @@ import numpy as np
 
 from toolkit.policies import SimResult, as_segments, check_keys
 
+INT32_LIMIT = 2**31 - 8  # room for the list sentinels kept after the last key
+
 
 def run_kernel(
     kernel: Callable[..., int],
@@ -24,9 +26,14 @@ def run_kernel(
     """Call ``kernel(keys, n_keys, capacity, segments, hits, *extra) -> evictions``.
 
     Raises:
-        ValueError: on out-of-range keys, badly formed segments or a negative capacity.
+        ValueError: on out-of-range keys, a key space too large for int32 links, badly
+            formed segments or a negative capacity.
     """
     keys = check_keys(keys, n_keys)
+    if n_keys >= INT32_LIMIT:
+        raise ValueError(
+            f"n_keys must be < {INT32_LIMIT} (kernels link keys with int32), got {n_keys}"
+        )
     if capacity < 0:
         raise ValueError(f"capacity must be >= 0, got {capacity}")
     hits = np.zeros(keys.size, dtype=np.uint8)

@@ -21,11 +21,11 @@ def lfu_kernel(keys, n_keys, capacity, segments, hits, max_freq):  # pragma: no 
 
     ``max_freq`` bounds any key's access count (sizes the per-count list heads).
     """
-    nxt = np.full(n_keys, -1, dtype=np.int64)  # towards the most recent in its count list
-    prv = np.full(n_keys, -1, dtype=np.int64)
-    freq = np.zeros(n_keys, dtype=np.int64)  # 0 = not cached
-    head = np.full(max_freq + 2, -1, dtype=np.int64)
-    tail = np.full(max_freq + 2, -1, dtype=np.int64)
+    nxt = np.full(n_keys, -1, dtype=np.int32)  # towards the most recent in its count list
+    prv = np.full(n_keys, -1, dtype=np.int32)
+    freq = np.zeros(n_keys, dtype=np.int32)  # 0 = not cached
+    head = np.full(max_freq + 2, -1, dtype=np.int32)
+    tail = np.full(max_freq + 2, -1, dtype=np.int32)
     size = 0
     top = 0  # highest count used in this segment
     min_f = 1

@@ -9,16 +9,17 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies import SimResult, as_segments, check_keys
+from toolkit.policies import SimResult
+from toolkit.policies._kernel import run_kernel
 
 
 @nb.njit(cache=True, nogil=True)
 def lru_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - compiled
     """Fill ``hits`` (uint8) and return the eviction count."""
     sentinel = n_keys
-    nxt = np.empty(n_keys + 1, dtype=np.int64)  # towards the LRU end
-    prv = np.empty(n_keys + 1, dtype=np.int64)  # towards the MRU end
-    cached = np.zeros(n_keys, dtype=np.uint8)
+    # int32 links and "prv < 0 = not cached" keep the per-key state small and cut one load
+    nxt = np.empty(n_keys + 1, dtype=np.int32)  # towards the LRU end
+    prv = np.full(n_keys + 1, -1, dtype=np.int32)  # towards the MRU end
     nxt[sentinel] = sentinel
     prv[sentinel] = sentinel
     size = 0
@@ -31,17 +32,18 @@ def lru_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - co
         # cold restart: clear only what is cached, O(occupancy)
         node = nxt[sentinel]
         while node != sentinel:
-            cached[node] = 0
-            node = nxt[node]
+            after = nxt[node]
+            prv[node] = -1
+            node = after
         nxt[sentinel] = sentinel
         prv[sentinel] = sentinel
         size = 0
         for i in range(lo, hi):
             k = keys[i]
-            if cached[k]:
+            p = prv[k]
+            if p >= 0:
                 hits[i] = 1
                 # unlink, then push to the MRU end
-                p = prv[k]
                 q = nxt[k]
                 nxt[p] = q
                 prv[q] = p
@@ -54,11 +56,10 @@ def lru_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - co
                     p = prv[victim]
                     nxt[p] = sentinel
                     prv[sentinel] = p
-                    cached[victim] = 0
+                    prv[victim] = -1
                     evictions += 1
                 else:
                     size += 1
-                cached[k] = 1
             head = nxt[sentinel]
             nxt[k] = head
             prv[k] = sentinel
@@ -79,9 +80,4 @@ class LRU:
         capacity: int,
         segments: np.ndarray | None = None,
     ) -> SimResult:
-        keys = check_keys(keys, n_keys)
-        if capacity < 0:
-            raise ValueError(f"capacity must be >= 0, got {capacity}")
-        hits = np.zeros(keys.size, dtype=np.uint8)
-        ev = lru_kernel(keys, int(n_keys), int(capacity), as_segments(segments, keys.size), hits)
-        return SimResult(hits.view(np.bool_), int(ev))
+        return run_kernel(lru_kernel, keys, n_keys, capacity, segments)

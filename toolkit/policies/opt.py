@@ -46,38 +46,38 @@ def next_use(keys: np.ndarray, n_keys: int, segments: np.ndarray | None = None) 
 
 
 @nb.njit(cache=True, nogil=True)
-def _sift_up(heap, pri, pos, j):  # pragma: no cover - compiled
-    k = heap[j]
-    p = pri[k]
+def _sift_up(heap, pri, pos, j, k, p):  # pragma: no cover - compiled
+    """Place key ``k`` with next use ``p`` at slot ``j`` or above (max-heap)."""
     while j > 0:
         parent = (j - 1) >> 1
-        q = heap[parent]
-        if pri[q] >= p:
+        if pri[parent] >= p:
             break
-        heap[j] = q
-        pos[q] = j
+        heap[j] = heap[parent]
+        pri[j] = pri[parent]
+        pos[heap[j]] = j
         j = parent
     heap[j] = k
+    pri[j] = p
     pos[k] = j
 
 
 @nb.njit(cache=True, nogil=True)
-def _sift_down(heap, pri, pos, j, size):  # pragma: no cover - compiled
-    k = heap[j]
-    p = pri[k]
+def _sift_down(heap, pri, pos, j, k, p, size):  # pragma: no cover - compiled
+    """Place key ``k`` with next use ``p`` at slot ``j`` or below (max-heap)."""
     while True:
         c = 2 * j + 1
         if c >= size:
             break
-        if c + 1 < size and pri[heap[c + 1]] > pri[heap[c]]:
+        if c + 1 < size and pri[c + 1] > pri[c]:
             c += 1
-        q = heap[c]
-        if pri[q] <= p:
+        if pri[c] <= p:
             break
-        heap[j] = q
-        pos[q] = j
+        heap[j] = heap[c]
+        pri[j] = pri[c]
+        pos[heap[j]] = j
         j = c
     heap[j] = k
+    pri[j] = p
     pos[k] = j
 
 
@@ -86,9 +86,10 @@ def opt_kernel(keys, n_keys, capacity, segments, hits, bypass):  # pragma: no co
     """Fill ``hits`` (uint8) and return the eviction count."""
     nu = np.empty(keys.shape[0], dtype=np.int64)
     next_use_kernel(keys, n_keys, segments, nu)
-    heap = np.empty(max(capacity, 1), dtype=np.int64)  # max-heap of keys on pri
-    pri = np.empty(n_keys, dtype=np.int64)  # next use of each cached key
-    pos = np.full(n_keys, -1, dtype=np.int64)  # heap slot, -1 = not cached
+    # max-heap on next use; priorities sit beside their keys so sifting never chases keys
+    heap = np.empty(max(capacity, 1), dtype=np.int32)
+    pri = np.empty(max(capacity, 1), dtype=np.int64)
+    pos = np.full(n_keys, -1, dtype=np.int32)  # heap slot, -1 = not cached
     size = 0
     evictions = 0
     n = keys.shape[0]
@@ -101,28 +102,23 @@ def opt_kernel(keys, n_keys, capacity, segments, hits, bypass):  # pragma: no co
         size = 0
         for i in range(lo, hi):
             k = keys[i]
-            if pos[k] >= 0:
+            j = pos[k]
+            if j >= 0:
                 hits[i] = 1
-                pri[k] = nu[i]  # later than before: only moves up
-                _sift_up(heap, pri, pos, pos[k])
+                _sift_up(heap, pri, pos, j, k, nu[i])  # the next use only moves later
                 continue
             hits[i] = 0
             if capacity == 0:
                 continue
             if size == capacity:
-                top = heap[0]
-                if bypass and nu[i] >= pri[top]:
+                if bypass and nu[i] >= pri[0]:
                     continue
-                pos[top] = -1
+                pos[heap[0]] = -1
                 evictions += 1
-                pri[k] = nu[i]
-                heap[0] = k
-                _sift_down(heap, pri, pos, 0, size)
+                _sift_down(heap, pri, pos, 0, k, nu[i], size)
             else:
-                pri[k] = nu[i]
-                heap[size] = k
                 size += 1
-                _sift_up(heap, pri, pos, size - 1)
+                _sift_up(heap, pri, pos, size - 1, k, nu[i])
     return evictions
 
 

@@ -28,11 +28,11 @@ class PythonLRU:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         starts = as_segments(segments, keys.size).tolist()
-        ends = starts[1:] + [keys.size]
+        ends = [*starts[1:], keys.size][: len(starts)]  # no segments for an empty stream
         hits = np.zeros(keys.size, dtype=np.bool_)
         evictions = 0
         stream = keys.tolist()
-        for lo, hi in zip(starts, ends):
+        for lo, hi in zip(starts, ends, strict=True):
             cache: OrderedDict[int, None] = OrderedDict()
             for i in range(lo, hi):
                 k = stream[i]

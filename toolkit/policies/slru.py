@@ -41,9 +41,9 @@ def slru_kernel(keys, n_keys, capacity, segments, hits, n_lists):  # pragma: no 
     """Fill ``hits`` (uint8) and return the eviction count."""
     seg_max = capacity // n_lists
     # circular lists, one sentinel per segment at n_keys + level; nxt runs MRU -> LRU
-    nxt = np.empty(n_keys + n_lists, dtype=np.int64)
-    prv = np.empty(n_keys + n_lists, dtype=np.int64)
-    level = np.full(n_keys, -1, dtype=np.int64)
+    nxt = np.empty(n_keys + n_lists, dtype=np.int32)
+    prv = np.empty(n_keys + n_lists, dtype=np.int32)
+    level = np.full(n_keys, -1, dtype=np.int32)
     count = np.zeros(n_lists, dtype=np.int64)
     for lv in range(n_lists):
         nxt[n_keys + lv] = n_keys + lv

@@ -31,15 +31,21 @@ def sparse_attention_stream(
     if n_mid < 0 or context0 < k:
         raise ValueError("need k >= sinks + window and context0 >= k")
     out = np.empty((steps, k), dtype=np.int64)
+    taken = np.zeros(context0 + steps, dtype=np.bool_)  # scratch: positions in the middle set
     mid = np.empty(0, dtype=np.int64)
     for t in range(steps):
         ctx = context0 + t
         lo, hi = sinks, ctx - window  # middle positions lie in [lo, hi)
         mid = mid[mid < hi]
         n_keep = min(mid.size, int(round(keep * n_mid)))
-        kept = rng.choice(mid, size=n_keep, replace=False) if n_keep else mid[:0]
-        fresh = np.setdiff1d(rng.choice(np.arange(lo, hi), size=min(2 * n_mid, hi - lo), replace=False), kept)
-        mid = np.concatenate([kept, rng.permutation(fresh)[: n_mid - n_keep]])
+        mid = rng.permutation(mid)[:n_keep]
+        taken[mid] = True
+        while mid.size < n_mid:  # fresh uniform picks, distinct and not already kept
+            cand = np.unique(rng.integers(lo, hi, size=2 * (n_mid - mid.size)))
+            cand = rng.permutation(cand[~taken[cand]])[: n_mid - mid.size]
+            taken[cand] = True
+            mid = np.concatenate([mid, cand])
+        taken[mid] = False
         row = np.concatenate([np.arange(sinks), mid, np.arange(hi, ctx)])
         out[t] = rng.permutation(row)
     return out.ravel(), context0 + steps
