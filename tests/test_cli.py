@@ -89,3 +89,22 @@ def test_sql_bad_query_prints_duckdb_error(cli_store):
     res = runner.invoke(app, ["sql", "--store", str(cli_store), "SELECT nope FROM requests"])
     assert res.exit_code == 1
     assert "Binder Error" in res.output and "nope" in res.output
+
+
+def test_request_traces_label_real_and_synthetic(tmp_path):
+    """Ingested timelines are labelled real with their file; generated ones SYNTHETIC."""
+    root = str(tmp_path / "s")
+    assert runner.invoke(app, ["ingest", "azure", str(AZURE), "--store", root,
+                               "--name", "az"]).exit_code == 0
+    res = runner.invoke(app, ["synth", "agentic", "--store", root, "--name", "agents",
+                              "--sessions", "3", "--seed", "1"])
+    assert res.exit_code == 0 and "SYNTHETIC" in res.output, res.output
+    res = runner.invoke(app, ["sql", "--store", root, "--format", "csv",
+                              "SELECT trace, format, synthetic, source LIKE 'SYNTHETIC%' AS s "
+                              "FROM request_traces ORDER BY trace"])
+    assert res.output == ("trace,format,synthetic,s\nagents,synth-agentic,true,true\n"
+                          "az,azure,false,false\n")
+    res = runner.invoke(app, ["sql", "--store", root, "--format", "csv",
+                              "SELECT count(DISTINCT session_id) AS n FROM requests "
+                              "WHERE trace = 'agents'"])
+    assert res.output == "n\n3\n"

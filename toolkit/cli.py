@@ -313,6 +313,39 @@ def synth_selections_cmd(
                f"{tables['selections'].num_rows:,} rows")
 
 
+@synth_app.command("agentic")
+def synth_agentic_cmd(
+    store: StoreOpt,
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    preset: Annotated[str, typer.Option(help="coding or toolagent.")] = "coding",
+    sessions: Annotated[int | None, typer.Option(min=1, help="Override the preset.")] = None,
+    page_tokens: Annotated[int | None, typer.Option(min=1, help="Hash page size.")] = None,
+    seed: int = 0,
+    replace: Annotated[bool, typer.Option("--replace")] = False,
+) -> None:
+    """Generate a SYNTHETIC agentic request timeline (sessions x turns, shared prefix)."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from toolkit.config import config_json
+    from toolkit.store import open_store
+    from toolkit.synth.agentic import PRESETS, generate
+
+    if preset not in PRESETS:
+        _fail(f"--preset must be one of {', '.join(sorted(PRESETS))}, got {preset!r}")
+    over = {"seed": seed} | ({"sessions": sessions} if sessions else {}) | (
+        {"page_tokens": page_tokens} if page_tokens else {})
+    cfg = dataclasses.replace(PRESETS[preset], **over)
+    table = _guard(generate, cfg, name)
+    meta = pa.table({"trace": [name], "format": ["synth-agentic"],
+                     "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
+                     "synthetic": [True]})
+    with open_store(store) as s:
+        _guard(s.write_many, {"requests": table, "request_traces": meta}, name, replace=replace)
+    typer.echo(f"wrote SYNTHETIC request timeline {name!r}: {table.num_rows:,} requests")
+
+
 @app.command("sql")
 def sql_cmd(
     query: Annotated[str, typer.Argument(help="DuckDB SQL over the store's views.")],

@@ -24,6 +24,16 @@ REQUESTS = pa.schema(
     ]
 )
 
+#: One row per request timeline: where it came from, and whether it is synthetic.
+REQUEST_TRACES = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),  # reader or generator name
+        pa.field("source", pa.string(), nullable=False),  # file path or generator config
+        pa.field("synthetic", pa.bool_(), nullable=False),  # True: generated, never measured
+    ]
+)
+
 #: One row per replay run: its frozen config (flattened) plus the run summary.
 REPLAY_RUNS = pa.schema(
     [
@@ -226,6 +236,7 @@ TIER_REQUESTS = pa.schema([
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
+    "request_traces": REQUEST_TRACES,
     "replay_runs": REPLAY_RUNS,
     "selections": SELECTIONS,
     "selection_traces": SELECTION_TRACES,

@@ -80,6 +80,9 @@ def ingest_file(
         )
     t0 = time.perf_counter()
     tables = reader.read(path, trace, **options)
+    if reader.table == "requests":
+        tables["request_traces"] = pa.table(
+            {"trace": [trace], "format": [fmt], "source": [str(path)], "synthetic": [False]})
     outs = store.write_many(tables, trace, replace=replace)
     rows = tables[reader.table].num_rows
     return IngestResult(trace, reader.table, rows, outs[0], time.perf_counter() - t0)

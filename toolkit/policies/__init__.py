@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import numba as nb
 import numpy as np
 
 from toolkit.registry import Registry
@@ -78,11 +79,25 @@ def as_segments(segments: np.ndarray | None, n: int) -> np.ndarray:
     return seg
 
 
+@nb.njit(cache=True, nogil=True)
+def _key_range(keys):  # pragma: no cover - compiled
+    """(min, max) in one pass: validation must not cost a fifth of a fast replay."""
+    lo = keys[0]
+    hi = keys[0]
+    for i in range(1, keys.shape[0]):
+        v = keys[i]
+        lo = min(lo, v)  # branch-free, so LLVM vectorises the loop
+        hi = max(hi, v)
+    return lo, hi
+
+
 def check_keys(keys: np.ndarray, n_keys: int) -> np.ndarray:
     """Refuse out-of-range keys before a kernel indexes memory with them."""
     keys = np.ascontiguousarray(keys, dtype=np.int64)
-    if keys.size and (keys.min() < 0 or keys.max() >= n_keys):
-        raise ValueError(f"keys must lie in [0, {n_keys}); got [{keys.min()}, {keys.max()}]")
+    if keys.size:
+        lo, hi = _key_range(keys)
+        if lo < 0 or hi >= n_keys:
+            raise ValueError(f"keys must lie in [0, {n_keys}); got [{lo}, {hi}]")
     return keys
 
 

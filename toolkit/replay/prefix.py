@@ -21,6 +21,7 @@ from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
+from toolkit.replay.keys import dense_ids
 from toolkit.store import Store
 
 
@@ -74,7 +75,7 @@ def block_stream(requests: pa.Table) -> BlockStream:
     hashes = requests.column("block_hashes").combine_chunks()
     lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = hashes.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    uniq, keys = np.unique(flat, return_inverse=True)
+    keys, n_keys = dense_ids(flat)
     starts = np.zeros(lengths.size, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     prompt = requests.column("input_tokens").to_numpy().astype(np.int64)
@@ -83,7 +84,7 @@ def block_stream(requests: pa.Table) -> BlockStream:
     req_of = np.repeat(np.arange(lengths.size), lengths)
     pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
     tokens = np.clip(prompt[req_of] - bt[req_of] * pos, 0, bt[req_of])
-    return BlockStream(keys.astype(np.int64), int(uniq.size), tokens, starts, lengths, prompt)
+    return BlockStream(keys, n_keys, tokens, starts, lengths, prompt)
 
 
 def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay import tiers_kernel as K
+from toolkit.replay.keys import dense_ids
 from toolkit.replay.tiers_service import (
     ServiceAssumptions,
     ServiceModel,
@@ -183,13 +184,13 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None) -> PageStrea
         lengths = np.bincount(req_of[grp], minlength=lengths.size).astype(np.int64)
         starts = np.zeros(lengths.size, np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-    uniq, keys = np.unique(flat, return_inverse=True)
+    keys, n_keys = dense_ids(flat)
 
     def col(name: str, fill: int) -> np.ndarray:
         return t.column(name).fill_null(fill).to_numpy().astype(np.int64)
 
     return PageStream(
-        keys=keys.astype(np.int64), n_keys=int(uniq.size), tokens=tokens.astype(np.int64),
+        keys=keys, n_keys=n_keys, tokens=tokens.astype(np.int64),
         starts=starts, lengths=lengths, prompt=prompt, output=col("output_tokens", 0),
         arrival_s=t.column("arrival_s").to_numpy().astype(np.float64),
         request_id=col("request_id", 0), session_id=col("session_id", -1),
