@@ -1,4 +1,11 @@
-"""`make demo`: the main job on the bundled real traces, end to end."""
+"""`make demo`: the main job on the bundled real traces, end to end.
+
+1. Request timelines (Mooncake conversation, Azure code): ingest, LRU prefix-block replay
+   over capacities, and GPU/host prefix tiers with GB200 defaults.
+2. Top-k selections (SmolLM2 recording): HiSparse device-buffer replay over buffer sizes
+   and policies, then GLM-5.2 decode cost on GB200, GB300 and MI355X.
+3. Charts to ``build/report/`` (HTML with inlined JS, plus SVG and PNG).
+"""
 
 from __future__ import annotations
 
@@ -6,50 +13,103 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import altair as alt
 import polars as pl
 
 from toolkit.analysis import run_query
-from toolkit.charts import hit_ratio_vs_capacity
+from toolkit.charts import hit_ratio_vs_capacity, misses_vs_buffer
+from toolkit.cost.from_replay import cost_of_replay
+from toolkit.hardware import get_hardware
+from toolkit.models import get_model
 from toolkit.replay.prefix import sweep_prefix
-from toolkit.store import open_store
+from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
+from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+from toolkit.store import Store, open_store
 
-#: Bundled traces: (reader, relative path, trace name).
+#: Bundled request timelines: (reader, relative path, trace name).
 BUNDLED = (
     ("mooncake", "mooncake/conversation_trace.jsonl", "mooncake_conversation"),
     ("azure", "azure_llm_2023/AzureLLMInferenceTrace_code.csv", "azure_code_2023"),
 )
 #: LRU capacities swept, in 512-token blocks (None = unbounded).
-DEMO_CAPACITIES: tuple[int | None, ...] = (
-    300, 1_000, 3_000, 10_000, 30_000, 100_000, None,
-)
+DEMO_CAPACITIES: tuple[int | None, ...] = (300, 1_000, 3_000, 10_000, 30_000, 100_000, None)
+SELECTION_TRACE = ("smollm2", "smollm2-softmax-sum")
+HARDWARE = ("gb200", "gb300", "mi355x")
+
+
+def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> alt.Chart:
+    for fmt, rel, name in BUNDLED:
+        res = store.ingest(fmt, traces_dir / rel, name, replace=True)
+        echo(f"ingested {res.rows:,} requests from {rel} as {name!r} ({res.elapsed_s:.2f} s)")
+    echo("\nRequest timelines (real, public; see traces/*/SOURCE.txt):")
+    echo(str(run_query(store, "trace_summary")))
+    sweep_prefix(store, "mooncake_conversation", list(DEMO_CAPACITIES))
+    echo("\nLRU prefix-block replay of the Mooncake conversation trace (512-token blocks):")
+    echo(str(run_query(store, "prefix_runs", trace="mooncake_conversation").drop("trace")))
+    echo("Mooncake FAST'25 Table 2 reports a 40% cache ratio for this trace; see README.")
+    tiers = replay_tiers(store, TierReplayConfig("mooncake_conversation", "gb200", "glm-5.2"))
+    s = tiers.summary
+    echo(f"\nGPU/host prefix tiers, GB200 + GLM-5.2 default pools, trace arrivals: GPU hit "
+         f"{s['gpu_hit_rate']:.4f}, host hit {s['host_hit_rate']:.4f}, overall "
+         f"{s['overall_hit_rate']:.4f}, p90 TTFT {s['p90_ttft_s']:.3f} s")
+    return hit_ratio_vs_capacity(run_query(store, "prefix_hit_curve"))
+
+
+def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> alt.Chart:
+    name, select = SELECTION_TRACE
+    store.ingest("bundle", traces_dir / name, name, replace=True, select=select)
+    rows = load_rows(store, name)
+    echo(f"\nSelections: real SmolLM2-135M recording ({select}, k = {rows.k}, "
+         f"{rows.request_id.size:,} request x step x layer rows)")
+    for policy in ("lru", "opt"):
+        for mult in (1, 2, 4):
+            replay_selections(store, SelectionReplayConfig(name, policy, mult * rows.k),
+                              rows=rows)
+    runs = run_query(store, "selection_runs", trace=name)
+    echo(str(runs.drop("trace", "indexshare")))
+    glm = get_model("glm-5.2")
+    lru_2k = runs.filter((pl.col("policy") == "lru") & (pl.col("buffer_tokens") == 2 * rows.k))
+    run_id = store.query(
+        "SELECT run_id FROM selection_runs WHERE trace = 'smollm2' AND policy = 'lru' "
+        f"AND buffer_tokens = {2 * rows.k}").item()
+    costs = []
+    for hw in HARDWARE:
+        for overlap in (False, True):
+            s = cost_of_replay(store, run_id, glm, get_hardware(hw), batch_per_gpu=64,
+                               overlap=overlap, miss_scale=glm.index_topk / rows.k,
+                               isl_tokens=32_768, osl_tokens=8_192).summary
+            costs.append({"hardware": hw, "overlap": overlap,
+                          "p50_tpot_ms": round(s["p50_tpot_s"] * 1e3, 2),
+                          "p99_tpot_ms": round(s["p99_tpot_s"] * 1e3, 2),
+                          "miss_share": round(s["miss_share_of_step"], 3),
+                          "tok_s_gpu": round(s["total_tokens_per_s_per_gpu"]),
+                          "usd_per_m_total": round(s["usd_per_million_total_tokens_hyperscaler"],
+                                                   4)})
+    echo(f"\nGLM-5.2 decode with HiSparse (LRU, buffer 2k, miss ratio "
+         f"{lru_2k['miss_ratio'].item():.4f} scaled to k = 2048), batch 64/GPU, 32K in / 8K "
+         "out, hyperscaler prices (model: computed from sourced specs + labelled assumptions):")
+    echo(str(pl.DataFrame(costs)))
+    return misses_vs_buffer(runs, f"SmolLM2 (real) HiSparse replay: miss ratio (k = {rows.k})")
 
 
 def run_demo(
     store_dir: Path, report_dir: Path, traces_dir: Path, echo: Callable[[str], None] = print
 ) -> Path:
-    """Ingest, sweep, summarise and chart; returns the HTML report path."""
+    """Ingest, replay, price, summarise and chart; returns the HTML report path."""
     t0 = time.perf_counter()
     with open_store(store_dir) as store, pl.Config(
         tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, tbl_hide_column_data_types=True,
         tbl_hide_dataframe_shape=True,
     ):
-        for fmt, rel, name in BUNDLED:
-            res = store.ingest(fmt, traces_dir / rel, name, replace=True)
-            echo(f"ingested {res.rows:,} requests from {rel} as {name!r} ({res.elapsed_s:.2f} s)")
-        echo("\nTraces (real, public; see traces/*/SOURCE.txt):")
-        echo(str(run_query(store, "trace_summary")))
-
-        sweep_prefix(store, "mooncake_conversation", list(DEMO_CAPACITIES))
-        echo("\nLRU prefix-block replay of the Mooncake conversation trace (512-token blocks):")
-        echo(str(run_query(store, "prefix_runs", trace="mooncake_conversation")))
-        echo("Mooncake FAST'25 Table 2 reports a 40% cache ratio for this trace; see README.")
-
-        chart = hit_ratio_vs_capacity(run_query(store, "prefix_hit_curve"))
+        prefix_chart = _requests_part(store, traces_dir, echo)
+        selection_chart = _selections_part(store, traces_dir, echo)
     report_dir.mkdir(parents=True, exist_ok=True)
-    html = report_dir / "prefix_hit_ratio.html"
-    chart.save(html, inline=True)
-    chart.save(report_dir / "prefix_hit_ratio.svg")
-    chart.save(report_dir / "prefix_hit_ratio.png", scale_factor=2)
+    html = report_dir / "report.html"
+    alt.vconcat(prefix_chart, selection_chart).save(html, inline=True)
+    for stem, chart in (("prefix_hit_ratio", prefix_chart), ("hisparse_miss_ratio",
+                                                             selection_chart)):
+        chart.save(report_dir / f"{stem}.svg")
+        chart.save(report_dir / f"{stem}.png", scale_factor=2)
     elapsed_s = time.perf_counter() - t0
-    echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png)   [{elapsed_s:.1f} s]")
+    echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png per chart)   [{elapsed_s:.1f} s]")
     return html
