@@ -117,8 +117,11 @@ def interleaved(runs: int, *replays) -> list[tuple[float, int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="500 synthetic steps, 1 run each")
+    ap.add_argument("--policy", action="append", help="only these policies (repeatable)")
+    ap.add_argument("--runs", type=int, default=3, help="interleaved runs per row (median)")
     args = ap.parse_args()
-    runs = 1 if args.quick else 3
+    runs = 1 if args.quick else args.runs
+    selected = {p: c for p, c in POLICIES.items() if not args.policy or p in args.policy}
     steps = 500 if args.quick else 5000
     t0 = time.perf_counter()
     streams = {
@@ -138,7 +141,7 @@ def main() -> None:
             npy, header, nxt = write_traces(keys, n_keys, Path(tmp))
             n = keys.size
             for cap in caps:
-                for name, cls in POLICIES.items():
+                for name, cls in selected.items():
                     replays = [functools.partial(ours_run, name, keys, n_keys, cap)]
                     if cls is not None:
                         replays.append(functools.partial(lcs_run, cls, cap, npy, header, nxt))
