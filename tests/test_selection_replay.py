@@ -167,3 +167,47 @@ def test_prefix_miss_curve_matches_golden(mooncake_store):
     curve = miss_curve_table(mooncake_store, "conv", "prefix", 10_000, save=False)
     misses = curve.column("misses").to_numpy()
     assert misses[1_000] == 288_500 - 12_831 and misses[10_000] == 288_500 - 60_921
+
+
+def test_chunked_replay_equals_whole(store):
+    """Replaying in chunks of whole requests (bounded memory) changes no count or row."""
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    cfg = SyntheticSelectionConfig(requests=5, prompt_tokens=700, steps=6, layers=4, k=64,
+                                   sinks=4, recent_window=16, seed=9)
+    store.write_many(generate(cfg, "syn"), "syn")
+    for mode, shared in (("plain", None), ("hisparse", (0, 2))):
+        c = SelectionReplayConfig("syn", "opt", 100, mode=mode, full_layers=shared)
+        whole = replay_selections(store, c, max_rows=10**9)
+        per_whole = store.query(f"SELECT * FROM selection_replay WHERE run_id = "
+                                f"'{whole['run_id']}' ORDER BY request_id, layer, step")
+        chunked = replay_selections(store, c, max_rows=7)  # one request (24 rows) per chunk
+        per_chunked = store.query(f"SELECT * FROM selection_replay WHERE run_id = "
+                                  f"'{chunked['run_id']}' ORDER BY request_id, layer, step")
+        drop = ("elapsed_s",)
+        assert {k: v for k, v in whole.items() if k not in drop} == {
+            k: v for k, v in chunked.items() if k not in drop}
+        assert per_whole.equals(per_chunked)
+
+
+def test_failed_replay_leaves_no_partial_results(store, monkeypatch):
+    """An error mid-replay writes neither the run row nor a partial per-row file."""
+    from toolkit.replay import selections as sel
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    store.write_many(generate(SyntheticSelectionConfig(requests=3, prompt_tokens=300, steps=2,
+                                                       layers=2, k=32, sinks=2,
+                                                       recent_window=4), "syn"), "syn")
+    calls = {"n": 0}
+    real = sel._replay_chunk
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("disk full")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sel, "_replay_chunk", flaky)
+    with pytest.raises(RuntimeError, match="disk full"):
+        replay_selections(store, SelectionReplayConfig("syn"), max_rows=1)
+    assert store.keys("selection_replay") == [] and store.keys("selection_runs") == []

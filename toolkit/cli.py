@@ -162,6 +162,10 @@ def replay_selections_cmd(
         int | None,
         typer.Option("--buffer-tokens", min=1, help="Slots per (request, layer); default 2 x k."),
     ] = None,
+    opt_bypass: Annotated[
+        bool, typer.Option("--opt-bypass", help="With --policy opt: true MIN, which may "
+                           "decline to admit (policy 'opt-bypass').")
+    ] = False,
     mode: Annotated[str, typer.Option("--mode", help="hisparse (default) or plain.")] = "hisparse",
     model: Annotated[
         str | None,
@@ -179,26 +183,32 @@ def replay_selections_cmd(
     from toolkit.replay.selections import (
         DEFAULT_ROW_BYTES,
         SelectionReplayConfig,
-        load_rows,
         replay_selections,
     )
     from toolkit.store import open_store
 
+    if opt_bypass:
+        if policy != "opt":
+            _fail("--opt-bypass applies to --policy opt")
+        policy = "opt-bypass"
     row_bytes, full = DEFAULT_ROW_BYTES, None
     with open_store(store) as s:
-        rows = _guard(load_rows, s, trace)
+        if trace not in s.keys("selections"):
+            known = ", ".join(s.keys("selections")) or "none"
+            _fail(f"no selection trace {trace!r} in {s.root}; known: {known}")
         if model is not None:
             from toolkit.models.spec import get_model, indexer_layer_ids
 
             spec = _guard(get_model, model)
             row_bytes = _guard(spec.mla_row_bytes, kv_dtype)
-            n_layers = int(rows.layer.max()) + 1
+            n_layers = s.query("SELECT n_layers FROM selection_traces "
+                               f"WHERE trace = '{trace}'").item()
             if mode == "hisparse" and spec.index_topk_freq > 1:
                 full = indexer_layer_ids(n_layers, spec.index_topk_freq,
                                          spec.index_skip_topk_offset)
         cfg = _guard(SelectionReplayConfig, trace, policy, buffer_tokens, mode, initial,
                      full, row_bytes)
-        row = _guard(replay_selections, s, cfg, rows=rows)
+        row = _guard(replay_selections, s, cfg)
     _print_record(row, as_json)
 
 
@@ -246,9 +256,11 @@ def record_cmd(
     store: StoreOpt,
     name: Annotated[str, typer.Option("--name", help="Trace name.")],
     text: Annotated[
-        list[Path], typer.Option("--text", help="Text file (repeat for several requests); "
-                                 "the first --prompt-tokens tokens are the prompt.")
-    ],
+        list[Path] | None,
+        typer.Option("--text", help="Text file (repeat for several requests); the first "
+                     "--prompt-tokens tokens are the prompt. Default: the texts bundled in "
+                     "traces/smollm2/texts/ (run from the repository root).")
+    ] = None,
     prompt_tokens: Annotated[int, typer.Option(min=1)] = 1_024,
     steps: Annotated[int, typer.Option(min=1, help="Decode steps per request.")] = 128,
     k: Annotated[int, typer.Option("--k", min=1)] = 64,
@@ -267,6 +279,11 @@ def record_cmd(
     except ImportError as e:  # pragma: no cover - depends on the environment
         _fail(f"the recorder needs the [record] extra: {e}")
     _guard(check_key, name)
+    if not text:
+        bundled = Path("traces/smollm2/texts")
+        text = sorted(p for p in bundled.glob("*.txt") if p.name != "LICENSES.txt")
+        if not text:
+            _fail("give --text FILE (no bundled texts under ./traces/smollm2/texts)")
     texts = []
     for path in text:
         if not path.is_file():

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 CATALOG_FILE = "catalog.duckdb"
 STAGING_DIR = ".staging"
+ROW_GROUP_BYTES = 32 << 20  # ~32 MB per row group: selective reads of big list columns
 _KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 _DUCKDB_TYPES = {
@@ -160,12 +161,33 @@ class Store:
         with contextlib.ExitStack() as stack:
             staged = {t: stack.enter_context(self._staged(finals[t].name)) for t in tables}
             for t, data in conformed.items():
-                pq.write_table(data, staged[t], compression="zstd", row_group_size=1 << 17)
+                pq.write_table(data, staged[t], compression="zstd",
+                               row_group_size=row_group_rows(data))
             for t, final in finals.items():
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged[t], final)
         self._refresh_views()
         return list(finals.values())
+
+    @contextmanager
+    def writer(self, table: str, key: str, *, replace: bool = False) -> Iterator[ParquetSink]:
+        """Stream record batches into ``table``/``key``; the file appears atomically when
+        the block exits cleanly and never if it raises (for results larger than memory)."""
+        check_key(key, "key")
+        final = self._key_path(table, key)
+        if final.exists() and not replace:
+            raise StoreError(
+                f"{table} {key!r} already exists in {self.root}; pass --replace to overwrite"
+            )
+        with self._staged(final.name) as tmp:
+            sink = ParquetSink(tmp, schema.TABLES[table])
+            try:
+                yield sink
+            finally:
+                sink.close()
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)
+        self._refresh_views()
 
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""
@@ -236,6 +258,33 @@ class Store:
                     cat.execute(stmt)
         except duckdb.Error:
             pass
+
+
+def row_group_rows(data: pa.Table) -> int:
+    """Rows per Parquet row group so that a group holds about ``ROW_GROUP_BYTES``.
+
+    A fixed row count would put a whole k=2048 selection trace in one group, and every
+    filtered read (one request at a time) would then decode the whole file.
+    """
+    per_row = data.nbytes / max(data.num_rows, 1)
+    return int(max(1_024, min(1 << 17, ROW_GROUP_BYTES // max(per_row, 1))))
+
+
+class ParquetSink:
+    """Appends tables conforming to one schema to a Parquet file (see :meth:`Store.writer`)."""
+
+    def __init__(self, path: Path, table_schema: pa.Schema) -> None:
+        self.schema = table_schema
+        self.rows = 0
+        self._writer = pq.ParquetWriter(path, table_schema, compression="zstd")
+
+    def write(self, data: pa.Table) -> None:
+        data = schema.conform(data, self.schema)
+        self._writer.write_table(data, row_group_size=row_group_rows(data))
+        self.rows += data.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def _is_data(p: Path) -> bool:

@@ -27,13 +27,17 @@ the buffer cold, and the ``first`` initial state is produced by a warm-up run of
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from toolkit import __version__
 from toolkit.config import config_json, fingerprint
@@ -96,12 +100,15 @@ class SelectionRows:
     k: int
 
 
-def load_rows(store: Store, trace: str) -> SelectionRows:
-    """Read a selection trace sorted for replay, each row's positions ascending."""
+def _trace_k(store: Store, trace: str) -> int:
     if trace not in store.keys("selections"):
         known = ", ".join(store.keys("selections")) or "none"
         raise ToolkitError(f"no selection trace {trace!r} in {store.root}; known: {known}")
-    t = store.read("selections", trace)
+    return int(store.read("selection_traces", trace).column("k")[0].as_py())
+
+
+def rows_from_table(t: pa.Table, k: int) -> SelectionRows:
+    """Sort selection rows for replay, each row's positions ascending."""
     t = t.take(pc.sort_indices(t, [("request_id", "ascending"), ("layer", "ascending"),
                                    ("step", "ascending")]))
     topk = t.column("topk").combine_chunks()
@@ -109,12 +116,51 @@ def load_rows(store: Store, trace: str) -> SelectionRows:
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     values = pc.list_flatten(topk).to_numpy(zero_copy_only=False).astype(np.int64)
-    row_of = np.repeat(np.arange(lengths.size), lengths)
-    values = values[np.lexsort((values, row_of))]
-    k = int(store.read("selection_traces", trace).column("k")[0].as_py())
+    _sort_rows(values, offsets)
     col = {c: t.column(c).to_numpy().astype(np.int64) for c in ("request_id", "step", "layer",
                                                                 "seq_len")}
     return SelectionRows(**col, offsets=offsets, values=values, k=k)
+
+
+@nb.njit(cache=True, nogil=True)
+def _sort_rows(values, offsets):  # pragma: no cover - compiled
+    """Sort each row's positions in place; rows already ascending (order = "position",
+    the usual case) cost one comparison per value."""
+    for r in range(offsets.shape[0] - 1):
+        lo, hi = offsets[r], offsets[r + 1]
+        for i in range(lo + 1, hi):
+            if values[i] < values[i - 1]:
+                values[lo:hi] = np.sort(values[lo:hi])
+                break
+
+
+def load_rows(store: Store, trace: str) -> SelectionRows:
+    """Read a whole selection trace sorted for replay (see :func:`iter_rows` for big ones)."""
+    k = _trace_k(store, trace)
+    return rows_from_table(store.read("selections", trace), k)
+
+
+def iter_rows(store: Store, trace: str, max_rows: int = 1_000_000) -> Iterator[SelectionRows]:
+    """Yield a selection trace in chunks of whole requests, each of about ``max_rows`` rows
+    (one request per chunk if a request is larger), so a trace larger than memory replays
+    in bounded memory. Buffers are per (request, layer), so chunking by request is exact;
+    Parquet row-group statistics on ``request_id`` keep each read to its own row groups.
+    """
+    k = _trace_k(store, trace)
+    counts = store.con.sql(
+        "SELECT request_id, count(*) AS n FROM selections WHERE trace = $t "
+        "GROUP BY request_id ORDER BY request_id", params={"t": trace}).fetchall()
+    path = store.root / "selections" / f"{trace}.parquet"
+    dataset = ds.dataset(path, format="parquet")
+    chunk: list[int] = []
+    size = 0
+    for i, (rid, n) in enumerate(counts):
+        chunk.append(rid)
+        size += n
+        if size >= max_rows or i == len(counts) - 1:
+            flt = (ds.field("request_id") >= chunk[0]) & (ds.field("request_id") <= chunk[-1])
+            yield rows_from_table(dataset.to_table(filter=flt), k)
+            chunk, size = [], 0
 
 
 def anchor_layers(layers: np.ndarray, full_layers: tuple[int, ...]) -> np.ndarray:
@@ -204,52 +250,75 @@ def plan(rows: SelectionRows, n: int, mode: str, initial: str) -> AccessPlan:
     return AccessPlan(out_keys, segments, counted, krow, free_hits, fast)
 
 
+def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, policy: Any,
+                  run_id: str) -> tuple[dict[str, int], pa.Table]:
+    """Replay one chunk of whole requests: (counters, per-row results)."""
+    if cfg.full_layers is not None:
+        rows = share_layers(rows, cfg.full_layers)
+    p = plan(rows, n, cfg.mode, cfg.initial)
+    n_keys = int(max(rows.seq_len.max(initial=0), n, 1))
+    sim = policy.simulate(p.keys, n_keys, n, p.segments)
+    n_rows = rows.request_id.size
+    row_hits = np.bincount(p.row_of, weights=sim.hits[p.counted],
+                           minlength=n_rows).astype(np.int64) + p.free_hits
+    accesses = np.diff(rows.offsets)
+    misses = accesses - row_hits
+    per_row = pa.table({
+        "run_id": pa.array([run_id] * n_rows, pa.string()),
+        "trace": pa.array([cfg.trace] * n_rows, pa.string()),
+        "request_id": rows.request_id, "step": rows.step.astype(np.int32),
+        "layer": rows.layer.astype(np.int16), "seq_len": rows.seq_len.astype(np.int32),
+        "accesses": accesses.astype(np.int32), "hits": row_hits.astype(np.int32),
+        "misses": misses.astype(np.int32), "bytes_h2d": misses * cfg.row_bytes,
+        "fast_path": p.fast_path,
+    })
+    counts = {"rows": int(n_rows), "accesses": int(accesses.sum()), "hits": int(row_hits.sum()),
+              "misses": int(misses.sum()), "evictions": sim.evictions,
+              "fast_path_rows": int(p.fast_path.sum())}
+    return counts, per_row
+
+
 def replay_selections(
     store: Store,
     cfg: SelectionReplayConfig,
     *,
     save: bool = True,
     rows: SelectionRows | None = None,
+    max_rows: int = 1_000_000,
 ) -> dict[str, Any]:
-    """Replay ``cfg``; returns the run summary and writes run + per-row tables."""
+    """Replay ``cfg``; returns the run summary and writes run + per-row tables.
+
+    The trace is read in chunks of whole requests (``max_rows`` rows each, see
+    :func:`iter_rows`) and per-row results are streamed to the store, so memory stays
+    bounded however large the trace. Pass ``rows`` to replay an already loaded trace.
+    """
     policy = policies.get(cfg.policy)
-    rows = rows or load_rows(store, cfg.trace)
-    n = cfg.buffer_tokens or 2 * rows.k
-    if cfg.full_layers is not None:
-        rows = share_layers(rows, cfg.full_layers)
-    t0 = time.perf_counter()
-    p = plan(rows, n, cfg.mode, cfg.initial)
-    n_keys = int(max(rows.seq_len.max(initial=0), n, 1))
-    sim = policy.simulate(p.keys, n_keys, n, p.segments)
-    hits_counted = sim.hits[p.counted]
-    n_rows = rows.request_id.size
-    row_hits = np.bincount(p.row_of, weights=hits_counted, minlength=n_rows).astype(np.int64)
-    row_hits += p.free_hits
-    accesses = np.diff(rows.offsets)
-    misses = accesses - row_hits
-    elapsed = time.perf_counter() - t0
+    k = rows.k if rows is not None else _trace_k(store, cfg.trace)
+    n = cfg.buffer_tokens or 2 * k
     run_id = cfg.run_id(n)
-    summary = {
-        "run_id": run_id, "trace": cfg.trace, "policy": cfg.policy, "mode": cfg.mode,
-        "buffer_tokens": n, "indexshare": cfg.full_layers is not None,
-        "row_bytes": cfg.row_bytes, "rows": int(n_rows),
-        "accesses": int(accesses.sum()), "hits": int(row_hits.sum()),
-        "misses": int(misses.sum()),
-        "miss_ratio": float(misses.sum() / accesses.sum()) if accesses.sum() else 0.0,
-        "evictions": sim.evictions, "bytes_h2d": int(misses.sum()) * cfg.row_bytes,
-        "fast_path_rows": int(p.fast_path.sum()), "elapsed_s": elapsed,
-        "config_json": config_json(cfg), "toolkit_version": __version__,
-    }
-    if save:
-        per_row = pa.table({
-            "run_id": pa.array([run_id] * n_rows, pa.string()),
-            "trace": pa.array([cfg.trace] * n_rows, pa.string()),
-            "request_id": rows.request_id, "step": rows.step.astype(np.int32),
-            "layer": rows.layer.astype(np.int16), "seq_len": rows.seq_len.astype(np.int32),
-            "accesses": accesses.astype(np.int32), "hits": row_hits.astype(np.int32),
-            "misses": misses.astype(np.int32), "bytes_h2d": misses * cfg.row_bytes,
-            "fast_path": p.fast_path,
-        })
-        store.write_many({"selection_runs": pa.Table.from_pylist([summary]),
-                          "selection_replay": per_row}, run_id, replace=True)
+    chunks = [rows] if rows is not None else iter_rows(store, cfg.trace, max_rows)
+    totals = dict.fromkeys(("rows", "accesses", "hits", "misses", "evictions",
+                            "fast_path_rows"), 0)
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(store.writer("selection_replay", run_id, replace=True)) \
+            if save else None
+        for chunk in chunks:
+            counts, per_row = _replay_chunk(chunk, cfg, n, policy, run_id)
+            for c, v in counts.items():
+                totals[c] += v
+            if sink is not None:
+                sink.write(per_row)
+        elapsed = time.perf_counter() - t0
+        summary = {
+            "run_id": run_id, "trace": cfg.trace, "policy": cfg.policy, "mode": cfg.mode,
+            "buffer_tokens": n, "indexshare": cfg.full_layers is not None,
+            "row_bytes": cfg.row_bytes, **totals,
+            "miss_ratio": totals["misses"] / totals["accesses"] if totals["accesses"] else 0.0,
+            "bytes_h2d": totals["misses"] * cfg.row_bytes, "elapsed_s": elapsed,
+            "config_json": config_json(cfg), "toolkit_version": __version__,
+        }
+        if save:  # inside the block: a failed summary write discards the per-row file too
+            store.write("selection_runs", run_id, pa.Table.from_pylist([summary]),
+                        replace=True)
     return summary
