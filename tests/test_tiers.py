@@ -75,6 +75,17 @@ class TestHiCacheRules:
         res = _run(store, name, device_tokens=16, host_tokens=UNBOUNDED)
         assert _sources(res)[2] == (8, 4, 0)
 
+    @pytest.mark.parametrize(("policy", "last"), [
+        ("lru", (0, 0, 0)), ("priority", (0, 0, 0)), ("slru", (4, 0, 0)), ("lfu", (4, 0, 0)),
+    ])
+    def test_slru_protects_pages_hit_twice(self, store, policy, last):
+        """Page 1 is hit twice (protected under SLRU), page 5 once. When req 5 needs room,
+        LRU (and priority, all priorities equal) evicts the older page 1; SLRU evicts the
+        probationary page 5, so req 6 still finds page 1 on the device."""
+        name = _store_trace(store, [[1], [1], [1], [5], [6, 7], [1]])
+        res = _run(store, name, device_tokens=16, host_tokens=0, policy=policy)
+        assert _sources(res)[-1] == last
+
     def test_no_host_means_drop(self, store):
         """With host capacity 0 demotion is impossible: evicted pages are recomputed."""
         name = _store_trace(store, [[1, 2], [3, 4], [1, 2]])
@@ -171,8 +182,8 @@ class TestOutputs:
 
     def test_bad_config(self):
         """Unknown policies and arrival modes are refused with the allowed values."""
-        with pytest.raises(ValueError, match="slru and priority"):
-            TierReplayConfig("t", policy="slru")
+        with pytest.raises(ValueError, match="lru, lfu, slru, priority"):
+            TierReplayConfig("t", policy="fifo")
         with pytest.raises(ValueError, match="scaled:F"):
             TierReplayConfig("t", arrivals="poisson")
 
@@ -197,7 +208,7 @@ def _chain(raw):
 class TestProperties:
     @settings(max_examples=40, deadline=None)
     @given(raw=_hashes, dev=st.integers(0, 12), host=st.integers(0, 12),
-           policy=st.sampled_from(["lru", "lfu"]),
+           policy=st.sampled_from(["lru", "lfu", "slru", "priority"]),
            write=st.sampled_from(["write_through", "write_through_selective", "write_back"]))
     def test_sources_sum_and_rates(self, tmp_path_factory, raw, dev, host, policy, write):
         """Sources never exceed the prompt; rates in [0, 1] and add up to overall."""

@@ -49,7 +49,7 @@ def tiers_cmd(
     page_tokens: Annotated[
         int | None, typer.Option("--page-tokens", help="Page size; a multiple of the trace's.")
     ] = None,
-    policy: Annotated[str, typer.Option("--policy", help="lru or lfu.")] = "lru",
+    policy: Annotated[str, typer.Option("--policy", help="lru, lfu, slru or priority.")] = "lru",
     write_policy: Annotated[
         str, typer.Option("--write-policy",
                           help="write_through, write_through_selective or write_back.")

@@ -69,7 +69,8 @@ class TierReplayConfig:
         host_tokens: host pool; default ``host_ratio`` x device (``--hicache-ratio``).
         storage_tokens: L3 capacity; 0 disables it.
         page_tokens: page size; default the trace's block size, else a multiple of it.
-        policy: device eviction: lru | lfu.
+        policy: device eviction: lru | lfu | slru | priority (sglang evict_policy.py; with
+            no request priorities in a trace, priority orders exactly as lru).
         write_policy: write_through | write_through_selective | write_back.
         write_through_threshold: hits before a selective backup (sglang uses 2).
         max_running: cap on running requests; 0 = none.
@@ -96,8 +97,7 @@ class TierReplayConfig:
     def __post_init__(self) -> None:
         if self.policy not in K.POLICY_CODES:
             raise ValueError(
-                f"policy must be one of {', '.join(K.POLICY_CODES)}; got {self.policy!r} "
-                "(slru and priority are not modelled yet)"
+                f"policy must be one of {', '.join(K.POLICY_CODES)}; got {self.policy!r}"
             )
         if self.write_policy not in K.WRITE_CODES:
             raise ValueError(f"write_policy must be one of {', '.join(K.WRITE_CODES)}")

@@ -25,7 +25,11 @@ import numpy as np
 
 from toolkit.schema import TIER_COUNTERS
 
-POLICY_CODES = {"lru": 0, "lfu": 1}
+# SGLang's evict_policy.py: lru = last access; lfu = (hit count, last access); slru =
+# (hit_count >= 2, last access); priority = (request priority, last access). Traces carry
+# no request priority, so every page has priority 0 and "priority" orders exactly as lru.
+POLICY_CODES = {"lru": 0, "lfu": 1, "slru": 2, "priority": 0}
+SLRU_PROTECTED_HITS = 2  # sglang SLRUStrategy(protected_threshold=2)
 WRITE_CODES = {"write_through": 0, "write_through_selective": 1, "write_back": 2}
 # indices into the counters array
 COUNTERS = TIER_COUNTERS
@@ -103,11 +107,20 @@ SZ_DEV, SZ_DL, SZ_HOST, SZ_HL, SZ_STO, SZ_MINF = 0, 1, 2, 3, 4, 5
 
 
 @nb.njit(cache=True, nogil=True)
+def _bucket(k, policy, freq):  # pragma: no cover - compiled
+    """Eviction bucket: the use count (lfu) or the SLRU segment. ``freq`` counts the
+    insertion as 1, so hits = freq - 1."""
+    if policy == 1:
+        return freq[k]
+    return 1 if freq[k] - 1 >= SLRU_PROTECTED_HITS else 0
+
+
+@nb.njit(cache=True, nogil=True)
 def _dl_push(k, policy, dn, dp, n, bn, bp, bh, bt, freq, sz):  # pragma: no cover - compiled
     if policy == 0:
         _push(dn, dp, n, k)
     else:
-        f = freq[k]
+        f = _bucket(k, policy, freq)
         t = bt[f]
         bp[k] = t
         bn[k] = -1
@@ -127,7 +140,7 @@ def _dl_remove(k, policy, dn, dp, bn, bp, bh, bt, freq, sz):  # pragma: no cover
     if policy == 0:
         _unlink(dn, dp, k)
     else:
-        f = freq[k]
+        f = _bucket(k, policy, freq)
         p = bp[k]
         q = bn[k]
         if p == -1:
@@ -231,10 +244,10 @@ def simulate_tiers(
     dn[n] = n
     dp[n] = n
     maxf = R + 2
-    bn = np.full(n if policy == 1 else 1, -1, np.int32)
-    bp = np.full(n if policy == 1 else 1, -1, np.int32)
-    bh = np.full(maxf + 1 if policy == 1 else 1, -1, np.int32)
-    bt = np.full(maxf + 1 if policy == 1 else 1, -1, np.int32)
+    bn = np.full(n if policy >= 1 else 1, -1, np.int32)
+    bp = np.full(n if policy >= 1 else 1, -1, np.int32)
+    bh = np.full(maxf + 1 if policy >= 1 else 1, -1, np.int32)
+    bt = np.full(maxf + 1 if policy >= 1 else 1, -1, np.int32)
     hn = np.empty(n + 1, np.int32)
     hp = np.full(n + 1, -1, np.int32)
     hn[n] = n
