@@ -108,3 +108,19 @@ def test_request_traces_label_real_and_synthetic(tmp_path):
                               "SELECT count(DISTINCT session_id) AS n FROM requests "
                               "WHERE trace = 'agents'"])
     assert res.output == "n\n3\n"
+
+
+def test_cost_at_interactivity_cli(tmp_path):
+    """A measured point at the target is reproduced exactly ($0.0440/M for GB200 at 150)."""
+    path = tmp_path / "m.csv"
+    path.write_text("hardware,engine,concurrency,tput_per_gpu,median_interactivity,p90_ttft_s\n"
+                    "gb200,sglang,64,14000,100,10\ngb200,sglang,32,11742,150,8\n"
+                    "gb200,sglang,16,8000,220,5\n")
+    res = runner.invoke(app, ["cost-at-interactivity", "--measurements", str(path),
+                              "--interactivity", "150", "--json"])
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.output)[0]
+    assert row["tput_per_gpu"] == 11742.0 and round(row["usd_per_million_tokens"], 4) == 0.044
+    res = runner.invoke(app, ["cost-at-interactivity", "--measurements", str(tmp_path / "x.csv"),
+                              "--interactivity", "150"])
+    assert res.exit_code == 2

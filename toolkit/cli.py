@@ -421,11 +421,12 @@ def demo_cmd(
 
 
 def _mount_cost_commands() -> None:
-    from toolkit.commands.cost import cost_cmd, hardware_app
+    from toolkit.commands.cost import cost_at_interactivity_cmd, cost_cmd, hardware_app
     from toolkit.commands.tiers import tiers_cmd
 
     app.add_typer(hardware_app, name="hardware")
     app.command("cost")(cost_cmd)
+    app.command("cost-at-interactivity")(cost_at_interactivity_cmd)
     replay_app.command("tiers")(tiers_cmd)
 
 

@@ -9,6 +9,7 @@ Mount in ``toolkit/cli.py``::
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -105,3 +106,38 @@ def cost_cmd(
         return
     for k, v in row.items():
         typer.echo(f"{k:<22}  {v:.6f}" if isinstance(v, float) else f"{k:<22}  {v}")
+
+
+def cost_at_interactivity_cmd(
+    measurements: Annotated[
+        Path, typer.Option("--measurements", help="CSV/Parquet: hardware, engine, concurrency, "
+                           "tput_per_gpu, median_interactivity, p90_ttft_s.")
+    ],
+    interactivity: Annotated[
+        float, typer.Option("--interactivity", min=0.0, help="Target tok/s/user.")
+    ],
+    price_tier: Annotated[
+        str, typer.Option("--price-tier", help="hyperscaler, neocloud or rental.")
+    ] = "hyperscaler",
+    max_p90_ttft_s: Annotated[
+        float | None, typer.Option("--max-p90-ttft-s", help="Drop slower points first.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """$/M tokens per (hardware, engine) at a target interactivity: Steffen spline on each
+    series' throughput-vs-interactivity Pareto front, as InferenceX does."""
+    import polars as pl
+
+    from toolkit.cost.interpolate import cost_at_interactivity, read_measurements
+
+    try:
+        df = cost_at_interactivity(read_measurements(measurements), interactivity, price_tier,
+                                   max_p90_ttft_s=max_p90_ttft_s)
+    except (ToolkitError, RegistryError, ValueError) as e:
+        _fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(df.to_dicts()))
+    else:
+        with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200,
+                       tbl_hide_dataframe_shape=True):
+            typer.echo(str(df))

@@ -114,7 +114,12 @@ def read_measurements(path: str | Path) -> pl.DataFrame:
         MeasurementError: a column is missing or a value is null/non-positive.
     """
     path = Path(path)
-    df = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
+    if not path.is_file():
+        raise MeasurementError(f"{path}: no such file")
+    try:
+        df = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise MeasurementError(f"{path}: not a readable CSV/Parquet file: {e}") from None
     return validate_measurements(df, str(path))
 
 
