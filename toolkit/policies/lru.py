@@ -16,55 +16,57 @@ from toolkit.policies._kernel import run_kernel
 @nb.njit(cache=True, nogil=True)
 def lru_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - compiled
     """Fill ``hits`` (uint8) and return the eviction count."""
-    sentinel = n_keys
-    # int32 links and "prv < 0 = not cached" keep the per-key state small and cut one load
-    nxt = np.empty(n_keys + 1, dtype=np.int32)  # towards the LRU end
-    prv = np.full(n_keys + 1, -1, dtype=np.int32)  # towards the MRU end
-    nxt[sentinel] = sentinel
-    prv[sentinel] = sentinel
+    # One int32 array of (prv, nxt) pairs: a key's two links share a cache line, and
+    # "prv < 0" means "not cached", so a lookup is one load. Index n_keys is the sentinel.
+    s = n_keys
+    link = np.empty(2 * (n_keys + 1), dtype=np.int32)
+    for j in range(n_keys):
+        link[2 * j] = -1
+    link[2 * s] = s
+    link[2 * s + 1] = s
     size = 0
     evictions = 0
     n = keys.shape[0]
     n_seg = segments.shape[0]
-    for s in range(n_seg):
-        lo = segments[s]
-        hi = segments[s + 1] if s + 1 < n_seg else n
+    for g in range(n_seg):
+        lo = segments[g]
+        hi = segments[g + 1] if g + 1 < n_seg else n
         # cold restart: clear only what is cached, O(occupancy)
-        node = nxt[sentinel]
-        while node != sentinel:
-            after = nxt[node]
-            prv[node] = -1
+        node = link[2 * s + 1]
+        while node != s:
+            after = link[2 * node + 1]
+            link[2 * node] = -1
             node = after
-        nxt[sentinel] = sentinel
-        prv[sentinel] = sentinel
+        link[2 * s] = s
+        link[2 * s + 1] = s
         size = 0
         for i in range(lo, hi):
             k = keys[i]
-            p = prv[k]
+            p = link[2 * k]
             if p >= 0:
                 hits[i] = 1
                 # unlink, then push to the MRU end
-                q = nxt[k]
-                nxt[p] = q
-                prv[q] = p
+                q = link[2 * k + 1]
+                link[2 * p + 1] = q
+                link[2 * q] = p
             else:
                 hits[i] = 0
                 if capacity == 0:
                     continue
                 if size == capacity:
-                    victim = prv[sentinel]
-                    p = prv[victim]
-                    nxt[p] = sentinel
-                    prv[sentinel] = p
-                    prv[victim] = -1
+                    victim = link[2 * s]
+                    pv = link[2 * victim]
+                    link[2 * pv + 1] = s
+                    link[2 * s] = pv
+                    link[2 * victim] = -1
                     evictions += 1
                 else:
                     size += 1
-            head = nxt[sentinel]
-            nxt[k] = head
-            prv[k] = sentinel
-            prv[head] = k
-            nxt[sentinel] = k
+            head = link[2 * s + 1]
+            link[2 * k + 1] = head
+            link[2 * k] = s
+            link[2 * head] = k
+            link[2 * s + 1] = k
     return evictions
 
 
