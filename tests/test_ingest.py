@@ -156,3 +156,21 @@ class TestBadInput:
 def test_registry_refuses_duplicates():
     with pytest.raises(KeyError, match="already registered"):
         readers.register("mooncake", readers.get("mooncake"))
+
+
+class TestBinaryJunk:
+    def test_mooncake_non_utf8_line(self, store, tmp_path):
+        """A corrupt byte sequence is reported at its line, not as a Python traceback."""
+        path = tmp_path / "junk.jsonl"
+        path.write_bytes(_mooncake_line(ts=0).encode() + b"\n\xff\xfe\x00garbage\n")
+        with pytest.raises(TraceFormatError, match=r"junk\.jsonl:2 .*not UTF-8"):
+            store.ingest("mooncake", path)
+        assert store.traces() == []
+
+    def test_azure_non_utf8_row(self, store, tmp_path):
+        path = tmp_path / "junk.csv"
+        path.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                         b"2023-11-16 18:17:03.9799600,4808,10\n\xff\xfe,1,2\n")
+        with pytest.raises(TraceFormatError, match="not UTF-8"):
+            store.ingest("azure", path)
+        assert store.traces() == []

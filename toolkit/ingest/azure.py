@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,33 +56,45 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
     clock = MonotonicClock(path, "TIMESTAMP")
     with open(path, encoding="utf-8-sig", newline="") as f:
         rows = csv.reader(f)
-        header = next(rows, None)
-        if header is None:
-            raise TraceFormatError(path, None, None, "empty file")
-        header = [h.strip() for h in header]
-        for col in COLUMNS:
-            if col not in header:
-                raise TraceFormatError(path, 1, col, f"missing column; header is {header}")
-        idx = [header.index(c) for c in COLUMNS]
-        for row in rows:
-            line = rows.line_num
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) < len(header):
-                raise TraceFormatError(
-                    path, line, COLUMNS[0] if len(row) <= idx[0] else None,
-                    f"expected {len(header)} columns, got {len(row)}",
-                )
-            t = parse_timestamp(row[idx[0]], path, line)
-            clock.check(t, line, row[idx[0]].strip())
-            arrival_ns.append(t)
-            inp.append(_count(row[idx[1]], path, line, COLUMNS[1]))
-            out.append(_count(row[idx[2]], path, line, COLUMNS[2]))
+        try:
+            _read_rows(path, rows, clock, arrival_ns, inp, out)
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, rows.line_num + 1, None,
+                                   f"not UTF-8 text: {e.reason}") from None
+        except csv.Error as e:
+            raise TraceFormatError(path, rows.line_num, None, f"malformed CSV: {e}") from None
     if not arrival_ns:
         raise TraceFormatError(path, None, None, "no requests in file")
     t0 = arrival_ns[0]
     arrival_s = [(t - t0) / 1e9 for t in arrival_ns]
     return {"requests": requests_table(trace, arrival_s, inp, out, None, None)}
+
+
+def _read_rows(path: Path, rows: Iterator[list[str]], clock: MonotonicClock,
+               arrival_ns: list[int], inp: list[int], out: list[int]) -> None:
+    """Validate the header and every row, appending the parsed columns."""
+    header = next(rows, None)
+    if header is None:
+        raise TraceFormatError(path, None, None, "empty file")
+    header = [h.strip() for h in header]
+    for col in COLUMNS:
+        if col not in header:
+            raise TraceFormatError(path, 1, col, f"missing column; header is {header}")
+    idx = [header.index(c) for c in COLUMNS]
+    for row in rows:
+        line = rows.line_num
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) < len(header):
+            raise TraceFormatError(
+                path, line, COLUMNS[0] if len(row) <= idx[0] else None,
+                f"expected {len(header)} columns, got {len(row)}",
+            )
+        t = parse_timestamp(row[idx[0]], path, line)
+        clock.check(t, line, row[idx[0]].strip())
+        arrival_ns.append(t)
+        inp.append(_count(row[idx[1]], path, line, COLUMNS[1]))
+        out.append(_count(row[idx[2]], path, line, COLUMNS[2]))
 
 
 READER = Reader("azure", "requests", read, "Azure LLM inference CSV (no prefix hashes)")

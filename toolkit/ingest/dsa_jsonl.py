@@ -9,7 +9,6 @@ kept as ``selection_requests.external_id``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader
-from toolkit.ingest.fields import as_count
+from toolkit.ingest.fields import as_count, jsonl_objects, require
 from toolkit.ingest.selections import SelectionColumns, SelectionError, TraceMeta, build_tables
 
 EVENT = "dsa_topk"
@@ -41,33 +40,22 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
     cols: dict[str, list[int]] = {"request_id": [], "step": [], "layer": [], "seq_len": []}
     lists: list[np.ndarray] = []
     lines: list[int] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}") from None
-            if not isinstance(rec, dict):
-                raise TraceFormatError(path, lineno, None, "expected a JSON object")
-            if rec.get("event") != EVENT:
-                continue
-            for field in FIELDS:
-                if field not in rec:
-                    raise TraceFormatError(path, lineno, field, "missing")
-            rid = rec["request_id"]
-            if isinstance(rid, bool) or not isinstance(rid, int | str):
-                raise TraceFormatError(
-                    path, lineno, "request_id", f"expected int or string, got {rid!r}"
-                )
-            cols["request_id"].append(ids.setdefault(rid, len(ids)))
-            cols["layer"].append(as_count(rec["layer_id"], path, lineno, "layer_id"))
-            cols["step"].append(as_count(rec["step_idx"], path, lineno, "step_idx"))
-            seq_len = as_count(rec["seq_len_current"], path, lineno, "seq_len_current")
-            cols["seq_len"].append(seq_len)
-            lists.append(_positions(rec["selected_token_pos"], path, lineno))
-            lines.append(lineno)
+    for lineno, rec in jsonl_objects(path):
+        if rec.get("event") != EVENT:
+            continue
+        require(rec, FIELDS, path, lineno)
+        rid = rec["request_id"]
+        if isinstance(rid, bool) or not isinstance(rid, int | str):
+            raise TraceFormatError(
+                path, lineno, "request_id", f"expected int or string, got {rid!r}"
+            )
+        cols["request_id"].append(ids.setdefault(rid, len(ids)))
+        cols["layer"].append(as_count(rec["layer_id"], path, lineno, "layer_id"))
+        cols["step"].append(as_count(rec["step_idx"], path, lineno, "step_idx"))
+        seq_len = as_count(rec["seq_len_current"], path, lineno, "seq_len_current")
+        cols["seq_len"].append(seq_len)
+        lists.append(_positions(rec["selected_token_pos"], path, lineno))
+        lines.append(lineno)
     if not lists:
         raise TraceFormatError(path, None, None, f"no {EVENT!r} events in file")
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)

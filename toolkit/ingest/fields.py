@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -47,6 +49,31 @@ def as_hash_list(value: object, path: Path, line: int, field: str) -> list[int]:
                 path, line, f"{field}[{i}]", f"expected an int64 block id, got {h!r}"
             )
     return value
+
+
+def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)`` for every non-blank line; a line that is not a JSON
+    object stops the read with its line number."""
+    with open(path, "rb") as f:  # bytes: a bad UTF-8 sequence is reported at its line
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                raise TraceFormatError(path, lineno, None, f"not UTF-8 text: {e.reason}") from None
+            except json.JSONDecodeError as e:
+                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}") from None
+            if not isinstance(rec, dict):
+                raise TraceFormatError(path, lineno, None, "expected a JSON object")
+            yield lineno, rec
+
+
+def require(rec: dict, fields: tuple[str, ...], path: Path, line: int) -> None:
+    """Refuse a record that lacks any of ``fields``, naming the first missing one."""
+    for field in fields:
+        if field not in rec:
+            raise TraceFormatError(path, line, field, "missing")
 
 
 class MonotonicClock:

@@ -7,7 +7,6 @@ One JSON object per line: ``timestamp`` (ms since trace start), ``input_length``
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +18,9 @@ from toolkit.ingest.fields import (
     as_count,
     as_hash_list,
     as_time,
+    jsonl_objects,
     requests_table,
+    require,
 )
 
 BLOCK_TOKENS = 512
@@ -33,25 +34,14 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
     out: list[int] = []
     hashes: list[list[int]] = []
     clock = MonotonicClock(path, "timestamp")
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}") from None
-            if not isinstance(rec, dict):
-                raise TraceFormatError(path, lineno, None, "expected a JSON object")
-            for field in FIELDS:
-                if field not in rec:
-                    raise TraceFormatError(path, lineno, field, "missing")
-            ts_ms = as_time(rec["timestamp"], path, lineno, "timestamp")
-            clock.check(ts_ms, lineno, str(rec["timestamp"]))
-            arrival_s.append(ts_ms)
-            inp.append(as_count(rec["input_length"], path, lineno, "input_length"))
-            out.append(as_count(rec["output_length"], path, lineno, "output_length"))
-            hashes.append(as_hash_list(rec["hash_ids"], path, lineno, "hash_ids"))
+    for lineno, rec in jsonl_objects(path):
+        require(rec, FIELDS, path, lineno)
+        ts_ms = as_time(rec["timestamp"], path, lineno, "timestamp")
+        clock.check(ts_ms, lineno, str(rec["timestamp"]))
+        arrival_s.append(ts_ms)
+        inp.append(as_count(rec["input_length"], path, lineno, "input_length"))
+        out.append(as_count(rec["output_length"], path, lineno, "output_length"))
+        hashes.append(as_hash_list(rec["hash_ids"], path, lineno, "hash_ids"))
     if not arrival_s:
         raise TraceFormatError(path, None, None, "no requests in file")
     t0 = arrival_s[0]
