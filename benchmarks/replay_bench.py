@@ -119,6 +119,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="500 synthetic steps, 1 run each")
     ap.add_argument("--policy", action="append", help="only these policies (repeatable)")
     ap.add_argument("--runs", type=int, default=3, help="interleaved runs per row (median)")
+    ap.add_argument("--key-dtype", choices=["int32", "int64"], default="int32",
+                    help="key array our engine reads (libCacheSim reads the int32 .npy)")
     args = ap.parse_args()
     runs = 1 if args.quick else args.runs
     selected = {p: c for p, c in POLICIES.items() if not args.policy or p in args.policy}
@@ -130,8 +132,10 @@ def main() -> None:
     }
     print(f"# streams built in {time.perf_counter() - t0:.1f} s; median of {runs} interleaved runs")
     print(f"# load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    dtype = np.dtype(args.key_dtype)
+    print(f"# our key array: {dtype}")
     for name in POLICIES:  # compile (or load from the numba cache) outside the timings
-        policies.get(name).simulate(np.arange(8), 8, 4)
+        policies.get(name).simulate(np.arange(8, dtype=dtype), 8, 4)
     cols = ["stream", "accesses", "cap", "policy", "misses (ours)", "misses (lcs)"]
     cols += ["ours M acc/s", "lcs M acc/s", "ratio"]
     print("| " + " | ".join(cols) + " |")
@@ -139,6 +143,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, (keys, n_keys, caps) in streams.items():
             npy, header, nxt = write_traces(keys, n_keys, Path(tmp))
+            keys = keys.astype(dtype)
             n = keys.size
             for cap in caps:
                 for name, cls in selected.items():

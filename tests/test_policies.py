@@ -205,3 +205,12 @@ class TestNextUse:
         keys = np.array([1, 2, 1, 1, 2])
         assert next_use(keys, 3).tolist() == [2, 4, 3, NEVER, NEVER]
         assert next_use(keys, 3, np.array([0, 3])).tolist() == [2, NEVER, NEVER, NEVER, NEVER]
+
+
+@pytest.mark.parametrize("policy", BUILTINS)
+def test_int32_keys_give_int64_results(policy):
+    """int32 key arrays (half the bytes to stream) replay exactly like int64 ones."""
+    keys, n_keys = STREAMS[sorted(STREAMS)[0]]()
+    a = policies.get(policy).simulate(keys.astype(np.int64), n_keys, 257)
+    b = policies.get(policy).simulate(keys.astype(np.int32), n_keys, 257)
+    assert np.array_equal(a.hits, b.hits) and a.evictions == b.evictions

@@ -92,8 +92,15 @@ def _key_range(keys):  # pragma: no cover - compiled
 
 
 def check_keys(keys: np.ndarray, n_keys: int) -> np.ndarray:
-    """Refuse out-of-range keys before a kernel indexes memory with them."""
-    keys = np.ascontiguousarray(keys, dtype=np.int64)
+    """Refuse out-of-range keys before a kernel indexes memory with them.
+
+    int32 and int64 keys pass through as they are (int32 halves the bytes a replay
+    streams); anything else is converted to int64.
+    """
+    keys = np.asarray(keys)
+    if keys.dtype not in (np.int32, np.int64):
+        keys = keys.astype(np.int64)
+    keys = np.ascontiguousarray(keys)
     if keys.size:
         lo, hi = _key_range(keys)
         if lo < 0 or hi >= n_keys:

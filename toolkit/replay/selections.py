@@ -240,11 +240,11 @@ def plan(rows: SelectionRows, n: int, mode: str, initial: str) -> AccessPlan:
     segments = np.zeros(seg_len.size, dtype=np.int64)
     np.cumsum(seg_len[:-1], out=segments[1:])
     total = int(seg_len.sum())
-    out_keys = np.empty(total, dtype=np.int64)
+    out_keys = np.empty(total, dtype=np.int32)  # positions < 2**31; half the bytes
     counted = np.ones(total, dtype=bool)
     if warm:
         wpos = (segments[:, None] + np.arange(warm)[None, :]).ravel()
-        out_keys[wpos] = np.tile(np.arange(warm, dtype=np.int64), segments.size)
+        out_keys[wpos] = np.tile(np.arange(warm, dtype=np.int32), segments.size)
         counted[wpos] = False
     out_keys[counted] = keys  # keys are already grouped and in (step, position) order
     return AccessPlan(out_keys, segments, counted, krow, free_hits, fast)
