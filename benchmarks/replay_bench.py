@@ -119,6 +119,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="500 synthetic steps, 1 run each")
     ap.add_argument("--policy", action="append", help="only these policies (repeatable)")
     ap.add_argument("--runs", type=int, default=3, help="interleaved runs per row (median)")
+    ap.add_argument("--ours-only", action="store_true",
+                    help="time only this engine (no libCacheSim runs between ours)")
     ap.add_argument("--key-dtype", choices=["int32", "int64"], default="int32",
                     help="key array our engine reads (libCacheSim reads the int32 .npy)")
     args = ap.parse_args()
@@ -148,7 +150,7 @@ def main() -> None:
             for cap in caps:
                 for name, cls in selected.items():
                     replays = [functools.partial(ours_run, name, keys, n_keys, cap)]
-                    if cls is not None:
+                    if cls is not None and not args.ours_only:
                         replays.append(functools.partial(lcs_run, cls, cap, npy, header, nxt))
                     (t_ours, m_ours), *theirs = interleaved(runs, *replays)
                     lcs_cells = ["", "", ""]
