@@ -20,7 +20,7 @@ from toolkit.registry import RegistryError
 hardware_app = typer.Typer(help="Accelerator specs with provenance.", no_args_is_help=True)
 
 
-def _fail(msg: str) -> None:
+def fail(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
 
@@ -50,7 +50,7 @@ def hardware_show_cmd(
     try:
         hw = get_hardware(name)
     except RegistryError as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
         out = {
             "name": hw.name,
@@ -93,7 +93,7 @@ def cost_cmd(
     try:
         q = quote(get_hardware(hardware), tokens_per_s_per_gpu, price_tier, survey=survey)
     except (ToolkitError, RegistryError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     row = {
         "hardware": q.hardware,
         "price_tier": q.price_tier,
@@ -134,7 +134,7 @@ def cost_at_interactivity_cmd(
         df = cost_at_interactivity(read_measurements(measurements), interactivity, price_tier,
                                    max_p90_ttft_s=max_p90_ttft_s)
     except (ToolkitError, RegistryError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     if as_json:
         typer.echo(json.dumps(df.to_dicts()))
     else:

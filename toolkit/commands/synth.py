@@ -1,0 +1,69 @@
+"""CLI: labelled-SYNTHETIC generators (selections, agentic sessions); mounted by cli.py."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from toolkit.commands.common import StoreOpt, fail, guard
+
+
+def synth_selections_cmd(
+    store: StoreOpt,
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    requests: Annotated[int, typer.Option(min=1)] = 1,
+    prompt_tokens: Annotated[int, typer.Option(min=1)] = 8_192,
+    steps: Annotated[int, typer.Option(min=1)] = 64,
+    layers: Annotated[int, typer.Option(min=1)] = 4,
+    k: Annotated[int, typer.Option("--k", min=1)] = 2_048,
+    sinks: Annotated[int, typer.Option(min=0)] = 64,
+    recent_window: Annotated[int, typer.Option(min=0)] = 512,
+    step_retention: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.85,
+    layer_retention: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.7,
+    seed: int = 0,
+    replace: Annotated[bool, typer.Option("--replace")] = False,
+) -> None:
+    """Generate a SYNTHETIC selection trace (sinks + recency + retained + fresh picks)."""
+    from toolkit.store import open_store
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    cfg = guard(SyntheticSelectionConfig, requests, prompt_tokens, steps, layers, k, sinks,
+                 recent_window, step_retention, layer_retention, seed)
+    tables = generate(cfg, name)
+    with open_store(store) as s:
+        guard(s.write_many, tables, name, replace=replace)
+    typer.echo(f"wrote SYNTHETIC selection trace {name!r}: "
+               f"{tables['selections'].num_rows:,} rows")
+
+
+def synth_agentic_cmd(
+    store: StoreOpt,
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    preset: Annotated[str, typer.Option(help="coding or toolagent.")] = "coding",
+    sessions: Annotated[int | None, typer.Option(min=1, help="Override the preset.")] = None,
+    page_tokens: Annotated[int | None, typer.Option(min=1, help="Hash page size.")] = None,
+    seed: int = 0,
+    replace: Annotated[bool, typer.Option("--replace")] = False,
+) -> None:
+    """Generate a SYNTHETIC agentic request timeline (sessions x turns, shared prefix)."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from toolkit.config import config_json
+    from toolkit.store import open_store
+    from toolkit.synth.agentic import PRESETS, generate
+
+    if preset not in PRESETS:
+        fail(f"--preset must be one of {', '.join(sorted(PRESETS))}, got {preset!r}")
+    over = {"seed": seed} | ({"sessions": sessions} if sessions else {}) | (
+        {"page_tokens": page_tokens} if page_tokens else {})
+    cfg = dataclasses.replace(PRESETS[preset], **over)
+    table = guard(generate, cfg, name)
+    meta = pa.table({"trace": [name], "format": ["synth-agentic"],
+                     "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
+                     "synthetic": [True]})
+    with open_store(store) as s:
+        guard(s.write_many, {"requests": table, "request_traces": meta}, name, replace=replace)
+    typer.echo(f"wrote SYNTHETIC request timeline {name!r}: {table.num_rows:,} requests")
