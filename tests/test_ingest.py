@@ -174,3 +174,14 @@ class TestBinaryJunk:
         with pytest.raises(TraceFormatError, match="not UTF-8"):
             store.ingest("azure", path)
         assert store.traces() == []
+
+
+@pytest.mark.parametrize(("text", "ns"), [
+    ("2023-11-16 18:17:03.9799601", 1700158623_979960100),
+    ("2023-11-16T18:17:03.9799601Z", 1700158623_979960100),
+    ("2023-11-16 20:17:03.5+02:00", 1700158623_500000000),
+    ("2023-11-16 18:17:03", 1700158623_000000000),
+])
+def test_azure_timestamp_forms(text, ns):
+    """Seven fractional digits kept; Z and +HH:MM offsets honoured; no zone means UTC."""
+    assert parse_timestamp(text, Path("x"), 2) == ns

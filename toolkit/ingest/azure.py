@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,18 +20,25 @@ from toolkit.ingest import Reader
 from toolkit.ingest.fields import MonotonicClock, as_count, requests_table
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-_TS = re.compile(r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?$")
+_TS = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s*(Z|[+-]\d{2}:?\d{2})?$"
+)
 
 
 def parse_timestamp(text: str, path: Path, line: int) -> int:
-    """Nanoseconds since the epoch (UTC), keeping the 7 fractional digits Python drops."""
+    """Nanoseconds since the epoch, keeping the 7 fractional digits Python drops.
+
+    A trailing ``Z`` or ``+HH:MM`` offset is honoured; without one the time is taken as UTC.
+    """
     m = _TS.match(text.strip())
     if not m:
         raise TraceFormatError(
             path, line, "TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS[.fffffff]', got {text!r}"
         )
+    zone = m.group(3) or "Z"
+    offset = "+00:00" if zone == "Z" else zone if ":" in zone else f"{zone[:3]}:{zone[3:]}"
     try:
-        base = datetime.fromisoformat(m.group(1).replace("T", " ")).replace(tzinfo=UTC)
+        base = datetime.fromisoformat(m.group(1).replace("T", " ") + offset)
     except ValueError as e:
         raise TraceFormatError(path, line, "TIMESTAMP", str(e)) from None
     frac = (m.group(2) or "").ljust(9, "0")
