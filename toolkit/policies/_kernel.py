@@ -39,3 +39,20 @@ def run_kernel(
     hits = np.zeros(keys.size, dtype=np.uint8)
     ev = kernel(keys, int(n_keys), int(capacity), as_segments(segments, keys.size), hits, *extra)
     return SimResult(hits.view(np.bool_), int(ev))
+
+
+class KernelPolicy:
+    """Base of the built-ins whose kernel takes no extra arguments: subclasses set
+    ``name`` and ``kernel`` (wrapped in ``staticmethod``) and inherit ``simulate``."""
+
+    name: str
+    kernel: Callable[..., int]
+
+    def simulate(
+        self,
+        keys: np.ndarray,
+        n_keys: int,
+        capacity: int,
+        segments: np.ndarray | None = None,
+    ) -> SimResult:
+        return run_kernel(self.kernel, keys, n_keys, capacity, segments)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies import SimResult
-from toolkit.policies._kernel import run_kernel
+from toolkit.policies._kernel import KernelPolicy
 
 
 @nb.njit(cache=True, nogil=True)
@@ -59,16 +58,8 @@ def clock_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - 
     return evictions
 
 
-class Clock:
+class Clock(KernelPolicy):
     """Compiled CLOCK (see module docstring)."""
 
     name = "clock"
-
-    def simulate(
-        self,
-        keys: np.ndarray,
-        n_keys: int,
-        capacity: int,
-        segments: np.ndarray | None = None,
-    ) -> SimResult:
-        return run_kernel(clock_kernel, keys, n_keys, capacity, segments)
+    kernel = staticmethod(clock_kernel)

@@ -8,8 +8,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies import SimResult
-from toolkit.policies._kernel import run_kernel
+from toolkit.policies._kernel import KernelPolicy
 
 
 @nb.njit(cache=True, nogil=True)
@@ -49,16 +48,8 @@ def fifo_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - c
     return evictions
 
 
-class FIFO:
+class FIFO(KernelPolicy):
     """Compiled FIFO (see module docstring)."""
 
     name = "fifo"
-
-    def simulate(
-        self,
-        keys: np.ndarray,
-        n_keys: int,
-        capacity: int,
-        segments: np.ndarray | None = None,
-    ) -> SimResult:
-        return run_kernel(fifo_kernel, keys, n_keys, capacity, segments)
+    kernel = staticmethod(fifo_kernel)

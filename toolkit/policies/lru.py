@@ -9,8 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies import SimResult
-from toolkit.policies._kernel import run_kernel
+from toolkit.policies._kernel import KernelPolicy
 
 
 @nb.njit(cache=True, nogil=True)
@@ -70,16 +69,8 @@ def lru_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - co
     return evictions
 
 
-class LRU:
+class LRU(KernelPolicy):
     """Compiled LRU (see module docstring)."""
 
     name = "lru"
-
-    def simulate(
-        self,
-        keys: np.ndarray,
-        n_keys: int,
-        capacity: int,
-        segments: np.ndarray | None = None,
-    ) -> SimResult:
-        return run_kernel(lru_kernel, keys, n_keys, capacity, segments)
+    kernel = staticmethod(lru_kernel)
