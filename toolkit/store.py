@@ -81,6 +81,7 @@ class Store:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
         self._con: duckdb.DuckDBPyConnection | None = duckdb.connect()
+        self._ddl: list[str] | None = None
         self._refresh_views()
 
     # -- context management -------------------------------------------------------
@@ -161,8 +162,8 @@ class Store:
         with contextlib.ExitStack() as stack:
             staged = {t: stack.enter_context(self._staged(finals[t].name)) for t in tables}
             for t, data in conformed.items():
-                pq.write_table(data, staged[t], compression="zstd",
-                               row_group_size=row_group_rows(data))
+                pq.write_table(data, staged[t], row_group_size=row_group_rows(data),
+                               **parquet_options(data.schema))
             for t, final in finals.items():
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(staged[t], final)
@@ -248,6 +249,10 @@ class Store:
     def _refresh_views(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         ddl = [f"CREATE OR REPLACE VIEW {t} AS {self._view_sql(t)}" for t in schema.TABLES]
+        if ddl == self._ddl:
+            return  # views glob their files when queried: a new file in a known table
+            # needs no new view, and rewriting the catalog costs ~40 ms per write
+        self._ddl = ddl
         for stmt in ddl:
             self.con.execute(stmt)
         # The on-disk catalog is a convenience for `duckdb store/catalog.duckdb`; if
@@ -258,6 +263,24 @@ class Store:
                     cat.execute(stmt)
         except duckdb.Error:
             pass
+
+
+def parquet_options(table_schema: pa.Schema) -> dict[str, object]:
+    """zstd everywhere, except that ``list<int32>`` position columns (selections' ``topk``)
+    are delta-encoded and left uncompressed: ascending positions pack to a few bits each
+    and decode at ~200 M values/s on one core, against ~90 M/s for zstd + dictionary,
+    which made reading the store slower than replaying it (benchmarks/RESULTS.md)."""
+    lists = [f"{f.name}.list.element" for f in table_schema
+             if pa.types.is_list(f.type) and f.type.value_type == pa.int32()]
+    if not lists:
+        return {"compression": "zstd"}
+    lists_set = {c.split(".")[0] for c in lists}
+    return {
+        "compression": {f.name: "zstd" for f in table_schema if f.name not in lists_set}
+        | dict.fromkeys(lists, "none"),
+        "use_dictionary": [f.name for f in table_schema if f.name not in lists_set],
+        "column_encoding": dict.fromkeys(lists, "DELTA_BINARY_PACKED"),
+    }
 
 
 def row_group_rows(data: pa.Table) -> int:
@@ -276,7 +299,7 @@ class ParquetSink:
     def __init__(self, path: Path, table_schema: pa.Schema) -> None:
         self.schema = table_schema
         self.rows = 0
-        self._writer = pq.ParquetWriter(path, table_schema, compression="zstd")
+        self._writer = pq.ParquetWriter(path, table_schema, **parquet_options(table_schema))
 
     def write(self, data: pa.Table) -> None:
         data = schema.conform(data, self.schema)

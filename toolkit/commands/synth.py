@@ -23,18 +23,33 @@ def synth_selections_cmd(
     layer_retention: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.7,
     seed: int = 0,
     replace: Annotated[bool, typer.Option("--replace")] = False,
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=0, help="Generator threads (default: all cores).")
+    ] = None,
 ) -> None:
-    """Generate a SYNTHETIC selection trace (sinks + recency + retained + fresh picks)."""
-    from toolkit.store import open_store
-    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+    """Generate a SYNTHETIC selection trace (sinks + recency + retained + fresh picks),
+    streamed to the store request batch by request batch (bounded memory, any size)."""
+    import time
+
+    from toolkit.replay.progress import progress
+    from toolkit.store import check_key, open_store
+    from toolkit.synth.selections import SyntheticSelectionConfig
+    from toolkit.synth.selections_fast import write_streaming
 
     cfg = guard(SyntheticSelectionConfig, requests, prompt_tokens, steps, layers, k, sinks,
                  recent_window, step_retention, layer_retention, seed)
-    tables = generate(cfg, name)
+    guard(check_key, name)
+    total = sum(min(prompt_tokens + s + 1, k) for s in range(steps)) * layers * requests
+    t0 = time.perf_counter()
     with open_store(store) as s:
-        guard(s.write_many, tables, name, replace=replace)
-    typer.echo(f"wrote SYNTHETIC selection trace {name!r}: "
-               f"{tables['selections'].num_rows:,} rows")
+        if name in s.keys("selections") and not replace:
+            fail(f"selections {name!r} already exists in {s.root}; pass --replace to overwrite")
+        with progress(total, f"synth {name}") as bar:
+            rows = guard(write_streaming, s, cfg, name, replace=replace, workers=workers,
+                         on_batch=bar.update)
+    dt = time.perf_counter() - t0
+    typer.echo(f"wrote SYNTHETIC selection trace {name!r}: {rows:,} rows, {total:,} positions "
+               f"in {dt:.1f} s ({total / dt / 1e6:.1f} M positions/s)")
 
 
 def synth_agentic_cmd(

@@ -92,10 +92,13 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
     request timeline. Written to the store under ``<kind>-<trace>`` when ``save``.
     """
     if kind == "selections":
-        from toolkit.replay.selections import load_rows, plan
+        from toolkit.replay.selection_plan import fused_plan
+        from toolkit.replay.selections import _order, _trace_k, raw_rows
 
-        rows = load_rows(store, trace)
-        p = plan(rows, 1, "plain", "first")
+        rows = raw_rows(store.read("selections", trace), _trace_k(store, trace))
+        o = _order(rows, None)
+        p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group, 1,
+                       "plain", "first")
         keys, segments = p.keys, p.segments
         n_keys = int(max(rows.seq_len.max(initial=0), 1))
     elif kind == "prefix":

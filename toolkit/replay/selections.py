@@ -20,9 +20,13 @@ Two modes (README, "Selection replay"):
     Shared layer reuses its Full layer's selection, so its buffer sees the same stream and
     has the same misses.
 
-Everything runs as one compiled policy call: segments (one per request x layer) restart
-the buffer cold, and the ``first`` initial state is produced by a warm-up run of
-``0 .. N-1`` at the start of each segment whose accesses are not counted.
+Per chunk of whole requests, one compiled pass (:mod:`toolkit.replay.selection_plan`)
+turns the stored Arrow lists into one policy call's key stream: segments (one per
+request x layer) restart the buffer cold, and the ``first`` initial state is produced by
+a warm-up run of ``0 .. N-1`` at the start of each segment whose accesses are not
+counted. :func:`plan` is the NumPy version of the same stream, kept as the reference
+the compiled planner is tested against. Buffers are independent, so parts of a chunk
+replay on worker threads (the kernels release the GIL) with identical results.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,15 +43,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
+from toolkit.replay.parallel import resolve_workers, split_at, thread_map
+from toolkit.replay.progress import progress as progress_bar
+from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, row_hits
 from toolkit.store import Store
 
 MODES = ("plain", "hisparse")
 DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope), BRIEF §2
+CHUNK_ACCESSES = 1 << 23  # ~8 M positions (32 MB int32) per chunk: reading the next chunk
+# overlaps replaying this one, and memory stays a few chunks whatever the trace size
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,12 @@ class SelectionReplayConfig:
 
 @dataclass(frozen=True)
 class SelectionRows:
-    """A selection trace in replay order: sorted by (request, layer, step)."""
+    """Selection rows: per-row columns plus the flattened lists.
+
+    :func:`rows_from_table` gives them sorted by (request, layer, step) with int64 values
+    (the NumPy reference path); :func:`raw_rows` leaves them as stored, which the replay
+    accepts too (it orders rows through an index).
+    """
 
     request_id: np.ndarray
     step: np.ndarray
@@ -134,10 +150,29 @@ def _sort_rows(values, offsets):  # pragma: no cover - compiled
                 break
 
 
+def raw_rows(t: pa.Table, k: int) -> SelectionRows:
+    """Rows as stored (any order; replay orders them through an index), with the ``topk``
+    offsets and int32 values taken from Arrow without a copy (a chunked column is
+    concatenated once, still int32)."""
+    topk = t.column("topk")
+    arr = topk.chunk(0) if topk.num_chunks == 1 else topk.combine_chunks()
+    if isinstance(arr, pa.ChunkedArray):  # pragma: no cover - pyarrow version differences
+        arr = arr.chunk(0)
+    offsets = arr.offsets.to_numpy()
+    values = arr.values.to_numpy(zero_copy_only=False)
+    col = {c: t.column(c).to_numpy() for c in ("request_id", "step", "layer", "seq_len")}
+    return SelectionRows(**col, offsets=offsets, values=values, k=k)
+
+
+def _trace_rows(store: Store, trace: str) -> int:
+    return pq.ParquetFile(store.root / "selections" / f"{trace}.parquet").metadata.num_rows
+
+
 def load_rows(store: Store, trace: str) -> SelectionRows:
-    """Read a whole selection trace sorted for replay (see :func:`iter_rows` for big ones)."""
+    """Read a whole selection trace as stored, lists zero-copy (replay orders the rows;
+    see :func:`iter_rows` for traces larger than memory)."""
     k = _trace_k(store, trace)
-    return rows_from_table(store.read("selections", trace), k)
+    return raw_rows(store.read("selections", trace), k)
 
 
 def iter_rows(store: Store, trace: str, max_rows: int = 1_000_000) -> Iterator[SelectionRows]:
@@ -147,19 +182,19 @@ def iter_rows(store: Store, trace: str, max_rows: int = 1_000_000) -> Iterator[S
     Parquet row-group statistics on ``request_id`` keep each read to its own row groups.
     """
     k = _trace_k(store, trace)
-    counts = store.con.sql(
-        "SELECT request_id, count(*) AS n FROM selections WHERE trace = $t "
-        "GROUP BY request_id ORDER BY request_id", params={"t": trace}).fetchall()
     path = store.root / "selections" / f"{trace}.parquet"
+    rid = pq.read_table(path, columns=["request_id"]).column("request_id").to_numpy()
+    ids, sizes = np.unique(rid, return_counts=True)
+    counts = list(zip(ids.tolist(), sizes.tolist(), strict=True))
     dataset = ds.dataset(path, format="parquet")
     chunk: list[int] = []
     size = 0
-    for i, (rid, n) in enumerate(counts):
-        chunk.append(rid)
+    for i, (rid_, n) in enumerate(counts):
+        chunk.append(rid_)
         size += n
         if size >= max_rows or i == len(counts) - 1:
             flt = (ds.field("request_id") >= chunk[0]) & (ds.field("request_id") <= chunk[-1])
-            yield rows_from_table(dataset.to_table(filter=flt), k)
+            yield raw_rows(dataset.to_table(filter=flt), k)
             chunk, size = [], 0
 
 
@@ -250,31 +285,100 @@ def plan(rows: SelectionRows, n: int, mode: str, initial: str) -> AccessPlan:
     return AccessPlan(out_keys, segments, counted, krow, free_hits, fast)
 
 
-def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, policy: Any,
-                  run_id: str) -> tuple[dict[str, int], pa.Table]:
-    """Replay one chunk of whole requests: (counters, per-row results)."""
-    if cfg.full_layers is not None:
-        rows = share_layers(rows, cfg.full_layers)
-    p = plan(rows, n, cfg.mode, cfg.initial)
-    n_keys = int(max(rows.seq_len.max(initial=0), n, 1))
+def _shared_src(r: np.ndarray, st: np.ndarray, la: np.ndarray,
+                full_layers: tuple[int, ...]) -> np.ndarray:
+    """Per sorted row, the sorted row whose list it reads under IndexShare."""
+    anchor_of = anchor_layers(la, full_layers)
+    key = lambda a, b, c: (a * (1 << 20) + b) * (1 << 12) + c  # noqa: E731
+    own = key(r, st.astype(np.int64), la.astype(np.int64))
+    want = key(r, st.astype(np.int64), anchor_of)
+    order = np.argsort(own, kind="stable")
+    pos = np.searchsorted(own[order], want)
+    found = (pos < own.size) & (own[order][np.minimum(pos, own.size - 1)] == want)
+    if not found.all():
+        i = int(np.flatnonzero(~found)[0])
+        raise ToolkitError(
+            f"IndexShare: layer {la[i]} at step {st[i]} (request {r[i]}) needs Full layer "
+            f"{anchor_of[i]}, which the trace lacks"
+        )
+    return order[pos]
+
+
+@dataclass(frozen=True)
+class _Ordered:
+    """Replay order of a chunk's rows: per-row columns sorted, lists left where they are."""
+
+    request_id: np.ndarray
+    step: np.ndarray
+    layer: np.ndarray
+    seq_len: np.ndarray
+    src: np.ndarray  # list row each replay row reads
+    new_group: np.ndarray  # a (request, layer) buffer starts here
+    accesses: np.ndarray  # selected positions per replay row
+
+
+def _order(rows: SelectionRows, full_layers: tuple[int, ...] | None) -> _Ordered:
+    """Sort rows by (request, layer, step) through an index (no list is copied)."""
+    rid, layer, step = rows.request_id, rows.layer, rows.step
+    if is_sorted_rows(rid, layer, step):
+        perm = np.arange(rid.size, dtype=np.int64)
+        r, la, st, sl = rid, layer, step, rows.seq_len
+    else:
+        perm = np.lexsort((step, layer, rid))
+        r, la, st, sl = rid[perm], layer[perm], step[perm], rows.seq_len[perm]
+    src = perm if full_layers is None else perm[_shared_src(r, st, la, full_layers)]
+    new_group = np.ones(r.size, dtype=np.bool_)
+    if r.size:
+        new_group[1:] = (r[1:] != r[:-1]) | (la[1:] != la[:-1])
+    accesses = (rows.offsets[1:][src] - rows.offsets[:-1][src]).astype(np.int64)
+    return _Ordered(r, st, la, sl, src, new_group, accesses)
+
+
+def _replay_part(rows: SelectionRows, o: _Ordered, lo: int, hi: int, n: int, n_keys: int,
+                 cfg: SelectionReplayConfig, policy: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """Plan, simulate and fold replay rows ``lo:hi`` (whole buffers): (hits, fast, evictions)."""
+    p = fused_plan(rows.values, rows.offsets, o.src[lo:hi], o.seq_len[lo:hi],
+                   o.new_group[lo:hi], n, cfg.mode, cfg.initial)
     sim = policy.simulate(p.keys, n_keys, n, p.segments)
-    n_rows = rows.request_id.size
-    row_hits = np.bincount(p.row_of, weights=sim.hits[p.counted],
-                           minlength=n_rows).astype(np.int64) + p.free_hits
-    accesses = np.diff(rows.offsets)
-    misses = accesses - row_hits
+    hits = row_hits(np.asarray(sim.hits).view(np.uint8), p.row_start, p.row_policy)
+    return hits + (o.accesses[lo:hi] - p.row_policy), p.fast_path, sim.evictions
+
+
+def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, policy: Any,
+                  run_id: str, workers: int = 1) -> tuple[dict[str, int], pa.Table]:
+    """Replay one chunk of whole requests: (counters, per-row results).
+
+    Buffers are independent, so with ``workers > 1`` the chunk is cut at buffer
+    boundaries into parts of about equal accesses that run on threads; the results do
+    not depend on the cut.
+    """
+    o = _order(rows, cfg.full_layers)
+    n_keys = int(max(rows.seq_len.max(initial=0), n, 1))
+    starts = np.flatnonzero(o.new_group)
+    bounds = np.r_[starts, o.src.size]
+    weight = np.r_[0, np.cumsum(o.accesses)][bounds]
+    parts = split_at(bounds, weight, workers)
+    out = thread_map(lambda ab: _replay_part(rows, o, ab[0], ab[1], n, n_keys, cfg, policy),
+                     parts, workers)
+    n_rows = o.src.size
+    row_hits_ = np.concatenate([h for h, _, _ in out]) if out else np.zeros(0, np.int64)
+    fast = np.concatenate([f for _, f, _ in out]) if out else np.zeros(0, np.bool_)
+    misses = o.accesses - row_hits_
     per_row = pa.table({
-        "run_id": pa.array([run_id] * n_rows, pa.string()),
-        "trace": pa.array([cfg.trace] * n_rows, pa.string()),
-        "request_id": rows.request_id, "step": rows.step.astype(np.int32),
-        "layer": rows.layer.astype(np.int16), "seq_len": rows.seq_len.astype(np.int32),
-        "accesses": accesses.astype(np.int32), "hits": row_hits.astype(np.int32),
+        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n_rows),
+        "trace": pa.repeat(pa.scalar(cfg.trace, pa.string()), n_rows),
+        "request_id": o.request_id.astype(np.int64, copy=False),
+        "step": o.step.astype(np.int32, copy=False),
+        "layer": o.layer.astype(np.int16, copy=False),
+        "seq_len": o.seq_len.astype(np.int32, copy=False),
+        "accesses": o.accesses.astype(np.int32), "hits": row_hits_.astype(np.int32),
         "misses": misses.astype(np.int32), "bytes_h2d": misses * cfg.row_bytes,
-        "fast_path": p.fast_path,
+        "fast_path": fast,
     })
-    counts = {"rows": int(n_rows), "accesses": int(accesses.sum()), "hits": int(row_hits.sum()),
-              "misses": int(misses.sum()), "evictions": sim.evictions,
-              "fast_path_rows": int(p.fast_path.sum())}
+    counts = {"rows": int(n_rows), "accesses": int(o.accesses.sum()),
+              "hits": int(row_hits_.sum()), "misses": int(misses.sum()),
+              "evictions": int(sum(e for _, _, e in out)),
+              "fast_path_rows": int(fast.sum())}
     return counts, per_row
 
 
@@ -284,29 +388,45 @@ def replay_selections(
     *,
     save: bool = True,
     rows: SelectionRows | None = None,
-    max_rows: int = 1_000_000,
+    max_rows: int | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Replay ``cfg``; returns the run summary and writes run + per-row tables.
 
-    The trace is read in chunks of whole requests (``max_rows`` rows each, see
-    :func:`iter_rows`) and per-row results are streamed to the store, so memory stays
-    bounded however large the trace. Pass ``rows`` to replay an already loaded trace.
+    The trace is read in chunks of whole requests (``max_rows`` rows each, default about
+    :data:`CHUNK_ACCESSES` accesses; see :func:`iter_rows`) and per-row results are
+    streamed to the store, so memory stays bounded however large the trace. Pass ``rows``
+    to replay an already loaded trace.
+
+    Args:
+        workers: threads (``None`` = every core); the result does not depend on it.
+        progress: show accesses, rate and ETA (``None`` = on a terminal or notebook only).
     """
     policy = policies.get(cfg.policy)
     k = rows.k if rows is not None else _trace_k(store, cfg.trace)
     n = cfg.buffer_tokens or 2 * k
     run_id = cfg.run_id(n)
-    chunks = [rows] if rows is not None else iter_rows(store, cfg.trace, max_rows)
+    n_workers = resolve_workers(workers)
+    if rows is not None:
+        chunks: Iterator[SelectionRows] = iter([rows])
+        total = int(rows.offsets[-1] - rows.offsets[0])
+    else:
+        max_rows = max_rows or max(1, CHUNK_ACCESSES // max(k, 1))
+        chunks = _prefetch(iter_rows(store, cfg.trace, max_rows))
+        total = _trace_rows(store, cfg.trace) * k  # upper bound: short rows have < k
     totals = dict.fromkeys(("rows", "accesses", "hits", "misses", "evictions",
                             "fast_path_rows"), 0)
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(store.writer("selection_replay", run_id, replace=True)) \
             if save else None
+        bar = stack.enter_context(progress_bar(total, f"replay {cfg.trace}", progress))
         for chunk in chunks:
-            counts, per_row = _replay_chunk(chunk, cfg, n, policy, run_id)
+            counts, per_row = _replay_chunk(chunk, cfg, n, policy, run_id, n_workers)
             for c, v in counts.items():
                 totals[c] += v
+            bar.update(counts["accesses"])
             if sink is not None:
                 sink.write(per_row)
         elapsed = time.perf_counter() - t0
@@ -322,3 +442,16 @@ def replay_selections(
             store.write("selection_runs", run_id, pa.Table.from_pylist([summary]),
                         replace=True)
     return summary
+
+
+def _prefetch(chunks: Iterator[SelectionRows]) -> Iterator[SelectionRows]:
+    """Read the next chunk on a thread while the current one replays (Parquet decoding
+    releases the GIL)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        nxt = pool.submit(next, chunks, None)
+        while True:
+            chunk = nxt.result()
+            if chunk is None:
+                return
+            nxt = pool.submit(next, chunks, None)
+            yield chunk

@@ -1,0 +1,56 @@
+"""Worker threads for replays: the kernels and planners are ``nogil`` numba, so threads
+run them on every core without copying data into other processes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def resolve_workers(workers: int | None) -> int:
+    """``None`` or ``0`` = every core this process may run on."""
+    if workers is None or workers == 0:
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # pragma: no cover - not Linux
+            return max(1, os.cpu_count() or 1)
+    if workers < 0:
+        raise ValueError(f"workers must be >= 1 (or 0/None for every core), got {workers}")
+    return workers
+
+
+def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R]:
+    """``[fn(x) for x in items]``, in order, on up to ``workers`` threads."""
+    items = list(items)
+    if workers <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def split_at(boundaries: np.ndarray, weight_before: np.ndarray,
+             parts: int) -> list[tuple[int, int]]:
+    """Cut ``[0, boundaries[-1])`` into up to ``parts`` ranges of about equal weight.
+
+    Args:
+        boundaries: allowed cut points, ascending, starting at 0 and ending at the total
+            (e.g. segment starts plus the end).
+        weight_before: cumulative weight at each boundary (same length).
+        parts: wanted number of ranges.
+    """
+    total = float(weight_before[-1]) if weight_before.size else 0.0
+    if parts <= 1 or boundaries.size <= 2 or total == 0:
+        return [(int(boundaries[0]), int(boundaries[-1]))] if boundaries.size else []
+    targets = total * np.arange(1, parts) / parts
+    cut = np.unique(np.searchsorted(weight_before, targets))
+    cuts = [int(boundaries[0])] + [int(boundaries[c]) for c in cut
+                                   if 0 < c < boundaries.size - 1] + [int(boundaries[-1])]
+    cuts = sorted(set(cuts))
+    return list(zip(cuts[:-1], cuts[1:], strict=True))

@@ -1,0 +1,139 @@
+"""Compiled planning of selection replay: Arrow list buffers in, policy key stream out.
+
+The NumPy :func:`toolkit.replay.selections.plan` builds the same stream with a dozen
+whole-array passes and int64 copies; here one compiled pass reads the ``list<int32>``
+values buffer where Arrow left it (rows visited through an index, so neither the sort
+nor IndexShare copies a list), drops fast-path rows and the newest token, sorts rows
+that are not ascending, writes the HiSparse warm-up and records where each row's policy
+accesses sit in the stream. A second compiled pass folds the policy's hits back into
+per-row counts. Python only touches per-row columns, never per-access data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """Key stream of one policy call and where each replay row's accesses are in it.
+
+    Attributes:
+        keys: int32 positions (warm-up accesses included), ready for ``simulate``.
+        segments: start offset of every cold buffer (one per (request, layer) with any
+            policy access).
+        row_start: per row, offset of its first policy access in ``keys``.
+        row_policy: per row, number of policy accesses (the rest are free hits).
+        fast_path: per row, ``seq_len <= buffer`` (hisparse): all resident.
+    """
+
+    keys: np.ndarray
+    segments: np.ndarray
+    row_start: np.ndarray
+    row_policy: np.ndarray
+    fast_path: np.ndarray
+
+
+@nb.njit(cache=True, nogil=True)
+def _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
+                 keys, segments, row_start, row_policy, fast):  # pragma: no cover - compiled
+    """Fill the preallocated outputs; return (keys used, segments used)."""
+    pos = 0
+    n_seg = 0
+    seg_open = False
+    for r in range(src.shape[0]):
+        if new_group[r]:
+            seg_open = False
+        s = src[r]
+        lo = offsets[s]
+        hi = offsets[s + 1]
+        newest = seq_len[r] - 1
+        is_fast = hisparse and seq_len[r] <= n
+        fast[r] = is_fast
+        row_start[r] = pos
+        if is_fast:
+            row_policy[r] = 0
+            continue
+        if not seg_open and hi > lo:
+            # a buffer starts cold at its first policy access, led by the warm-up
+            segments[n_seg] = pos
+            n_seg += 1
+            seg_open = True
+            for j in range(warm):
+                keys[pos + j] = j
+            pos += warm
+            row_start[r] = pos
+        start = pos
+        ascending = True
+        prev = -1
+        for i in range(lo, hi):
+            v = values[i]
+            if hisparse and v == newest:
+                continue  # the reserved slot serves it
+            keys[pos] = v
+            ascending = ascending and v > prev
+            prev = v
+            pos += 1
+        if not ascending:
+            keys[start:pos] = np.sort(keys[start:pos])
+        row_policy[r] = pos - start
+    return pos, n_seg
+
+
+@nb.njit(cache=True, nogil=True)
+def row_hits(hits, row_start, row_policy):  # pragma: no cover - compiled
+    """Policy hits of every row: one pass over the hit array."""
+    out = np.empty(row_start.shape[0], dtype=np.int64)
+    for r in range(row_start.shape[0]):
+        h = 0
+        lo = row_start[r]
+        for i in range(lo, lo + row_policy[r]):
+            h += hits[i]
+        out[r] = h
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def is_sorted_rows(request_id, layer, step):  # pragma: no cover - compiled
+    """Whether rows are already in (request, layer, step) order (the usual layout)."""
+    for i in range(1, request_id.shape[0]):
+        if request_id[i] != request_id[i - 1]:
+            if request_id[i] < request_id[i - 1]:
+                return False
+        elif layer[i] != layer[i - 1]:
+            if layer[i] < layer[i - 1]:
+                return False
+        elif step[i] < step[i - 1]:
+            return False
+    return True
+
+
+def fused_plan(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, seq_len: np.ndarray,
+               new_group: np.ndarray, n: int, mode: str, initial: str) -> FusedPlan:
+    """Plan replay rows ``src`` (indices into the Arrow list ``offsets``/``values``).
+
+    Args:
+        values, offsets: the list column's flat values (int32) and offsets, zero-copy.
+        src: per replay row (in replay order), the list row it reads; a Shared layer
+            under IndexShare points at its Full layer's row.
+        seq_len: per replay row.
+        new_group: per replay row, True where a new (request, layer) buffer begins.
+        n: buffer slots.
+    """
+    hisparse = mode == "hisparse"
+    warm = n if (hisparse and initial == "first") else 0
+    lengths = offsets[1:][src] - offsets[:-1][src]
+    n_groups = int(np.count_nonzero(new_group))
+    bound = int(lengths.sum()) + warm * n_groups
+    keys = np.empty(bound, dtype=np.int32)
+    segments = np.empty(n_groups, dtype=np.int64)
+    n_rows = src.size
+    row_start = np.empty(n_rows, dtype=np.int64)
+    row_policy = np.empty(n_rows, dtype=np.int64)
+    fast = np.empty(n_rows, dtype=np.bool_)
+    used, n_seg = _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
+                               keys, segments, row_start, row_policy, fast)
+    return FusedPlan(keys[:used], segments[:n_seg], row_start, row_policy, fast)
