@@ -67,17 +67,31 @@ def replay_prefix_cmd(
     trace: Annotated[str, typer.Option("--trace", help="Name of a request timeline.")],
     policy: Annotated[str, typer.Option("--policy", help="Cache policy.")] = "lru",
     capacity_blocks: Annotated[
-        int | None,
-        typer.Option("--capacity-blocks", min=0, help="Cache size in blocks; omit for unbounded."),
+        list[int] | None,
+        typer.Option("--capacity-blocks", min=0, help="Cache size in blocks; omit for "
+                     "unbounded; repeat for a sweep (replayed on --workers threads)."),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=0, help="Threads for a sweep (default: all "
+                                 "cores); results do not depend on it.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Replay a request timeline's prefix blocks through one cache (see README: semantics)."""
-    from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
+    from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix, sweep_prefix
     from toolkit.store import open_store
 
     with open_store(store) as s:
-        cfg = guard(PrefixReplayConfig, trace, policy, capacity_blocks)
+        if capacity_blocks is not None and len(capacity_blocks) > 1:
+            for c in capacity_blocks:
+                guard(PrefixReplayConfig, trace, policy, c)
+            rows = guard(sweep_prefix, s, trace, list(capacity_blocks), policy,
+                         workers=workers)
+            for row in rows:
+                print_record(row, as_json)
+            return
+        cap = capacity_blocks[0] if capacity_blocks else None
+        cfg = guard(PrefixReplayConfig, trace, policy, cap)
         row = guard(replay_prefix, s, cfg)
     print_record(row, as_json)
 

@@ -76,9 +76,14 @@ def replay_selections_cmd(
         str, typer.Option("--initial", help="HiSparse buffer when a sequence outgrows it: "
                           "first (tokens 0..N-1, staging path) or empty (PD direct path).")
     ] = "first",
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=0, help="Threads (default: all cores); "
+                                 "results do not depend on it.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Replay top-k selections through per-(request, layer) device buffers (README)."""
+    """Replay top-k selections through per-(request, layer) device buffers (README);
+    shows progress on a terminal for replays longer than ~2 s (never with --json)."""
     from toolkit.replay.selections import (
         DEFAULT_ROW_BYTES,
         SelectionReplayConfig,
@@ -107,7 +112,8 @@ def replay_selections_cmd(
                                          spec.index_skip_topk_offset)
         cfg = guard(SelectionReplayConfig, trace, policy, buffer_tokens, mode, initial,
                      full, row_bytes)
-        row = guard(replay_selections, s, cfg)
+        row = guard(replay_selections, s, cfg, workers=workers,
+                    progress=False if as_json else None)
     print_record(row, as_json)
 
 
@@ -124,6 +130,10 @@ def replay_mrc_cmd(
         str | None, typer.Option("--sizes", help="Comma-separated sizes to print (default: "
                                  "powers of two and the maximum).")
     ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=0, help="Threads over (request, layer) "
+                                 "buffers (default: all cores); results do not depend on it.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
     """LRU misses for every size 0..max in one pass (stack distances); stored in miss_curves."""
@@ -133,7 +143,7 @@ def replay_mrc_cmd(
     from toolkit.store import open_store
 
     with open_store(store) as s:
-        table = guard(miss_curve_table, s, trace, kind, max_capacity)
+        table = guard(miss_curve_table, s, trace, kind, max_capacity, workers=workers)
     df = pl.from_arrow(table)
     if sizes:
         wanted = [int(x) for x in sizes.split(",")]

@@ -22,6 +22,7 @@ from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
 from toolkit.replay.keys import dense_ids
+from toolkit.replay.parallel import resolve_workers, thread_map
 from toolkit.store import Store
 
 
@@ -170,11 +171,20 @@ def replay_prefix(
 
 
 def sweep_prefix(
-    store: Store, trace: str, capacities: list[int | None], policy: str = "lru"
+    store: Store, trace: str, capacities: list[int | None], policy: str = "lru",
+    *, workers: int | None = None, save: bool = True,
 ) -> list[dict[str, Any]]:
-    """Replay one trace at several capacities, flattening it once."""
+    """Replay one trace at several capacities, flattening it once.
+
+    Capacities replay on ``workers`` threads (``None`` = every core; the kernels release
+    the GIL); rows come back in the order of ``capacities`` and are written from this
+    thread, so the result does not depend on ``workers``.
+    """
     stream = load_stream(store, trace)
-    return [
-        replay_prefix(store, PrefixReplayConfig(trace, policy, c), stream=stream)
-        for c in capacities
-    ]
+    cfgs = [PrefixReplayConfig(trace, policy, c) for c in capacities]
+    rows = thread_map(lambda c: replay_prefix(store, c, stream=stream, save=False), cfgs,
+                      resolve_workers(workers))
+    if save:
+        for cfg, row in zip(cfgs, rows, strict=True):
+            store.write("replay_runs", cfg.run_id, pa.Table.from_pylist([row]), replace=True)
+    return rows

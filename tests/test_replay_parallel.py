@@ -1,0 +1,252 @@
+"""Compiled selection planning, worker threads, streaming synthesis and progress (issue 11)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import toolkit
+from toolkit.cli import app
+from toolkit.ingest.selections import SelectionColumns, validate
+from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
+from toolkit.replay.prefix import sweep_prefix
+from toolkit.replay.selection_plan import fused_plan
+from toolkit.replay.selections import (
+    SelectionReplayConfig,
+    SelectionRows,
+    _order,
+    plan,
+    replay_selections,
+    rows_from_table,
+)
+from toolkit.synth.selections import SyntheticSelectionConfig
+from toolkit.synth.selections_fast import request_table, write_streaming
+
+SMALL = SyntheticSelectionConfig(requests=5, prompt_tokens=150, steps=6, layers=4, k=64,
+                                 sinks=4, recent_window=8, seed=11)
+
+
+@st.composite
+def raw_rows(draw):
+    """Rows in a random stored order, each list in random (score-like) order."""
+    rows = []
+    for req in range(draw(st.integers(1, 3))):
+        prompt = draw(st.integers(1, 10))
+        layers = draw(st.integers(1, 3))
+        for step in range(draw(st.integers(1, 8))):
+            seq_len = prompt + step + 1
+            for layer in range(layers):
+                pos = draw(st.lists(st.integers(0, seq_len - 1), unique=True,
+                                    max_size=min(5, seq_len)))
+                rows.append((req, step, layer, seq_len, pos))
+    return draw(st.permutations(rows))
+
+
+def as_rows(rows, dtype=np.int32) -> SelectionRows:
+    lengths = [len(r[4]) for r in rows]
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    vals = np.array([p for r in rows for p in r[4]], dtype=dtype)
+    col = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(4)]
+    return SelectionRows(col[0], col[1], col[2], col[3], offsets.astype(dtype), vals, 5)
+
+
+class TestFusedPlan:
+    @settings(max_examples=60, deadline=None)
+    @given(rows=raw_rows(), n=st.integers(1, 8), mode=st.sampled_from(["plain", "hisparse"]),
+           initial=st.sampled_from(["first", "empty"]))
+    def test_equals_numpy_plan(self, rows, n, mode, initial):
+        """Differential: the compiled planner on unsorted int32 rows gives the NumPy
+        reference plan's stream, segments and per-row split on the sorted int64 rows."""
+        raw = as_rows(rows)
+        o = _order(raw, None)
+        got = fused_plan(raw.values, raw.offsets, o.src, o.seq_len, o.new_group, n, mode,
+                         initial)
+        import pyarrow as pa
+
+        ref_rows = rows_from_table(pa.table({
+            "request_id": raw.request_id, "step": raw.step, "layer": raw.layer,
+            "seq_len": raw.seq_len,
+            "topk": pa.ListArray.from_arrays(pa.array(raw.offsets), pa.array(raw.values))}), 5)
+        ref = plan(ref_rows, n, mode, initial)
+        assert got.keys.tolist() == ref.keys.tolist()
+        assert got.segments.tolist() == ref.segments.tolist()
+        assert got.fast_path.tolist() == ref.fast_path.tolist()
+        counted = np.bincount(ref.row_of, minlength=raw.request_id.size)
+        assert got.row_policy.tolist() == counted.tolist()
+        assert (np.diff(ref_rows.offsets) - counted).tolist() == ref.free_hits.tolist()
+
+    def test_rows_ordered_through_an_index(self):
+        """Rows already in (request, layer, step) order are read in place; step-major rows
+        (as recorders write them) are visited through a permutation, lists not moved."""
+        done = as_rows([(0, 0, 0, 9, [1, 2]), (0, 1, 0, 10, [2, 3]), (0, 0, 1, 9, [4])])
+        assert _order(done, None).src.tolist() == [0, 1, 2]
+        step_major = as_rows([(0, 0, 0, 9, [1]), (0, 0, 1, 9, [2]), (0, 1, 0, 10, [3])])
+        o = _order(step_major, None)
+        assert o.src.tolist() == [0, 2, 1]
+        assert o.new_group.tolist() == [True, False, True]
+
+
+def _per_row(store, run_id):
+    return store.query(f"SELECT * EXCLUDE (run_id) FROM selection_replay WHERE run_id = "
+                       f"'{run_id}' ORDER BY request_id, layer, step")
+
+
+class TestWorkers:
+    @pytest.mark.parametrize("policy", ["lru", "s3fifo", "opt"])
+    def test_selection_results_identical_for_any_workers(self, store, policy):
+        """1, 2 and 3 threads (and chunks of one request) give the same rows and totals."""
+        write_streaming(store, SMALL, "syn")
+        for mode, full in (("plain", None), ("hisparse", None), ("hisparse", (0, 2))):
+            cfg = SelectionReplayConfig("syn", policy, 100, mode=mode, full_layers=full)
+            base = replay_selections(store, cfg, workers=1)
+            base_rows = _per_row(store, base["run_id"])
+            for workers, max_rows in ((2, None), (3, None), (2, 24)):
+                got = replay_selections(store, cfg, workers=workers, max_rows=max_rows)
+                assert {k: v for k, v in got.items() if k != "elapsed_s"} == {
+                    k: v for k, v in base.items() if k != "elapsed_s"}
+                assert _per_row(store, got["run_id"]).equals(base_rows)
+            assert base["misses"] > 0 and base["hits"] > 0
+
+    def test_exact_counts_small_trace(self, store):
+        """Pinned figures of the SMALL synthetic trace (HiSparse LRU, 100 slots, 2 threads),
+        equal to the OrderedDict reference model of test_selection_replay."""
+        from tests.test_selection_replay import reference
+
+        write_streaming(store, SMALL, "syn")
+        s = replay_selections(store, SelectionReplayConfig("syn", "lru", 100), workers=2)
+        assert (s["accesses"], s["hits"], s["misses"], s["evictions"]) == (7680, 6455, 1225,
+                                                                            1225)
+        rows = [(x["request_id"], x["step"], x["layer"], x["seq_len"], tuple(x["topk"]))
+                for x in store.read("selections", "syn").to_pylist()]
+        ref = reference(rows, 100, "hisparse", "first")
+        got = {(r, st_, la): h for r, st_, la, h in store.query(
+            "SELECT request_id, step, layer, hits FROM selection_replay").rows()}
+        assert got == ref
+        assert s["fast_path_rows"] == 0  # prompt 150 > 100 slots
+
+    def test_mrc_identical_for_any_workers(self, store):
+        write_streaming(store, SMALL, "syn")
+        one = miss_curve_table(store, "syn", "selections", 300, save=False, workers=1)
+        two = miss_curve_table(store, "syn", "selections", 300, save=False, workers=2)
+        assert one.equals(two)
+        keys = np.array([0, 1, 0, 2, 1, 0, 3, 3, 1], dtype=np.int32)
+        seg = np.array([0, 3, 5])
+        assert lru_miss_curve(keys, 4, 4, seg, workers=3).tolist() == \
+            lru_miss_curve(keys, 4, 4, seg, workers=1).tolist()
+
+    def test_prefix_sweep_identical_for_any_workers(self, mooncake_store):
+        caps = [100, 1_000, 10_000, None]
+        one = sweep_prefix(mooncake_store, "conv", caps, workers=1, save=False)
+        two = sweep_prefix(mooncake_store, "conv", caps, workers=2, save=False)
+        drop = ("elapsed_s",)
+        assert [{k: v for k, v in r.items() if k not in drop} for r in one] == \
+            [{k: v for k, v in r.items() if k not in drop} for r in two]
+        assert two[1]["block_hits"] == 12_831 and two[2]["block_hits"] == 60_921
+
+    def test_bad_workers(self, store):
+        write_streaming(store, SMALL, "syn")
+        with pytest.raises(ValueError, match="workers must be"):
+            replay_selections(store, SelectionReplayConfig("syn"), workers=-1)
+
+
+class TestStreamingSynth:
+    def test_valid_labelled_and_independent_of_workers(self, tmp_path):
+        """Every row passes the ingest validator; 1 or 2 threads write the same file."""
+        tables = []
+        for w in (1, 2):
+            with toolkit.open_store(tmp_path / f"s{w}") as s:
+                assert write_streaming(s, SMALL, "syn", workers=w) == 5 * 6 * 4
+                tables.append(s.read("selections", "syn"))
+                meta = s.read("selection_traces", "syn").to_pylist()[0]
+        assert tables[0].equals(tables[1])
+        assert meta["synthetic"] and meta["source"].startswith("SYNTHETIC")
+        t = tables[0]
+        topk = t.column("topk").combine_chunks()
+        cols = SelectionColumns(*(t.column(c).to_numpy().astype(np.int64) for c in
+                                  ("request_id", "step", "layer", "seq_len")),
+                                topk.offsets.to_numpy().astype(np.int64),
+                                topk.values.to_numpy().astype(np.int64))
+        assert validate(cols, 64)[2] == 64
+        assert (np.diff(cols.offsets) == 64).all()
+
+    def test_retention_shapes_overlap(self):
+        """Consecutive steps of a layer share about step_retention of the middle set."""
+        cfg = SyntheticSelectionConfig(requests=1, prompt_tokens=4000, steps=20, layers=1,
+                                       k=512, sinks=16, recent_window=32, step_retention=0.9,
+                                       layer_retention=0.0)
+        t = request_table(cfg, "x", 0).column("topk").to_pylist()
+        mid = [set(r[16:-32]) for r in t]
+        shares = [len(a & b) / len(a) for a, b in zip(mid, mid[1:], strict=False)]
+        assert 0.85 <= float(np.mean(shares)) <= 0.95
+
+    def test_topk_is_delta_encoded(self, store):
+        write_streaming(store, SMALL, "syn")
+        meta = pq.ParquetFile(store.root / "selections" / "syn.parquet").metadata
+        col = meta.row_group(0).column(5)
+        assert col.path_in_schema == "topk.list.element"
+        assert "DELTA_BINARY_PACKED" in col.encodings
+
+
+class TestCli:
+    def test_workers_and_json_are_quiet(self, tmp_path):
+        """--workers on all three replays; --json prints JSON only, nothing on stderr."""
+        root = str(tmp_path / "s")
+        runner = CliRunner()
+        res = runner.invoke(app, ["synth", "selections", "--store", root, "--name", "syn",
+                                  "--requests", "2", "--prompt-tokens", "150", "--steps", "4",
+                                  "--layers", "2", "--k", "64", "--sinks", "4",
+                                  "--recent-window", "8", "--workers", "2"])
+        assert res.exit_code == 0, res.output
+        assert "SYNTHETIC" in res.output and "16 rows" in res.output
+        outs = []
+        for w in ("1", "2"):
+            res = runner.invoke(app, ["replay", "selections", "--store", root, "--trace",
+                                      "syn", "--workers", w, "--json"])
+            assert res.exit_code == 0, res.output
+            outs.append(json.loads(res.stdout))
+            assert res.stderr == ""
+        assert outs[0]["misses"] == outs[1]["misses"] > 0
+        res = runner.invoke(app, ["replay", "mrc", "--store", root, "--trace", "syn",
+                                  "--max-capacity", "64", "--workers", "2", "--json"])
+        assert res.exit_code == 0 and res.stderr == ""
+
+    def test_prefix_sweep(self, tmp_path):
+        from tests.conftest import MOONCAKE
+
+        root = str(tmp_path / "s")
+        runner = CliRunner()
+        assert runner.invoke(app, ["ingest", "mooncake", str(MOONCAKE), "--store", root,
+                                   "--name", "conv"]).exit_code == 0
+        res = runner.invoke(app, ["replay", "prefix", "--store", root, "--trace", "conv",
+                                  "--capacity-blocks", "1000", "--capacity-blocks", "10000",
+                                  "--workers", "2", "--json"])
+        assert res.exit_code == 0, res.output
+        rows = [json.loads(line) for line in res.stdout.splitlines()]
+        assert [r["block_hits"] for r in rows] == [12_831, 60_921]
+
+
+class TestProgress:
+    def test_quiet_unless_interactive(self, capsys):
+        from toolkit.replay.progress import _interactive, progress
+
+        assert not _interactive()
+        with progress(100, "x") as bar:
+            bar.update(100)
+        assert capsys.readouterr().err == ""
+
+    def test_shows_accesses_rate_eta_when_enabled(self, capsys, monkeypatch):
+        from toolkit.replay import progress as prog
+
+        monkeypatch.setattr(prog, "DELAY_S", 0.0)
+        with prog.progress(1000, "replay t", enabled=True) as bar:
+            bar.update(400)
+            bar.refresh()
+            err = capsys.readouterr().err
+        assert "replay t" in err and "400/1.00k" in err and "acc/s" in err
