@@ -67,7 +67,10 @@ SELECTIONS = pa.schema(
         pa.field("step", pa.int32(), nullable=False),  # decode step, strictly increasing per layer
         pa.field("layer", pa.int16(), nullable=False),
         pa.field("seq_len", pa.int32(), nullable=False),  # context incl. the new token
-        pa.field("topk", pa.list_(pa.int32()), nullable=False),  # positions in [0, seq_len)
+        # positions in [0, seq_len); elements declared non-null so Parquet stores no
+        # definition levels for them (reading is ~1.4x faster, benchmarks/RESULTS.md)
+        pa.field("topk", pa.list_(pa.field("element", pa.int32(), nullable=False)),
+                 nullable=False),
     ]
 )
 

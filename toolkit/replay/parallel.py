@@ -3,9 +3,11 @@ run them on every core without copying data into other processes."""
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
@@ -33,6 +35,27 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(fn, items))
+
+
+def ordered_results(work: list[Callable[[], R]], workers: int) -> Iterator[R]:
+    """Run ``work`` items on up to ``workers`` threads and yield results in order, with at
+    most ``workers + 1`` results held at once (bounded memory for streamed chunks).
+    ``workers=1`` runs everything on the calling thread."""
+    if workers <= 1 or len(work) <= 1:
+        for w in work:
+            yield w()
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending: deque[Future[R]] = deque()
+        it = iter(work)
+        for w in itertools.islice(it, workers + 1):
+            pending.append(pool.submit(w))
+        while pending:
+            res = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(nxt))
+            yield res
 
 
 def split_at(boundaries: np.ndarray, weight_before: np.ndarray,

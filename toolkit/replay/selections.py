@@ -32,9 +32,9 @@ replay on worker threads (the kernels release the GIL) with identical results.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
-from toolkit.replay.parallel import resolve_workers, split_at, thread_map
+from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, row_hits
 from toolkit.store import Store
@@ -175,27 +175,82 @@ def load_rows(store: Store, trace: str) -> SelectionRows:
     return raw_rows(store.read("selections", trace), k)
 
 
+ROW_COLUMNS = ["request_id", "step", "layer", "seq_len", "topk"]
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """Where one chunk of whole requests sits in a trace's Parquet file.
+
+    Attributes:
+        row_groups: row groups to read (consecutive).
+        start: first row of the chunk within those row groups.
+        rows: rows in the chunk.
+        request_range: ``(first, last)`` request id, for files not ordered by request
+            (then read with a filter instead of by row group).
+    """
+
+    row_groups: tuple[int, ...]
+    start: int
+    rows: int
+    request_range: tuple[int, int] | None = None
+
+
+def chunk_specs(path: Any, max_rows: int) -> list[ChunkSpec]:
+    """Cut a selection file into chunks of whole requests of about ``max_rows`` rows (one
+    request per chunk if a request is larger). Buffers are per (request, layer), so
+    chunking by request is exact. A file written request by request (recorders, the
+    synthetic generator) is read by row group, with no filter to evaluate."""
+    pf = pq.ParquetFile(path)
+    rid = pf.read(columns=["request_id"]).column(0).to_numpy()
+    if rid.size == 0:
+        return []
+    starts = np.flatnonzero(np.r_[True, rid[1:] != rid[:-1]])
+    if np.all(rid[1:] >= rid[:-1]):
+        cuts = [0]
+        for st_ in starts[1:].tolist():
+            if st_ - cuts[-1] >= max_rows:
+                cuts.append(st_)
+        cuts.append(int(rid.size))
+        rg_rows = [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)]
+        rg_start = np.r_[0, np.cumsum(rg_rows)]
+        specs = []
+        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+            g0 = int(np.searchsorted(rg_start, lo, side="right")) - 1
+            g1 = int(np.searchsorted(rg_start, hi, side="left"))
+            specs.append(ChunkSpec(tuple(range(g0, g1)), lo - int(rg_start[g0]), hi - lo))
+        return specs
+    ids, sizes = np.unique(rid, return_counts=True)
+    specs, first, size = [], None, 0
+    for i, (r, n) in enumerate(zip(ids.tolist(), sizes.tolist(), strict=True)):
+        first = r if first is None else first
+        size += n
+        if size >= max_rows or i == ids.size - 1:
+            specs.append(ChunkSpec((), 0, size, (first, r)))
+            first, size = None, 0
+    return specs
+
+
+def read_chunk(path: Any, spec: ChunkSpec, k: int) -> SelectionRows:
+    """Read one chunk (see :func:`chunk_specs`), lists zero-copy where Arrow allows."""
+    if spec.request_range is None:
+        t = pq.ParquetFile(path).read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS,
+                                                 use_threads=False)
+        t = t.slice(spec.start, spec.rows)
+    else:
+        lo, hi = spec.request_range
+        flt = (ds.field("request_id") >= lo) & (ds.field("request_id") <= hi)
+        t = ds.dataset(path, format="parquet").to_table(columns=ROW_COLUMNS, filter=flt)
+    return raw_rows(t, k)
+
+
 def iter_rows(store: Store, trace: str, max_rows: int = 1_000_000) -> Iterator[SelectionRows]:
     """Yield a selection trace in chunks of whole requests, each of about ``max_rows`` rows
-    (one request per chunk if a request is larger), so a trace larger than memory replays
-    in bounded memory. Buffers are per (request, layer), so chunking by request is exact;
-    Parquet row-group statistics on ``request_id`` keep each read to its own row groups.
-    """
+    (see :func:`chunk_specs`), so a trace larger than memory replays in bounded memory."""
     k = _trace_k(store, trace)
     path = store.root / "selections" / f"{trace}.parquet"
-    rid = pq.read_table(path, columns=["request_id"]).column("request_id").to_numpy()
-    ids, sizes = np.unique(rid, return_counts=True)
-    counts = list(zip(ids.tolist(), sizes.tolist(), strict=True))
-    dataset = ds.dataset(path, format="parquet")
-    chunk: list[int] = []
-    size = 0
-    for i, (rid_, n) in enumerate(counts):
-        chunk.append(rid_)
-        size += n
-        if size >= max_rows or i == len(counts) - 1:
-            flt = (ds.field("request_id") >= chunk[0]) & (ds.field("request_id") <= chunk[-1])
-            yield raw_rows(dataset.to_table(filter=flt), k)
-            chunk, size = [], 0
+    for spec in chunk_specs(path, max_rows):
+        yield read_chunk(path, spec, k)
 
 
 def anchor_layers(layers: np.ndarray, full_layers: tuple[int, ...]) -> np.ndarray:
@@ -409,12 +464,18 @@ def replay_selections(
     run_id = cfg.run_id(n)
     n_workers = resolve_workers(workers)
     if rows is not None:
-        chunks: Iterator[SelectionRows] = iter([rows])
         total = int(rows.offsets[-1] - rows.offsets[0])
+        work = [lambda: _replay_chunk(rows, cfg, n, policy, run_id, n_workers)]
+        chunk_workers = 1
     else:
         max_rows = max_rows or max(1, CHUNK_ACCESSES // max(k, 1))
-        chunks = _prefetch(iter_rows(store, cfg.trace, max_rows))
+        path = store.root / "selections" / f"{cfg.trace}.parquet"
+        specs = chunk_specs(path, max_rows)
         total = _trace_rows(store, cfg.trace) * k  # upper bound: short rows have < k
+        # chunks are independent: each worker reads, plans and replays whole chunks
+        work = [functools.partial(_read_and_replay, path, spec, k, cfg, n, policy, run_id)
+                for spec in specs]
+        chunk_workers = n_workers
     totals = dict.fromkeys(("rows", "accesses", "hits", "misses", "evictions",
                             "fast_path_rows"), 0)
     t0 = time.perf_counter()
@@ -422,8 +483,7 @@ def replay_selections(
         sink = stack.enter_context(store.writer("selection_replay", run_id, replace=True)) \
             if save else None
         bar = stack.enter_context(progress_bar(total, f"replay {cfg.trace}", progress))
-        for chunk in chunks:
-            counts, per_row = _replay_chunk(chunk, cfg, n, policy, run_id, n_workers)
+        for counts, per_row in ordered_results(work, chunk_workers):
             for c, v in counts.items():
                 totals[c] += v
             bar.update(counts["accesses"])
@@ -444,14 +504,6 @@ def replay_selections(
     return summary
 
 
-def _prefetch(chunks: Iterator[SelectionRows]) -> Iterator[SelectionRows]:
-    """Read the next chunk on a thread while the current one replays (Parquet decoding
-    releases the GIL)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        nxt = pool.submit(next, chunks, None)
-        while True:
-            chunk = nxt.result()
-            if chunk is None:
-                return
-            nxt = pool.submit(next, chunks, None)
-            yield chunk
+def _read_and_replay(path: Any, spec: ChunkSpec, k: int, cfg: SelectionReplayConfig, n: int,
+                     policy: Any, run_id: str) -> tuple[dict[str, int], pa.Table]:
+    return _replay_chunk(read_chunk(path, spec, k), cfg, n, policy, run_id)

@@ -124,7 +124,8 @@ def request_table(cfg: SyntheticSelectionConfig, trace: str, req: int) -> pa.Tab
         "step": step,
         "layer": np.tile(np.arange(cfg.layers, dtype=np.int16), cfg.steps),
         "seq_len": (cfg.prompt_tokens + 1 + step).astype(np.int32),
-        "topk": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
+        "topk": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values),
+                                         type=schema.SELECTIONS.field("topk").type),
     }, schema=schema.SELECTIONS)
 
 
