@@ -57,7 +57,16 @@ def _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
         if is_fast:
             row_policy[r] = 0
             continue
-        if not seg_open and hi > lo:
+        # order is checked on the full row (a subsequence of an ascending row ascends),
+        # in a pass without a loop-carried value, so LLVM vectorises it
+        descents = 0
+        n_newest = 0
+        for i in range(lo + 1, hi):
+            descents += values[i] <= values[i - 1]
+        if hisparse:
+            for i in range(lo, hi):
+                n_newest += values[i] == newest
+        if not seg_open and hi - lo - n_newest > 0:
             # a buffer starts cold at its first policy access, led by the warm-up
             segments[n_seg] = pos
             n_seg += 1
@@ -67,17 +76,16 @@ def _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
             pos += warm
             row_start[r] = pos
         start = pos
-        ascending = True
-        prev = -1
-        for i in range(lo, hi):
-            v = values[i]
-            if hisparse and v == newest:
-                continue  # the reserved slot serves it
-            keys[pos] = v
-            ascending = ascending and v > prev
-            prev = v
-            pos += 1
-        if not ascending:
+        if hisparse:
+            # branch-free: the newest token is written, then overwritten (pos stays)
+            for i in range(lo, hi):
+                v = values[i]
+                keys[pos] = v
+                pos += v != newest
+        else:
+            keys[start:start + hi - lo] = values[lo:hi]
+            pos = start + hi - lo
+        if descents:
             keys[start:pos] = np.sort(keys[start:pos])
         row_policy[r] = pos - start
     return pos, n_seg

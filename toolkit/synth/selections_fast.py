@@ -145,7 +145,8 @@ def write_streaming(store: Store, cfg: SyntheticSelectionConfig, trace: str, *,
         * cfg.layers
     if per_request >= 2**31:
         raise ValueError("one request must hold fewer than 2**31 positions (int32 offsets)")
-    batch = max(1, min(cfg.requests, BATCH_POSITIONS // max(per_request, 1), 4 * n_workers))
+    batch = max(n_workers, min(cfg.requests, BATCH_POSITIONS // max(per_request, 1),
+                               4 * n_workers))
     rows = 0
     with store.writer("selections", trace, replace=replace) as sink:
         for first in range(0, cfg.requests, batch):
