@@ -2,14 +2,16 @@
 
 SYNTHETIC: nothing here is measured. Same model as :mod:`toolkit.synth.selections` (sinks,
 recency window, middle positions carried over from the previous layer and the previous
-step, fresh uniform picks for the rest), drawn with numba's generator seeded per
+step, fresh uniform picks for the rest), drawn with an xorshift64* generator seeded per
 request, so a request's rows do not depend on how requests are batched or threaded.
-Rows are written as they are made, one batch of requests at a time, so memory stays
-bounded by the batch whatever the trace size.
+Rows are written as they are made, one request at a time (a few requests in flight), so
+memory stays bounded by a request whatever the trace size. Carried-over positions are drawn by
+selection sampling, which keeps them sorted, so a row is a 3-way merge rather than a sort.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numba as nb
@@ -18,24 +20,64 @@ import pyarrow as pa
 
 from toolkit import schema
 from toolkit.config import config_json
-from toolkit.replay.parallel import resolve_workers, thread_map
+from toolkit.replay.parallel import ordered_results, resolve_workers
 from toolkit.store import Store
 from toolkit.synth.selections import SyntheticSelectionConfig
 
-BATCH_POSITIONS = 1 << 25  # ~32 M positions (128 MB int32) per written batch
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _next(state):  # pragma: no cover - compiled
+    """xorshift64* step: a few ns per draw, where numba's Mersenne Twister call costs ~15."""
+    x = state[0]
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    state[0] = x
+    return x * np.uint64(2685821657736338717)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _below(state, n):  # pragma: no cover - compiled
+    """Uniform integer in [0, n) (n < 2**32) by multiply-shift."""
+    return np.int64(((_next(state) >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
 
 
 @nb.njit(cache=True, nogil=True)
-def _pick(pool, n_pool, want, mark, chosen, c):  # pragma: no cover - compiled
-    """Move ``want`` random unmarked entries of ``pool[:n_pool]`` into ``chosen[c:]``."""
-    for i in range(want):
-        j = i + np.random.randint(0, n_pool - i)
-        pool[i], pool[j] = pool[j], pool[i]
-        v = pool[i]
-        mark[v] = 1
-        chosen[c] = v
-        c += 1
+def _sample_sorted(pool, n_pool, want, state, mark, out):  # pragma: no cover - compiled
+    """Knuth's selection sampling: ``want`` of ``pool[:n_pool]`` uniformly at random, kept
+    in pool order (sorted in, sorted out, so no sort afterwards); marks the chosen."""
+    c = 0
+    for i in range(n_pool):
+        if c == want:
+            break
+        if _below(state, n_pool - i) < want - c:
+            v = pool[i]
+            out[c] = v
+            mark[v] = 1
+            c += 1
     return c
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge3(a, na, b, nb_, c, nc, out, o):  # pragma: no cover - compiled
+    """Merge three sorted, disjoint runs into ``out[o:]``."""
+    i = j = q = 0
+    big = np.int32(2**31 - 1)
+    for _ in range(na + nb_ + nc):
+        x = a[i] if i < na else big
+        y = b[j] if j < nb_ else big
+        z = c[q] if q < nc else big
+        if x < y and x < z:
+            out[o] = x
+            i += 1
+        elif y < z:
+            out[o] = y
+            j += 1
+        else:
+            out[o] = z
+            q += 1
+        o += 1
+    return o
 
 
 @nb.njit(cache=True, nogil=True)
@@ -43,15 +85,20 @@ def _request_rows(seed, req, prompt, steps, layers, k, sinks, recent, step_ret,
                   layer_ret, values, offsets):  # pragma: no cover - compiled
     """Rows of one request in (step, layer) order into ``values``/``offsets``; returns
     the number of positions written."""
-    np.random.seed((seed * 1_000_003 + req) & 0x7FFFFFFF)
+    state = np.empty(1, dtype=np.uint64)
+    state[0] = np.uint64((seed * 1_000_003 + req) * 2 + 1) * np.uint64(0x9E3779B97F4A7C15)
+    for _ in range(4):
+        _next(state)
     m = k - sinks - recent
-    max_len = prompt + steps
-    mark = np.zeros(max_len + 1, dtype=np.uint8)
-    prev_step = np.empty((layers, max(m, 1)), dtype=np.int32)
+    mm = max(m, 1)
+    mark = np.zeros(prompt + steps + 1, dtype=np.uint8)
+    prev_step = np.empty((layers, mm), dtype=np.int32)
     has_step = np.zeros(layers, dtype=np.bool_)
-    prev_layer = np.empty(max(m, 1), dtype=np.int32)
-    pool = np.empty(max(m, 1), dtype=np.int32)
-    chosen = np.empty(max(m, 1), dtype=np.int32)
+    prev_layer = np.empty(mm, dtype=np.int32)
+    from_layer = np.empty(mm, dtype=np.int32)
+    from_step = np.empty(mm, dtype=np.int32)
+    fresh = np.empty(mm, dtype=np.int32)
+    pool = np.empty(mm, dtype=np.int32)
     pos = 0
     row = 0
     for step in range(steps):
@@ -67,41 +114,41 @@ def _request_rows(seed, req, prompt, steps, layers, k, sinks, recent, step_ret,
                 has_layer = False
                 has_step[layer] = False
                 continue
-            lo = sinks
             hi = seq_len - recent
-            c = 0
+            na = 0
+            nb_ = 0
             if has_layer and m > 0:
-                for i in range(m):
-                    pool[i] = prev_layer[i]
-                c = _pick(pool, m, int(round(layer_ret * m)), mark, chosen, c)
-            if has_step[layer] and c < m:
+                na = _sample_sorted(prev_layer, m, int(round(layer_ret * m)), state, mark,
+                                    from_layer)
+            if has_step[layer] and na < m:
                 n_pool = 0
                 for i in range(m):
                     v = prev_step[layer, i]
                     if mark[v] == 0:
                         pool[n_pool] = v
                         n_pool += 1
-                want = min(n_pool, int(round(step_ret * (m - c))))
-                c = _pick(pool, n_pool, want, mark, chosen, c)
-            while c < m:
-                v = np.random.randint(lo, hi)
+                want = min(n_pool, int(round(step_ret * (m - na))))
+                nb_ = _sample_sorted(pool, n_pool, want, state, mark, from_step)
+            nc = 0
+            while na + nb_ + nc < m:
+                v = sinks + _below(state, hi - sinks)
                 if mark[v] == 0:
                     mark[v] = 1
-                    chosen[c] = v
-                    c += 1
-            mid = np.sort(chosen[:m])
-            for i in range(m):
-                mark[mid[i]] = 0
-                prev_layer[i] = mid[i]
-                prev_step[layer, i] = mid[i]
-            has_layer = True
-            has_step[layer] = True
+                    fresh[nc] = v
+                    nc += 1
+            fresh[:nc] = np.sort(fresh[:nc])
             for i in range(sinks):
                 values[pos + i] = i
             pos += sinks
+            start = pos
+            pos = _merge3(from_layer, na, from_step, nb_, fresh, nc, values, pos)
             for i in range(m):
-                values[pos + i] = mid[i]
-            pos += m
+                v = values[start + i]
+                mark[v] = 0
+                prev_layer[i] = v
+                prev_step[layer, i] = v
+            has_layer = True
+            has_step[layer] = True
             for i in range(recent):
                 values[pos + i] = hi + i
             pos += recent
@@ -132,11 +179,12 @@ def request_table(cfg: SyntheticSelectionConfig, trace: str, req: int) -> pa.Tab
 def write_streaming(store: Store, cfg: SyntheticSelectionConfig, trace: str, *,
                     replace: bool = False, workers: int | None = None,
                     on_batch: Callable[[int], None] | None = None) -> int:
-    """Generate ``cfg`` into the store request batch by request batch; returns rows.
+    """Generate ``cfg`` into the store request by request; returns rows.
 
-    Requests of a batch are generated on ``workers`` threads; ``on_batch(positions)``
-    reports progress. The trace's metadata is written after its rows, and the rows are
-    removed again if that fails, so a trace is either complete or absent.
+    Requests are generated on ``workers`` threads, in order, while the calling thread
+    writes; ``on_batch(positions)`` reports progress after each request. The trace's
+    metadata is written after its rows, and the rows are removed again if that fails,
+    so a trace is either complete or absent.
     """
     n_workers = resolve_workers(workers)
     if cfg.prompt_tokens + cfg.steps >= 2**31 - 1:
@@ -145,17 +193,16 @@ def write_streaming(store: Store, cfg: SyntheticSelectionConfig, trace: str, *,
         * cfg.layers
     if per_request >= 2**31:
         raise ValueError("one request must hold fewer than 2**31 positions (int32 offsets)")
-    batch = max(n_workers, min(cfg.requests, BATCH_POSITIONS // max(per_request, 1),
-                               4 * n_workers))
     rows = 0
+    work = [functools.partial(request_table, cfg, trace, r) for r in range(cfg.requests)]
     with store.writer("selections", trace, replace=replace) as sink:
-        for first in range(0, cfg.requests, batch):
-            reqs = range(first, min(first + batch, cfg.requests))
-            for t in thread_map(lambda r: request_table(cfg, trace, r), reqs, n_workers):
-                sink.write(t)
-                rows += t.num_rows
+        # requests are generated on worker threads while this thread encodes and writes
+        # the previous ones; at most workers + 1 requests are held at once
+        for t in ordered_results(work, n_workers):
+            sink.write(t)
+            rows += t.num_rows
             if on_batch is not None:
-                on_batch(per_request * len(reqs))
+                on_batch(per_request)
     source = "SYNTHETIC toolkit.synth.selections_fast " + config_json(cfg)
     meta = {
         "selection_traces": pa.table({
