@@ -63,7 +63,8 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=32_768)
     ap.add_argument("--buffer", type=int, default=4096)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--workers", type=int, default=1, help="replay threads (0 = all cores)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="thread count compared with 1 worker (0 = all cores)")
     args = ap.parse_args()
     lru = policies.get("lru")
     cfg = SyntheticSelectionConfig(requests=args.requests, prompt_tokens=args.prompt_tokens,
@@ -72,11 +73,14 @@ def main() -> None:
         write_streaming(store, cfg, "syn")
         print(f"# SYNTHETIC trace: {args.requests} requests x {args.steps} steps x "
               f"{args.layers} layers, k=2048, prompt {args.prompt_tokens:,}; LRU, "
-              f"{args.buffer} slots; workers={args.workers}; median of {args.runs}")
+              f"{args.buffer} slots; median of {args.runs} runs, 1 worker, {args.workers} "
+              f"workers and kernel-only taking turns")
         print(f"# load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-        print("| mode | accesses | misses | store-to-result M acc/s | kernel-only M acc/s "
-              "| ratio | policy keys (incl. warm-up) |")
-        print("|---|---|---|---|---|---|---|")
+        w = args.workers
+        print(f"| mode | accesses | misses | store-to-result 1 worker M acc/s | store-to-result "
+              f"{w} workers M acc/s | kernel-only (1 thread) M acc/s | ratio 1 worker | "
+              f"ratio {w} workers | {w} vs 1 worker | policy keys (incl. warm-up) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         single = None
         for mode in ("plain", "hisparse"):
             rc = SelectionReplayConfig("syn", "lru", args.buffer, mode=mode)
@@ -85,20 +89,23 @@ def main() -> None:
             p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group,
                            args.buffer, mode, "first")
             n_keys = int(max(rows.seq_len.max(), args.buffer))
-            replay_selections(store, rc, workers=args.workers, progress=False)  # compile
-            e2e, kern = [], []
+            replay_selections(store, rc, workers=w, progress=False)  # compile
+            e2e1, e2en, kern, misses = [], [], [], set()
             for _ in range(args.runs):
-                t0 = time.perf_counter()
-                out = replay_selections(store, rc, workers=args.workers, progress=False)
-                e2e.append(time.perf_counter() - t0)
+                for workers, times in ((1, e2e1), (w, e2en)):
+                    t0 = time.perf_counter()
+                    out = replay_selections(store, rc, workers=workers, progress=False)
+                    times.append(time.perf_counter() - t0)
+                    misses.add(out["misses"])
                 t0 = time.perf_counter()
                 lru.simulate(p.keys, n_keys, args.buffer, p.segments)
                 kern.append(time.perf_counter() - t0)
+            assert len(misses) == 1, misses  # any worker count, same result
             n = out["accesses"]
-            r_e2e = n / statistics.median(e2e) / 1e6
-            r_kern = n / statistics.median(kern) / 1e6
-            print(f"| {mode} | {n:,} | {out['misses']:,} | {r_e2e:.1f} | {r_kern:.1f} "
-                  f"| {r_e2e / r_kern:.0%} | {p.keys.size:,} |", flush=True)
+            r1, rn, rk = (n / statistics.median(t) / 1e6 for t in (e2e1, e2en, kern))
+            print(f"| {mode} | {n:,} | {out['misses']:,} | {r1:.1f} | {rn:.1f} | {rk:.1f} "
+                  f"| {r1 / rk:.0%} | {rn / rk:.0%} | {rn / r1:.2f}x | {p.keys.size:,} |",
+                  flush=True)
             if mode == "plain":
                 single = (p.keys, n_keys)
         keys, n_keys = single
