@@ -121,8 +121,8 @@ class TestWorkers:
 
         write_streaming(store, SMALL, "syn")
         s = replay_selections(store, SelectionReplayConfig("syn", "lru", 100), workers=2)
-        assert (s["accesses"], s["hits"], s["misses"], s["evictions"]) == (7680, 6455, 1225,
-                                                                            1225)
+        assert (s["accesses"], s["hits"], s["misses"], s["evictions"]) == (7680, 6481, 1199,
+                                                                            1199)
         rows = [(x["request_id"], x["step"], x["layer"], x["seq_len"], tuple(x["topk"]))
                 for x in store.read("selections", "syn").to_pylist()]
         ref = reference(rows, 100, "hisparse", "first")

@@ -207,13 +207,17 @@ def chunk_specs(path: Any, max_rows: int) -> list[ChunkSpec]:
         return []
     starts = np.flatnonzero(np.r_[True, rid[1:] != rid[:-1]])
     if np.all(rid[1:] >= rid[:-1]):
-        cuts = [0]
-        for st_ in starts[1:].tolist():
-            if st_ - cuts[-1] >= max_rows:
-                cuts.append(st_)
-        cuts.append(int(rid.size))
         rg_rows = [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)]
         rg_start = np.r_[0, np.cumsum(rg_rows)]
+        aligned = set(rg_start.tolist())
+        # cut at request starts; prefer those on a row-group boundary (a cut inside a row
+        # group makes both chunks decode it) unless the chunk would pass 2 x max_rows
+        cuts = [0]
+        for st_ in starts[1:].tolist():
+            size = st_ - cuts[-1]
+            if size >= max_rows and (st_ in aligned or size >= 2 * max_rows):
+                cuts.append(st_)
+        cuts.append(int(rid.size))
         specs = []
         for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
             g0 = int(np.searchsorted(rg_start, lo, side="right")) - 1
