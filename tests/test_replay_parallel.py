@@ -131,11 +131,21 @@ class TestWorkers:
         assert got == ref
         assert s["fast_path_rows"] == 0  # prompt 150 > 100 slots
 
-    def test_mrc_identical_for_any_workers(self, store):
+    def test_mrc_identical_for_any_workers(self, store, monkeypatch):
+        """Same curve for 1 or 2 threads, one chunk or one request per chunk, and equal
+        to per-size plain replays."""
+        from toolkit.replay import selections as sel
+
         write_streaming(store, SMALL, "syn")
         one = miss_curve_table(store, "syn", "selections", 300, save=False, workers=1)
         two = miss_curve_table(store, "syn", "selections", 300, save=False, workers=2)
-        assert one.equals(two)
+        monkeypatch.setattr(sel, "CHUNK_ACCESSES", 64 * 24)  # one request per chunk
+        chunked = miss_curve_table(store, "syn", "selections", 300, save=False, workers=2)
+        assert one.equals(two) and one.equals(chunked)
+        for n in (1, 64, 150, 300):
+            run = replay_selections(store, SelectionReplayConfig("syn", buffer_tokens=n,
+                                                                 mode="plain"), save=False)
+            assert one.column("misses")[n].as_py() == run["misses"]
         keys = np.array([0, 1, 0, 2, 1, 0, 3, 3, 1], dtype=np.int32)
         seg = np.array([0, 3, 5])
         assert lru_miss_curve(keys, 4, 4, seg, workers=3).tolist() == \

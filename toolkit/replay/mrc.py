@@ -8,12 +8,14 @@ marks the latest access time of every key, so a distance is one prefix-sum query
 
 from __future__ import annotations
 
+import functools
+
 import numba as nb
 import numpy as np
 import pyarrow as pa
 
 from toolkit.policies import as_segments, check_keys
-from toolkit.replay.parallel import resolve_workers, split_at, thread_map
+from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.store import Store
 
 
@@ -97,6 +99,35 @@ def lru_miss_curve(
     return keys.size - np.cumsum(total)
 
 
+def _selection_curve(store: Store, trace: str, max_capacity: int,
+                     workers: int | None) -> tuple[np.ndarray, int]:
+    """Plain-mode curve of a stored selection trace, chunk by chunk (bounded memory): every
+    (request, layer) buffer is its own segment, so chunk histograms add up."""
+    from toolkit.replay.selection_plan import fused_plan
+    from toolkit.replay.selections import CHUNK_ACCESSES, _order, _trace_k, chunk_specs, read_chunk
+
+    k = _trace_k(store, trace)
+    path = store.root / "selections" / f"{trace}.parquet"
+    specs = chunk_specs(path, max(1, CHUNK_ACCESSES // max(k, 1)))
+    n_workers = resolve_workers(workers)
+    inner = n_workers if len(specs) == 1 else 1  # one chunk: split its buffers instead
+
+    def curve(spec: object) -> np.ndarray:
+        rows = read_chunk(path, spec, k)
+        o = _order(rows, None)
+        p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group, 1, "plain",
+                       "first")
+        n_keys = int(max(rows.seq_len.max(initial=0), 1))
+        return lru_miss_curve(p.keys, n_keys, max_capacity, p.segments, inner)
+
+    total = np.zeros(max_capacity + 1, dtype=np.int64)
+    work = [functools.partial(curve, spec) for spec in specs]
+    for misses in ordered_results(work, n_workers if len(specs) > 1 else 1):
+        total += misses
+    n = int(total[0])  # capacity 0: every access misses
+    return total, n
+
+
 def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
                      *, save: bool = True, workers: int | None = None) -> pa.Table:
     """One-pass LRU miss curve of a stored trace, as a ``miss_curves`` table.
@@ -106,24 +137,15 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
     request timeline. Written to the store under ``<kind>-<trace>`` when ``save``.
     """
     if kind == "selections":
-        from toolkit.replay.selection_plan import fused_plan
-        from toolkit.replay.selections import _order, _trace_k, raw_rows
-
-        rows = raw_rows(store.read("selections", trace), _trace_k(store, trace))
-        o = _order(rows, None)
-        p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group, 1,
-                       "plain", "first")
-        keys, segments = p.keys, p.segments
-        n_keys = int(max(rows.seq_len.max(initial=0), 1))
+        misses, n = _selection_curve(store, trace, max_capacity, workers)
     elif kind == "prefix":
         from toolkit.replay.prefix import load_stream
 
         stream = load_stream(store, trace)
-        keys, segments, n_keys = stream.keys, None, stream.n_keys
+        n = stream.keys.size
+        misses = lru_miss_curve(stream.keys, stream.n_keys, max_capacity, None, workers)
     else:
         raise ValueError(f"kind must be 'selections' or 'prefix', got {kind!r}")
-    misses = lru_miss_curve(keys, n_keys, max_capacity, segments, workers)
-    n = keys.size
     table = pa.table({
         "trace": [trace] * misses.size, "kind": [kind] * misses.size,
         "capacity": np.arange(misses.size, dtype=np.int64),
