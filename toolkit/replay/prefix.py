@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,39 +72,64 @@ class BlockStream:
     prompt_tokens: np.ndarray
 
 
+@nb.njit(cache=True, nogil=True)
+def _lookup_tokens(offsets, prompt, block_tokens):  # pragma: no cover - compiled
+    """Tokens each lookup covers: block i of a request covers
+    ``min(bt, prompt - bt * i)``, floored at 0 (one pass, no per-lookup index arrays)."""
+    n_req = offsets.shape[0] - 1
+    tokens = np.empty(offsets[n_req] - offsets[0], dtype=np.int64)
+    base = offsets[0]
+    for r in range(n_req):
+        bt = block_tokens[r]
+        left = prompt[r]
+        for j in range(offsets[r] - base, offsets[r + 1] - base):
+            tokens[j] = min(max(left, 0), bt)
+            left -= bt
+    return tokens
+
+
 def block_stream(requests: pa.Table) -> BlockStream:
     """Flatten a ``requests`` table (already in arrival order) into a :class:`BlockStream`."""
     hashes = requests.column("block_hashes").combine_chunks()
-    lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = hashes.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = hashes.offsets.to_numpy().astype(np.int64)
+    flat = hashes.flatten().to_numpy(zero_copy_only=False)
     keys, n_keys = dense_ids(flat)
-    starts = np.zeros(lengths.size, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
+    lengths = np.diff(offsets)
+    starts = offsets[:-1] - offsets[0]
     prompt = requests.column("input_tokens").to_numpy().astype(np.int64)
     bt = requests.column("block_tokens").fill_null(0).to_numpy().astype(np.int64)
-    # position of each lookup within its request
-    req_of = np.repeat(np.arange(lengths.size), lengths)
-    pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
-    tokens = np.clip(prompt[req_of] - bt[req_of] * pos, 0, bt[req_of])
+    tokens = _lookup_tokens(offsets, prompt, bt)
     return BlockStream(keys, n_keys, tokens, starts, lengths, prompt)
+
+
+@nb.njit(cache=True, nogil=True)
+def _hit_totals(hits, tokens, starts, lengths):  # pragma: no cover - compiled
+    """(hit lookups, hit tokens, prefix-hit blocks, prefix-hit tokens) in one pass: a
+    request's prefix hit is its leading run of hits."""
+    hit_count = 0
+    hit_tokens = 0
+    run_blocks = 0
+    run_tokens = 0
+    for r in range(starts.shape[0]):
+        in_run = True
+        for j in range(starts[r], starts[r] + lengths[r]):
+            if hits[j]:
+                hit_count += 1
+                hit_tokens += tokens[j]
+                if in_run:
+                    run_blocks += 1
+                    run_tokens += tokens[j]
+            else:
+                in_run = False
+    return hit_count, hit_tokens, run_blocks, run_tokens
 
 
 def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
     """Run-level counts; ratios are over prompt tokens / block lookups (0 when empty)."""
     n = hits.size
-    hit_tokens = int(stream.tokens[hits].sum())
-    # leading run of hits per request: index of the first miss (or the request length)
-    pos = np.arange(n, dtype=np.int64) - np.repeat(stream.starts, stream.lengths)
-    miss_pos = np.where(hits, np.iinfo(np.int64).max, pos)
-    run = stream.lengths.copy()
-    nonempty = stream.lengths > 0
-    if n:
-        first_miss = np.minimum.reduceat(miss_pos, stream.starts[nonempty])
-        run[nonempty] = np.minimum(first_miss, stream.lengths[nonempty])
-    csum = np.concatenate([[0], np.cumsum(stream.tokens)])
-    prefix_tokens = int((csum[stream.starts + run] - csum[stream.starts]).sum())
+    hit_count, hit_tokens, run_blocks, prefix_tokens = (int(x) for x in _hit_totals(
+        np.asarray(hits).view(np.uint8), stream.tokens, stream.starts, stream.lengths))
     prompt_tokens = int(stream.prompt_tokens.sum())
-    hit_count = int(hits.sum())
 
     def ratio(a: int, b: int) -> float:
         return a / b if b else 0.0
@@ -116,7 +142,7 @@ def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
         "block_hit_ratio": ratio(hit_count, n),
         "hit_tokens": hit_tokens,
         "token_hit_ratio": ratio(hit_tokens, prompt_tokens),
-        "prefix_hit_blocks": int(run.sum()),
+        "prefix_hit_blocks": run_blocks,
         "prefix_hit_tokens": prefix_tokens,
         "prefix_token_hit_ratio": ratio(prefix_tokens, prompt_tokens),
     }
