@@ -127,8 +127,9 @@ def _hit_totals(hits, tokens, starts, lengths):  # pragma: no cover - compiled
 def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
     """Run-level counts; ratios are over prompt tokens / block lookups (0 when empty)."""
     n = hits.size
+    flags = np.asarray(hits, dtype=np.bool_).view(np.uint8)
     hit_count, hit_tokens, run_blocks, prefix_tokens = (int(x) for x in _hit_totals(
-        np.asarray(hits).view(np.uint8), stream.tokens, stream.starts, stream.lengths))
+        flags, stream.tokens, stream.starts, stream.lengths))
     prompt_tokens = int(stream.prompt_tokens.sum())
 
     def ratio(a: int, b: int) -> float:

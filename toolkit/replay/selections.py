@@ -399,7 +399,8 @@ def _replay_part(rows: SelectionRows, o: _Ordered, lo: int, hi: int, n: int, n_k
     p = fused_plan(rows.values, rows.offsets, o.src[lo:hi], o.seq_len[lo:hi],
                    o.new_group[lo:hi], n, cfg.mode, cfg.initial)
     sim = policy.simulate(p.keys, n_keys, n, p.segments)
-    hits = row_hits(np.asarray(sim.hits).view(np.uint8), p.row_start, p.row_policy)
+    flags = np.asarray(sim.hits, dtype=np.bool_).view(np.uint8)  # any policy's hit array
+    hits = row_hits(flags, p.row_start, p.row_policy)
     return hits + (o.accesses[lo:hi] - p.row_policy), p.fast_path, sim.evictions
 
 
