@@ -238,8 +238,10 @@ def chunk_specs(path: Any, max_rows: int) -> list[ChunkSpec]:
 def read_chunk(path: Any, spec: ChunkSpec, k: int) -> SelectionRows:
     """Read one chunk (see :func:`chunk_specs`), lists zero-copy where Arrow allows."""
     if spec.request_range is None:
-        t = pq.ParquetFile(path).read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS,
-                                                 use_threads=False)
+        # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
+        # slower than one (measured, benchmarks/RESULTS.md)
+        pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False)
+        t = pf.read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS, use_threads=False)
         t = t.slice(spec.start, spec.rows)
     else:
         lo, hi = spec.request_range
