@@ -65,7 +65,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2,
                     help="thread count compared with 1 worker (0 = all cores)")
+    ap.add_argument("--no-read-ahead", action="store_true",
+                    help="replay without the extra I/O thread that decodes the next chunk")
     args = ap.parse_args()
+    ahead = not args.no_read_ahead
     lru = policies.get("lru")
     cfg = SyntheticSelectionConfig(requests=args.requests, prompt_tokens=args.prompt_tokens,
                                    steps=args.steps, layers=args.layers)
@@ -74,7 +77,7 @@ def main() -> None:
         print(f"# SYNTHETIC trace: {args.requests} requests x {args.steps} steps x "
               f"{args.layers} layers, k=2048, prompt {args.prompt_tokens:,}; LRU, "
               f"{args.buffer} slots; median of {args.runs} runs, 1 worker, {args.workers} "
-              f"workers and kernel-only taking turns")
+              f"workers and kernel-only taking turns; read-ahead thread: {ahead}")
         print(f"# load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         w = args.workers
         print(f"| mode | accesses | misses | store-to-result 1 worker M acc/s | store-to-result "
@@ -94,7 +97,8 @@ def main() -> None:
             for _ in range(args.runs):
                 for workers, times in ((1, e2e1), (w, e2en)):
                     t0 = time.perf_counter()
-                    out = replay_selections(store, rc, workers=workers, progress=False)
+                    out = replay_selections(store, rc, workers=workers, progress=False,
+                                            read_ahead=ahead)
                     times.append(time.perf_counter() - t0)
                     misses.add(out["misses"])
                 t0 = time.perf_counter()

@@ -37,11 +37,11 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R
         return list(pool.map(fn, items))
 
 
-def ordered_results(work: list[Callable[[], R]], workers: int) -> Iterator[R]:
+def ordered_results(work: Iterable[Callable[[], R]], workers: int) -> Iterator[R]:
     """Run ``work`` items on up to ``workers`` threads and yield results in order, with at
-    most ``workers + 1`` results held at once (bounded memory for streamed chunks).
-    ``workers=1`` runs everything on the calling thread."""
-    if workers <= 1 or len(work) <= 1:
+    most ``workers + 1`` items in flight (bounded memory for streamed chunks; ``work`` may
+    be a lazy iterable). ``workers=1`` runs everything on the calling thread."""
+    if workers <= 1:
         for w in work:
             yield w()
         return
@@ -55,6 +55,21 @@ def ordered_results(work: list[Callable[[], R]], workers: int) -> Iterator[R]:
             nxt = next(it, None)
             if nxt is not None:
                 pending.append(pool.submit(nxt))
+            yield res
+
+
+def read_ahead(read: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[R]:
+    """``read(x)`` for each item, in order, done on one extra thread up to ``depth`` items
+    ahead of the consumer (Parquet decoding releases the GIL, so it overlaps replay)."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        it = iter(items)
+        pending: deque[Future[R]] = deque(pool.submit(read, x)
+                                          for x in itertools.islice(it, depth))
+        while pending:
+            res = pending.popleft().result()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(read, nxt))
             yield res
 
 

@@ -49,6 +49,7 @@ from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
+from toolkit.replay import parallel
 from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, row_hits
@@ -56,7 +57,7 @@ from toolkit.store import Store
 
 MODES = ("plain", "hisparse")
 DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope), BRIEF §2
-CHUNK_ACCESSES = 1 << 23  # ~8 M positions (32 MB int32) per chunk: reading the next chunk
+CHUNK_ACCESSES = 1 << 22  # ~4 M positions (16 MB int32) per chunk: reading the next chunk
 # overlaps replaying this one, and memory stays a few chunks whatever the trace size
 
 
@@ -453,6 +454,7 @@ def replay_selections(
     max_rows: int | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    read_ahead: bool = True,
 ) -> dict[str, Any]:
     """Replay ``cfg``; returns the run summary and writes run + per-row tables.
 
@@ -464,6 +466,8 @@ def replay_selections(
     Args:
         workers: threads (``None`` = every core); the result does not depend on it.
         progress: show accesses, rate and ETA (``None`` = on a terminal or notebook only).
+        read_ahead: decode the next chunks on one extra I/O thread while ``workers``
+            threads replay (Parquet decoding costs about as much as the LRU kernel).
     """
     policy = policies.get(cfg.policy)
     k = rows.k if rows is not None else _trace_k(store, cfg.trace)
@@ -479,9 +483,15 @@ def replay_selections(
         path = store.root / "selections" / f"{cfg.trace}.parquet"
         specs = chunk_specs(path, max_rows)
         total = _trace_rows(store, cfg.trace) * k  # upper bound: short rows have < k
-        # chunks are independent: each worker reads, plans and replays whole chunks
-        work = [functools.partial(_read_and_replay, path, spec, k, cfg, n, policy, run_id)
-                for spec in specs]
+        if read_ahead:
+            # one I/O thread decodes the next chunks while the workers replay
+            chunks = parallel.read_ahead(functools.partial(read_chunk, path, k=k), specs,
+                                         n_workers + 1)
+            work = (functools.partial(_replay_chunk, c, cfg, n, policy, run_id)
+                    for c in chunks)
+        else:  # each worker reads, plans and replays whole chunks
+            work = (functools.partial(_read_and_replay, path, spec, k, cfg, n, policy, run_id)
+                    for spec in specs)
         chunk_workers = n_workers
     totals = dict.fromkeys(("rows", "accesses", "hits", "misses", "evictions",
                             "fast_path_rows"), 0)
