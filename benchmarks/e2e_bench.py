@@ -65,10 +65,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2,
                     help="thread count compared with 1 worker (0 = all cores)")
-    ap.add_argument("--no-read-ahead", action="store_true",
-                    help="replay without the extra I/O thread that decodes the next chunk")
+    ap.add_argument("--read-ahead", action="store_true",
+                    help="replay with the extra I/O thread that decodes the next chunks")
     args = ap.parse_args()
-    ahead = not args.no_read_ahead
+    ahead = args.read_ahead
     lru = policies.get("lru")
     cfg = SyntheticSelectionConfig(requests=args.requests, prompt_tokens=args.prompt_tokens,
                                    steps=args.steps, layers=args.layers)

@@ -48,6 +48,7 @@ import json, resource, sys, time
 import toolkit
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
 root, name, workers, in_memory = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+ahead = sys.argv[5] == "1"
 with toolkit.open_store(root) as s:
     cfg = SelectionReplayConfig(name, "lru", 4096)
     rows = load_rows(s, name) if in_memory else None
@@ -55,7 +56,8 @@ with toolkit.open_store(root) as s:
     replay_selections(s, SelectionReplayConfig("small", "lru", 4096), workers=workers,
                       save=False, max_rows=512)
     t0 = time.perf_counter()
-    out = replay_selections(s, cfg, rows=rows, workers=workers, progress=False)
+    out = replay_selections(s, cfg, rows=rows, workers=workers, progress=False,
+                            read_ahead=ahead)
     wall = time.perf_counter() - t0
 print(json.dumps({"wall_s": wall, "accesses": out["accesses"], "misses": out["misses"],
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -77,6 +79,8 @@ def main() -> None:
     ap.add_argument("--memory-requests", type=int, default=8)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--dir", type=Path, default=None, help="store location (default: temp)")
+    ap.add_argument("--read-ahead", action="store_true",
+                    help="store replays with the extra I/O thread decoding the next chunks")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(dir=args.dir)) if args.dir else Path(tempfile.mkdtemp())
     root = tmp / "store"
@@ -91,13 +95,14 @@ def main() -> None:
               f"({args.workers} threads), Parquet {size:.2f} GB, peak RSS "
               f"{r['peak_rss_mib']:.0f} MiB", flush=True)
         child(SYNTH, root, "small", args.memory_requests, *shape, args.workers)
+        print(f"# read-ahead thread: {args.read_ahead}")
         print("| run | workers | accesses | misses | wall s | M acc/s | peak RSS MiB |")
         print("|---|---|---|---|---|---|---|")
         for label, name, in_mem in (("in memory (rows=)", "small", 1),
                                     ("from store, streamed", "big", 0)):
             for w in sorted({1, args.workers}):
                 t0 = time.perf_counter()
-                r = child(REPLAY, root, name, w, in_mem)
+                r = child(REPLAY, root, name, w, in_mem, int(args.read_ahead))
                 print(f"| {label} | {w} | {r['accesses']:,} | {r['misses']:,} | "
                       f"{r['wall_s']:.1f} | {r['accesses'] / r['wall_s'] / 1e6:.1f} | "
                       f"{r['peak_rss_mib']:.0f} |", flush=True)

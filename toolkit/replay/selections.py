@@ -454,7 +454,7 @@ def replay_selections(
     max_rows: int | None = None,
     workers: int | None = None,
     progress: bool | None = None,
-    read_ahead: bool = True,
+    read_ahead: bool = False,
 ) -> dict[str, Any]:
     """Replay ``cfg``; returns the run summary and writes run + per-row tables.
 
@@ -468,6 +468,8 @@ def replay_selections(
         progress: show accesses, rate and ETA (``None`` = on a terminal or notebook only).
         read_ahead: decode the next chunks on one extra I/O thread while ``workers``
             threads replay (Parquet decoding costs about as much as the LRU kernel).
+            Off by default: on the loaded 2-vCPU VM it measured slower, not faster
+            (benchmarks/RESULTS.md); each worker then reads its own chunks.
     """
     policy = policies.get(cfg.policy)
     k = rows.k if rows is not None else _trace_k(store, cfg.trace)
