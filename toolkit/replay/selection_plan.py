@@ -76,12 +76,15 @@ def _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
             pos += warm
             row_start[r] = pos
         start = pos
-        if hisparse:
-            # branch-free: the newest token is written, then overwritten (pos stays)
+        if n_newest and values[hi - 1] != newest:
+            # newest token inside the row: branch-free skip (written, then overwritten)
             for i in range(lo, hi):
                 v = values[i]
                 keys[pos] = v
                 pos += v != newest
+        elif n_newest:  # newest last, as in ascending rows: copy the rest as a block
+            keys[start:start + hi - 1 - lo] = values[lo:hi - 1]
+            pos = start + hi - 1 - lo
         else:
             keys[start:start + hi - lo] = values[lo:hi]
             pos = start + hi - lo
