@@ -185,7 +185,7 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
         hbm_bw=hw_col(lambda h: h.hbm_bandwidth_bytes_per_s),
         hbm_usable=hbm_usable,
         peak_w=peak_w,
-        peak_attn=hw_col(lambda h: h.dense_bf16_tflops * 1e12),
+        peak_attn=hw_col(lambda h: h.dense_fp8_tflops * 1e12),
         link_bw_dec=np.where(g_dec <= dom, up, out),
         link_bw_pre=np.where(g_pre <= dom, up, out),
         xfer_bw=np.where(span <= dom, up, out),

@@ -19,8 +19,9 @@ Prefill of one request on a prefill instance: FLOPs / (peak x eff_prefill) plus 
 read and one overhead per 8K-token chunk; disaggregated runs add the KV transfer to the
 decode pool. Users cycle prefill -> decode -> next request with no think time (InferenceX's
 closed loop). The batch per decode instance ``B`` solves ``conc = n_dec B + X TTFT`` with
-``X = n_dec B / ((osl - 1) TPOT)`` requests/s, where TTFT waits in an M/D/c prefill queue
-(Sakasegawa's approximation, halved for deterministic service). ``B`` is capped by HBM;
+``X = n_dec B / ((osl - 1) TPOT)`` requests/s, where TTFT = a fixed per-request overhead +
+prefill + KV transfer + the wait in a G/D/c prefill queue (Sakasegawa / Allen-Cunneen, with a
+fitted arrival variability: a closed loop of equal-length requests arrives in waves). ``B`` is capped by HBM;
 users beyond the cap queue and their wait adds to TTFT.
 
 Labelled assumptions: the p90 TTFT takes 2.3x the mean queueing wait (the 90th percentile of
@@ -38,7 +39,7 @@ PREFILL_CHUNK_TOKENS = 8192.0
 """Chunked-prefill size (assumed: SGLang's default for large-memory GPUs)."""
 P90_WAIT_FACTOR = 2.3
 """p90 / mean of an exponential queueing wait (ln 10)."""
-BISECTION_STEPS = 48
+BISECTION_STEPS = 32
 
 
 def _tokens(d: Design, th: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -118,10 +119,12 @@ def max_batch(d: Design) -> np.ndarray:
     return np.maximum(free / per_req * np.where(d.dp_attn, g, 1.0), 0.0)
 
 
-def _mdc_wait(service: np.ndarray, rho: np.ndarray, servers: np.ndarray) -> np.ndarray:
-    """Mean wait in an M/D/c queue (Sakasegawa's M/M/c approximation, halved)."""
+def _gdc_wait(service: np.ndarray, rho: np.ndarray, servers: np.ndarray,
+              scv: np.ndarray) -> np.ndarray:
+    """Mean wait in a G/D/c queue: Sakasegawa's M/M/c approximation scaled by Allen-Cunneen's
+    ``(c_a^2 + c_s^2) / 2`` with deterministic service (``c_s^2 = 0``)."""
     rho = np.clip(rho, 0.0, 0.999999)
-    return 0.5 * service * rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0) / (
+    return 0.5 * scv * service * rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0) / (
         servers * (1.0 - rho))
 
 
@@ -138,8 +141,8 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         resid = np.maximum(d.osl - 1.0, 1.0) * dec["tpot_s"]
         x = d.n_dec * batch / resid
         rho = x * s_p / d.n_pre
-        wait = _mdc_wait(s_p, rho, d.n_pre)
-        ttft = s_p + pre["t_kv_transfer_s"] + wait + np.where(d.disagg, 0.0, dec["t_step_s"])
+        wait = _gdc_wait(s_p, rho, d.n_pre, th["arrival_scv"])
+        ttft = th["prefill_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait + np.where(d.disagg, 0.0, dec["t_step_s"])
         conc = np.where(rho < 1.0, d.n_dec * batch + x * ttft, np.inf)
         return conc, x, ttft, wait, dec
 

@@ -28,6 +28,8 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "eff_comm": ("global", "vendor", "engine"),
     "eff_prefill": ("global", "vendor", "engine"),
     "mtp_accept": ("global", "engine"),
+    "prefill_overhead_s": ("global", "vendor", "engine"),
+    "arrival_scv": ("global", "engine"),
 }
 """Parameter -> the levels it has terms at."""
 
@@ -39,6 +41,10 @@ PARAM_HELP: dict[str, str] = {
                 "transfer",
     "eff_prefill": "achieved share of dense tensor peak in prefill",
     "mtp_accept": f"tokens accepted per MTP step (1 + {MTP_DRAFT_TOKENS} drafts at most)",
+    "prefill_overhead_s": "fixed time from request arrival to its first prefill chunk "
+                          "(HTTP, tokenisation, scheduling, router)",
+    "arrival_scv": "squared coefficient of variation of arrivals at the prefill queue "
+                   "(1 = Poisson; a closed loop of equal-length requests arrives in waves)",
 }
 
 PRIOR: dict[str, float] = {
@@ -48,6 +54,8 @@ PRIOR: dict[str, float] = {
     "eff_comm": 0.4,
     "eff_prefill": 0.4,
     "mtp_accept": 1.8,
+    "prefill_overhead_s": 0.05,
+    "arrival_scv": 1.0,
 }
 """Starting values (assumed, round numbers) and what an unfitted model uses."""
 
@@ -55,9 +63,12 @@ RIDGE_SIGMA = 0.7
 """Prior scale of each non-global term in transformed space: ~2x either way is plausible."""
 
 
+_POSITIVE = ("overhead_s", "prefill_overhead_s", "arrival_scv")
+
+
 def to_z(name: str, value: float) -> float:
     """Inverse of :func:`from_z` for one parameter."""
-    if name == "overhead_s":
+    if name in _POSITIVE:
         return float(np.log(value))
     if name == "mtp_accept":
         value = (value - 1.0) / MTP_DRAFT_TOKENS
@@ -66,7 +77,7 @@ def to_z(name: str, value: float) -> float:
 
 def from_z(name: str, z: np.ndarray) -> np.ndarray:
     """Efficiencies live in (0, 1) (logistic), the overhead in (0, inf) (exp)."""
-    if name == "overhead_s":
+    if name in _POSITIVE:
         return np.exp(z)
     s = 1.0 / (1.0 + np.exp(-z))
     return 1.0 + MTP_DRAFT_TOKENS * s if name == "mtp_accept" else s
