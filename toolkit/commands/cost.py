@@ -195,9 +195,10 @@ def cost_compare_cmd(
                                                "targets, tok/s/user.")] = "100,150",
     max_p90_ttft_s: Annotated[float | None, typer.Option(
         "--max-p90-ttft-s", help="Keep only modelled points whose p90 TTFT meets this.")] = None,
-    price_tier: Annotated[str, typer.Option("--price-tier",
-                                            help="hyperscaler, neocloud or rental.")] = "hyperscaler",
-    precision: Annotated[str, typer.Option("--precision", help="fp4, fp8 or bf16 weights.")] = "fp8",
+    price_tier: Annotated[str, typer.Option(
+        "--price-tier", help="hyperscaler, neocloud or rental.")] = "hyperscaler",
+    precision: Annotated[str, typer.Option(
+        "--precision", help="fp4, fp8 or bf16 weights.")] = "fp8",
     isl: Annotated[int, typer.Option("--isl", min=1, help="Input tokens per request.")] = 8192,
     osl: Annotated[int, typer.Option("--osl", min=2, help="Output tokens per request.")] = 1024,
     cached_prefix_fraction: Annotated[float, typer.Option(

@@ -1,7 +1,8 @@
 """Fit the serving model's efficiency terms to measured points (least squares in log space).
 
 The objective is the sum of squared log errors of median TPOT and of ``tput_per_gpu`` (each
-row counts once per target it has), median TTFT at half weight, plus a ridge pull of every non-global term toward zero.
+row counts once per target it has), median TTFT at half weight, plus a ridge pull of every
+non-global term toward zero.
 Log errors make a 2x miss cost the same at 10 and at 10,000 tokens/s, and times can move in
 both directions: nothing is clamped to the unfitted value.
 """

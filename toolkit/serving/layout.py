@@ -32,6 +32,15 @@ MTP_DRAFT_TOKENS = 3
 """Draft tokens verified per MTP step (assumed: SGLang's and TRT-LLM's DeepSeek recipes use
 3 speculative steps); the accepted count is fitted."""
 
+HARDWARE_FAMILY: dict[str, str] = {
+    "gb200": "blackwell-nvl72", "gb300": "blackwell-nvl72",
+    "b200": "blackwell-hgx", "b300": "blackwell-hgx",
+    "h100": "hopper", "h200": "hopper",
+    "mi300x": "cdna3", "mi325x": "cdna3", "mi355x": "cdna4",
+}
+"""Architecture + system family: fitted terms shared by siblings (an unknown part is its own
+family)."""
+
 ROUTED_WEIGHT_BYTES = {"fp4": 0.5625, "fp8": 1.0, "bf16": 2.0}
 """Bytes per routed-expert parameter: FP4 is 4 bits + one 8-bit scale per 16 values."""
 DENSE_WEIGHT_BYTES = {"fp4": 1.0, "fp8": 1.0, "bf16": 2.0}
@@ -46,6 +55,7 @@ class Design:
     n: int
     hardware: np.ndarray
     vendor: np.ndarray
+    family: np.ndarray
     engine: np.ndarray
     disagg: np.ndarray
     mtp: np.ndarray
@@ -67,6 +77,7 @@ class Design:
     peak_w: np.ndarray  # FLOP/s at the weight precision
     peak_attn: np.ndarray  # FLOP/s for attention math (BF16)
     link_bw_dec: np.ndarray  # collective bandwidth of a decode instance
+    dec_beyond_domain: np.ndarray  # decode instance spans more than one scale-up domain
     link_bw_pre: np.ndarray
     xfer_bw: np.ndarray  # prefill -> decode KV transfer bandwidth per GPU
     # model
@@ -135,8 +146,8 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
 
     def instance(tp, ep, pool):
         g = np.maximum(np.maximum(tp, ep), 1).astype(np.float64)
-        g = np.where(g < need, np.minimum(_pow2_at_least(need), np.maximum(pool, need)), g)
-        return np.minimum(g, np.maximum(pool, g))
+        g = np.where(g < need, _pow2_at_least(need), g)
+        return np.minimum(g, pool)  # an instance never spans more than its pool
 
     g_dec = np.where(disagg, instance(tp_d, ep_d, pool_d), tp_d.astype(np.float64))
     g_pre = np.where(disagg, instance(tp_p, ep_p, pool_p), g_dec)
@@ -168,6 +179,7 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
         n=n,
         hardware=df["hardware"].to_numpy(),
         vendor=np.array([hws[h].vendor for h in df["hardware"].to_list()]),
+        family=np.array([HARDWARE_FAMILY.get(h, h) for h in df["hardware"].to_list()]),
         engine=df["framework"].to_numpy(),
         disagg=disagg,
         mtp=(df["spec_method"] == "mtp").to_numpy(),
@@ -187,6 +199,7 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
         peak_w=peak_w,
         peak_attn=hw_col(lambda h: h.dense_fp8_tflops * 1e12),
         link_bw_dec=np.where(g_dec <= dom, up, out),
+        dec_beyond_domain=g_dec > dom,
         link_bw_pre=np.where(g_pre <= dom, up, out),
         xfer_bw=np.where(span <= dom, up, out),
         layers=mod_col(lambda m: m.num_layers),

@@ -4,11 +4,13 @@ Decode step of one instance (per GPU; ``B`` requests decoding, ``q`` tokens veri
 ``a`` accepted with MTP; aggregated instances also prefill ``B a isl / osl`` tokens per step,
 the steady state of continuous batching)::
 
-    t_step = overhead + max(t_hbm, t_compute) + t_comm + t_miss
-    t_hbm     = (dense weights + routed experts touched by the batch + KV rows + indexer keys)
-                / (HBM bandwidth x eff_mem)
-    t_compute = GEMM FLOPs / (peak at the weight precision x eff_compute)
-                + attention FLOPs / (BF16 peak x eff_compute)
+    t_step = overhead + t_dense + t_moe + t_attention + t_comm + t_miss
+    t_dense     = max(dense weight bytes / (HBM bandwidth x eff_mem),
+                      dense GEMM FLOPs / (peak at the weight precision x eff_compute))
+    t_moe       = the same roofline for the routed experts the batch touches
+    t_attention = max((KV rows + indexer keys) / (HBM x eff_mem),
+                      attention FLOPs / (FP8 peak x eff_compute))
+                  (kernels run one after another, each bound by its own roofline)
     t_comm    = (MoE dispatch+combine, or TP all-reduce bytes) / (link x eff_comm); the link is
                 the scale-up fabric when the instance fits in ``scaleup_domain_gpus``, else the
                 per-GPU scale-out NIC
@@ -21,12 +23,13 @@ decode pool. Users cycle prefill -> decode -> next request with no think time (I
 closed loop). The batch per decode instance ``B`` solves ``conc = n_dec B + X TTFT`` with
 ``X = n_dec B / ((osl - 1) TPOT)`` requests/s, where TTFT = a fixed per-request overhead +
 prefill + KV transfer + the wait in a G/D/c prefill queue (Sakasegawa / Allen-Cunneen, with a
-fitted arrival variability: a closed loop of equal-length requests arrives in waves). ``B`` is capped by HBM;
+fitted arrival variability: a closed loop of equal-length requests arrives in waves).
+``B`` is capped by HBM;
 users beyond the cap queue and their wait adds to TTFT.
 
 Labelled assumptions: the p90 TTFT takes 2.3x the mean queueing wait (the 90th percentile of
 an exponential wait); every context is ``isl + osl / 2`` tokens on average; FP4 checkpoints
-keep non-expert weights in FP8; attention math runs at the BF16 peak.
+keep non-expert weights in FP8; attention math runs at the FP8 peak (FP8 KV caches).
 """
 
 from __future__ import annotations
@@ -64,26 +67,39 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     w_routed = d.routed_bytes * touched / g
     kv = batch * d.layers * rows_read * d.kv_row_bytes / attn_split
     idx = batch * d.idx_layers * ctx * d.idx_row_bytes / attn_split
-    t_hbm = (w_dense + w_routed + kv + idx) / (d.hbm_bw * th["eff_mem"])
+    bw = d.hbm_bw * th["eff_mem"]
+    dense_frac = np.clip(1.0 - (d.routed_bytes / np.maximum(d.dense_bytes + d.routed_bytes,
+                                                             1.0)), 0.0, 1.0)
     gemm = 2.0 * d.active_params * tok / g
     attn = (dec_tok * d.layers * rows_read * d.attn_decode_flops_per_ctx
             + dec_tok * d.idx_layers * ctx * d.idx_flops_per_ctx
             + prefill_tok * d.layers * (d.isl - isl_new / 2.0) * d.attn_prefill_flops_per_ctx
             ) / g
-    t_comp = (gemm / d.peak_w + attn / d.peak_attn) / th["eff_compute"]
+    peak_w = d.peak_w * th["eff_compute"]
+    peak_a = d.peak_attn * th["eff_compute"]
+    # one roofline per kernel family, run one after another: dense GEMMs, MoE GEMMs, attention
+    t_dense = np.maximum(w_dense / bw, gemm * dense_frac / peak_w)
+    t_moe = np.maximum(w_routed / bw, gemm * (1.0 - dense_frac) / peak_w)
+    t_attn = np.maximum((kv + idx) / bw, attn / peak_a)
+    t_hbm = (w_dense + w_routed + kv + idx) / bw
+    t_comp = gemm / peak_w + attn / peak_a
     shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
     ep_bytes = np.where(d.ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden * 3.0
                         * shard, 0.0)
     n_allreduce = np.where(d.dp_attn, 0.0, 1.0) + np.where(d.ep_moe, 0.0, 1.0)
     ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
-    t_comm = (ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
+    n_coll = np.where(d.ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
+    n_coll = np.where(g > 1, n_coll, 0.0) * np.where(d.dec_beyond_domain, 4.0, 1.0)
+    t_comm = ((ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
+              + n_coll * th["collective_latency_s"])
     t_miss = batch / attn_split * d.layers * d.miss_rows_per_layer * d.kv_row_bytes / d.h2d_bw
-    t_step = th["overhead_s"] + np.maximum(t_hbm, t_comp) + t_comm + t_miss
+    t_step = th["overhead_s"] + t_dense + t_moe + t_attn + t_comm + t_miss
     return {
         "weight_bytes": w_dense + w_routed, "kv_bytes": kv, "indexer_bytes": idx,
         "gemm_flops": gemm, "attention_flops": attn, "comm_bytes": ep_bytes + ar_bytes,
         "miss_bytes": t_miss * d.h2d_bw,
         "t_overhead_s": th["overhead_s"] + 0.0 * batch, "t_hbm_s": t_hbm, "t_compute_s": t_comp,
+        "t_dense_gemm_s": t_dense, "t_moe_gemm_s": t_moe, "t_attention_s": t_attn,
         "t_comm_s": t_comm, "t_miss_s": t_miss, "t_step_s": t_step, "tpot_s": t_step / a,
         "prefill_tokens_per_step": prefill_tok,
     }
@@ -142,7 +158,8 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         x = d.n_dec * batch / resid
         rho = x * s_p / d.n_pre
         wait = _gdc_wait(s_p, rho, d.n_pre, th["arrival_scv"])
-        ttft = th["prefill_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait + np.where(d.disagg, 0.0, dec["t_step_s"])
+        ttft = (th["prefill_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait
+                + np.where(d.disagg, 0.0, dec["t_step_s"]))
         conc = np.where(rho < 1.0, d.n_dec * batch + x * ttft, np.inf)
         return conc, x, ttft, wait, dec
 

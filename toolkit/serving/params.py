@@ -2,10 +2,11 @@
 
 Why a hierarchy: the measured points are sparse (a few rows per hardware x engine), so one
 free parameter set per pair would memorise them and say nothing about a held-out accelerator.
-Each parameter is ``transform(global + vendor + hardware + engine)``, with the non-global
+Each parameter is ``transform(global + vendor + family + hardware + engine)``, with the non-global
 terms pulled toward zero (ridge). A row whose hardware or engine was never fitted (an
-accelerator left out in cross-validation, GB300 in the DeepSeek data) uses the terms that do
-exist, so predictions on unseen hardware come from its specs plus the shared efficiencies.
+accelerator left out in cross-validation; GB300, absent from the DeepSeek data, shares the
+NVL72 family terms of GB200) uses the terms that do exist, so predictions on unseen hardware
+come from its specs plus the shared efficiencies.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from toolkit.errors import ToolkitError
 from toolkit.serving.layout import MTP_DRAFT_TOKENS
 
 PARAMS: dict[str, tuple[str, ...]] = {
-    "eff_mem": ("global", "vendor", "hardware", "engine"),
-    "eff_compute": ("global", "vendor", "hardware", "engine"),
-    "overhead_s": ("global", "vendor", "hardware", "engine"),
+    "eff_mem": ("global", "vendor", "family", "hardware", "engine"),
+    "eff_compute": ("global", "vendor", "family", "hardware", "engine"),
+    "overhead_s": ("global", "vendor", "family", "hardware", "engine"),
     "eff_comm": ("global", "vendor", "engine"),
     "eff_prefill": ("global", "vendor", "engine"),
     "mtp_accept": ("global", "engine"),
     "prefill_overhead_s": ("global", "vendor", "engine"),
+    "collective_latency_s": ("global", "vendor", "engine"),
     "arrival_scv": ("global", "engine"),
 }
 """Parameter -> the levels it has terms at."""
@@ -43,6 +45,8 @@ PARAM_HELP: dict[str, str] = {
     "mtp_accept": f"tokens accepted per MTP step (1 + {MTP_DRAFT_TOKENS} drafts at most)",
     "prefill_overhead_s": "fixed time from request arrival to its first prefill chunk "
                           "(HTTP, tokenisation, scheduling, router)",
+    "collective_latency_s": "latency of one collective (all-reduce, MoE dispatch or combine) "
+                            "per layer; 4x beyond the scale-up domain (assumed)",
     "arrival_scv": "squared coefficient of variation of arrivals at the prefill queue "
                    "(1 = Poisson; a closed loop of equal-length requests arrives in waves)",
 }
@@ -56,6 +60,7 @@ PRIOR: dict[str, float] = {
     "mtp_accept": 1.8,
     "prefill_overhead_s": 0.05,
     "arrival_scv": 1.0,
+    "collective_latency_s": 10e-6,
 }
 """Starting values (assumed, round numbers) and what an unfitted model uses."""
 
@@ -63,7 +68,7 @@ RIDGE_SIGMA = 0.7
 """Prior scale of each non-global term in transformed space: ~2x either way is plausible."""
 
 
-_POSITIVE = ("overhead_s", "prefill_overhead_s", "arrival_scv")
+_POSITIVE = ("overhead_s", "prefill_overhead_s", "arrival_scv", "collective_latency_s")
 
 
 def to_z(name: str, value: float) -> float:

@@ -22,7 +22,8 @@ PRED_COLUMNS = {
 BREAKDOWN_COLUMNS = (
     "batch_per_instance", "max_batch_per_instance", "requests_per_s", "prefill_tokens_per_step",
     "weight_bytes", "kv_bytes", "indexer_bytes", "miss_bytes", "comm_bytes", "gemm_flops",
-    "attention_flops", "t_overhead_s", "t_hbm_s", "t_compute_s", "t_comm_s", "t_miss_s",
+    "attention_flops", "t_overhead_s", "t_dense_gemm_s", "t_moe_gemm_s", "t_attention_s",
+    "t_hbm_s", "t_compute_s", "t_comm_s", "t_miss_s",
     "t_step_s", "t_prefill_s", "t_kv_transfer_s", "prefill_wait_s", "hbm_queue_wait_s",
 )
 """Per-GPU, per-decode-step terms (bytes, FLOPs, seconds) of each row's operating point."""
@@ -30,7 +31,7 @@ BREAKDOWN_COLUMNS = (
 
 def levels(d: Design) -> dict[str, np.ndarray]:
     """The labels the parameter hierarchy is keyed by."""
-    return {"vendor": d.vendor, "hardware": d.hardware, "engine": d.engine}
+    return {"vendor": d.vendor, "family": d.family, "hardware": d.hardware, "engine": d.engine}
 
 
 def evaluate(d: Design, params: ServingParams) -> dict[str, np.ndarray]:
