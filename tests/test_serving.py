@@ -265,3 +265,72 @@ class TestCli:
                                   "11742", "--json"])
         assert res.exit_code == 0 and round(json.loads(res.output)[
             "usd_per_million_tokens"], 4) == 0.0440
+
+
+@pytest.fixture(scope="module")
+def smollm2_store(tmp_path_factory):
+    """The bundled real SmolLM2 selection trace with one HiSparse LRU replay at 2 x k."""
+    from pathlib import Path
+
+    import toolkit
+    from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+
+    root = tmp_path_factory.mktemp("smollm2") / "store"
+    traces = Path(__file__).resolve().parents[1] / "traces"
+    with toolkit.open_store(root) as s:
+        s.ingest("bundle", traces / "smollm2", "smollm2", select="smollm2-softmax-sum")
+        summary = replay_selections(s, SelectionReplayConfig("smollm2", "lru", 128))
+        yield s, summary["run_id"]
+
+
+class TestReuse:
+    def test_hisparse_columns_from_replay(self, smollm2_store):
+        """Misses per layer come from the stored replay, scaled from k = 64 to k = 2048."""
+        from toolkit.models import get_model
+        from toolkit.serving.reuse import hisparse_columns
+
+        store, run_id = smollm2_store
+        cols = hisparse_columns(store, run_id, get_model("glm-5.2"))
+        rows = store.query(f"SELECT avg(misses) AS m FROM selection_replay "
+                           f"WHERE run_id = '{run_id}'")["m"][0]
+        assert cols["miss_scale"] == 32 and cols["device_buffer_tokens"] == 4096
+        assert cols["miss_rows_per_layer"] == pytest.approx(rows * 32)
+
+    def test_offload_in_the_step_and_the_batch(self, smollm2_store):
+        """Host fetches slow a step (less when overlapped); offload lifts the HBM batch cap."""
+        from toolkit.models import get_model
+        from toolkit.serving.reuse import hisparse_columns
+
+        store, run_id = smollm2_store
+        cols = hisparse_columns(store, run_id, get_model("glm-5.2"))
+        base = _row(model="glm-5.2", isl=32768, osl=1024, conc=512)
+        off = {k: cols[k] for k in ("device_buffer_tokens", "miss_rows_per_layer")}
+        df = pl.DataFrame([base, base, base]).with_columns(
+            pl.Series("device_buffer_tokens", [0.0, off["device_buffer_tokens"]] * 1
+                      + [off["device_buffer_tokens"]]),
+            pl.Series("miss_rows_per_layer", [0.0, off["miss_rows_per_layer"],
+                                              off["miss_rows_per_layer"]]),
+            pl.Series("hisparse_overlap", [0.0, 0.0, 1.0]))
+        p = predict(validate(df), breakdown=True)
+        cap = p["term_max_batch_per_instance"].to_list()
+        assert cap[1] > 1.5 * cap[0] and cap[1] == cap[2]
+        miss = p["term_t_miss_s"].to_list()
+        assert miss[0] == 0 and miss[1] > 0 and miss[2] <= miss[1]
+
+    def test_prefix_columns_from_tier_run(self, mooncake_store):
+        """Cached and host-loaded prompt shares come from a stored tier replay."""
+        from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+        from toolkit.serving.reuse import prefix_columns
+
+        res = replay_tiers(mooncake_store, TierReplayConfig("conv", device_tokens=300_000))
+        cols = prefix_columns(mooncake_store, res.summary["run_id"])
+        s = res.summary
+        assert cols["cached_prefix_fraction"] == pytest.approx(s["overall_hit_rate"])
+        assert cols["host_prefix_fraction"] == pytest.approx(
+            s["host_hit_rate"] + s["storage_hit_rate"])
+        base = _row(isl=8192)
+        df = validate(pl.DataFrame([base, base]).with_columns(
+            pl.Series("cached_prefix_fraction", [0.0, cols["cached_prefix_fraction"]]),
+            pl.Series("host_prefix_fraction", [0.0, cols["host_prefix_fraction"]])))
+        p = predict(df, breakdown=True)
+        assert p["term_t_prefill_s"][1] < p["term_t_prefill_s"][0]

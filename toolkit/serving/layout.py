@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from toolkit.cost.transfer import sm_kernel_bandwidth_bytes_per_s
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 
@@ -99,8 +100,14 @@ class Design:
     attn_prefill_flops_per_ctx: np.ndarray
     # what-if inputs (HiSparse offload / prefix reuse), per row
     miss_rows_per_layer: np.ndarray  # host rows fetched per request per layer per step
-    h2d_bw: np.ndarray
-    cached_prefix_fraction: np.ndarray
+    hisparse_overlap: np.ndarray  # fetches hidden behind the layer's work (plan-then-IO)
+    device_buffer_tokens: np.ndarray  # HiSparse device buffer per request per layer; 0 = off
+    miss_bw: np.ndarray  # SM gather-kernel bandwidth over the host link (all GPUs loading)
+    miss_fixed_s: np.ndarray  # one host round trip per layer that fetches
+    h2d_bw: np.ndarray  # bulk host -> device (prefix pages from host DRAM)
+    host_mem_per_gpu: np.ndarray
+    cached_prefix_fraction: np.ndarray  # prompt tokens served by a prefix cache (any tier)
+    host_prefix_fraction: np.ndarray  # of which loaded from host DRAM
 
 
 def _pow2_at_least(x: np.ndarray) -> np.ndarray:
@@ -110,9 +117,12 @@ def _pow2_at_least(x: np.ndarray) -> np.ndarray:
 def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
     """Resolve validated configuration rows (``points.validate``) into a :class:`Design`.
 
-    Optional per-row columns: ``miss_rows_per_layer`` (HiSparse host fetches per request per
-    layer per decode step, from a stored selection replay) and ``cached_prefix_fraction``
-    (share of prompt tokens served from a prefix cache, from a tier replay).
+    Optional per-row columns (see :mod:`toolkit.serving.reuse` for reading them from stored
+    replays): ``device_buffer_tokens`` (HiSparse device buffer per request per layer; 0 = all
+    KV in HBM), ``miss_rows_per_layer`` (host fetches per request per layer per decode step),
+    ``hisparse_overlap`` (fetches overlapped with compute), ``cached_prefix_fraction`` (share
+    of prompt tokens served from a prefix cache) and ``host_prefix_fraction`` (the part of it
+    loaded from host DRAM).
     """
     n = df.height
     hws = {h: get_hardware(h) for h in df["hardware"].unique().to_list()}
@@ -219,6 +229,12 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
         attn_decode_flops_per_ctx=2.0 * heads * (2 * lora + rope),
         attn_prefill_flops_per_ctx=2.0 * heads * (nope + rope + vdim),
         miss_rows_per_layer=opt("miss_rows_per_layer", 0.0),
+        hisparse_overlap=opt("hisparse_overlap", 0.0) > 0,
+        device_buffer_tokens=opt("device_buffer_tokens", 0.0),
+        miss_bw=hw_col(lambda h: sm_kernel_bandwidth_bytes_per_s(h, concurrent=True)),
+        miss_fixed_s=hw_col(lambda h: h.sm_kernel_rtt_s),
         h2d_bw=hw_col(lambda h: h.h2d_concurrent_bytes_per_s),
+        host_mem_per_gpu=hw_col(lambda h: h.host_mem_bytes_per_gpu),
         cached_prefix_fraction=np.clip(opt("cached_prefix_fraction", 0.0), 0.0, 1.0),
+        host_prefix_fraction=np.clip(opt("host_prefix_fraction", 0.0), 0.0, 1.0),
     )

@@ -14,7 +14,9 @@ the steady state of continuous batching)::
     t_comm    = (MoE dispatch+combine, or TP all-reduce bytes) / (link x eff_comm); the link is
                 the scale-up fabric when the instance fits in ``scaleup_domain_gpus``, else the
                 per-GPU scale-out NIC
-    t_miss    = HiSparse host fetches: miss rows x row bytes / host-link bandwidth (synchronous)
+    t_miss    = HiSparse host fetches: one round trip per layer + miss rows x row bytes / gather
+                bandwidth (SM kernel over the host link); exposed in full (synchronous, v1) or
+                only beyond the layers' work (overlapped, plan-then-IO prefetch)
     TPOT      = t_step / a
 
 Prefill of one request on a prefill instance: FLOPs / (peak x eff_prefill) plus one weight
@@ -92,15 +94,19 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     n_coll = np.where(g > 1, n_coll, 0.0) * np.where(d.dec_beyond_domain, 4.0, 1.0)
     t_comm = ((ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
               + n_coll * th["collective_latency_s"])
-    t_miss = batch / attn_split * d.layers * d.miss_rows_per_layer * d.kv_row_bytes / d.h2d_bw
-    t_step = th["overhead_s"] + t_dense + t_moe + t_attn + t_comm + t_miss
+    miss_b = batch / attn_split * d.layers * d.miss_rows_per_layer * d.kv_row_bytes
+    t_miss = np.where(miss_b > 0, d.layers * d.miss_fixed_s + miss_b / d.miss_bw, 0.0)
+    work = t_dense + t_moe + t_attn
+    # plan-then-IO prefetch hides fetches behind the layers' own work
+    t_miss_exposed = np.where(d.hisparse_overlap, np.maximum(t_miss - work, 0.0), t_miss)
+    t_step = th["overhead_s"] + work + t_comm + t_miss_exposed
     return {
         "weight_bytes": w_dense + w_routed, "kv_bytes": kv, "indexer_bytes": idx,
         "gemm_flops": gemm, "attention_flops": attn, "comm_bytes": ep_bytes + ar_bytes,
-        "miss_bytes": t_miss * d.h2d_bw,
+        "miss_bytes": miss_b,
         "t_overhead_s": th["overhead_s"] + 0.0 * batch, "t_hbm_s": t_hbm, "t_compute_s": t_comp,
         "t_dense_gemm_s": t_dense, "t_moe_gemm_s": t_moe, "t_attention_s": t_attn,
-        "t_comm_s": t_comm, "t_miss_s": t_miss, "t_step_s": t_step, "tpot_s": t_step / a,
+        "t_comm_s": t_comm, "t_miss_s": t_miss_exposed, "t_step_s": t_step, "tpot_s": t_step / a,
         "prefill_tokens_per_step": prefill_tok,
     }
 
@@ -119,9 +125,13 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     chunks = np.maximum(np.ceil(new / PREFILL_CHUNK_TOKENS), 1.0)
     weights_pg = (d.dense_bytes + d.routed_bytes) / g
     t_chunks = chunks * (th["overhead_s"] + weights_pg / (d.hbm_bw * th["eff_mem"]))
-    kv_total = d.isl * (d.layers * d.kv_row_bytes + d.idx_layers * d.idx_row_bytes)
+    kv_per_token = d.layers * d.kv_row_bytes + d.idx_layers * d.idx_row_bytes
+    kv_total = d.isl * kv_per_token
     t_xfer = np.where(d.disagg, kv_total / (g * d.xfer_bw * th["eff_comm"]), 0.0)
-    return {"t_prefill_s": t_comp + t_chunks, "t_kv_transfer_s": t_xfer}
+    # prefix pages found in host DRAM are loaded before the new tokens are computed
+    t_host = d.isl * d.host_prefix_fraction * kv_per_token / (g * d.h2d_bw)
+    return {"t_prefill_s": t_comp + t_chunks + t_host, "t_kv_transfer_s": t_xfer,
+            "t_host_prefix_load_s": t_host}
 
 
 def max_batch(d: Design) -> np.ndarray:
@@ -129,10 +139,17 @@ def max_batch(d: Design) -> np.ndarray:
     g = d.g_dec
     room = d.hbm_usable * (1.0 - HBM_RESERVE_FRACTION)
     weights_pg = d.dense_bytes / np.where(d.dp_attn, 1.0, g) + d.routed_bytes / g
-    per_req = (d.isl + d.osl) * (d.layers * d.kv_row_bytes + d.idx_layers * d.idx_row_bytes)
-    # HiSparse keeps only the device buffer of a request's MLA rows in HBM
+    ctx = d.isl + d.osl
+    # HiSparse keeps only the device buffer (+1 newest-token slot) of each layer's MLA rows in
+    # HBM; the indexer keys of every token stay there; the full KV lives in host DRAM
+    resident = np.where(d.device_buffer_tokens > 0, np.minimum(ctx, d.device_buffer_tokens + 1),
+                        ctx)
+    per_req = d.layers * resident * d.kv_row_bytes + d.idx_layers * ctx * d.idx_row_bytes
     free = np.maximum(room - weights_pg, 0.0)
-    return np.maximum(free / per_req * np.where(d.dp_attn, g, 1.0), 0.0)
+    share = np.where(d.dp_attn, g, 1.0)
+    cap = free / per_req * share
+    host_cap = d.host_mem_per_gpu * g / (ctx * d.layers * d.kv_row_bytes)
+    return np.maximum(np.where(d.device_buffer_tokens > 0, np.minimum(cap, host_cap), cap), 0.0)
 
 
 def _gdc_wait(service: np.ndarray, rho: np.ndarray, servers: np.ndarray,
