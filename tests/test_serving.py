@@ -105,11 +105,17 @@ class TestConventions:
                                decode_tp=36, prefill_ep=1, decode_ep=1, image=None)))
         assert d.total_gpus.tolist() == [36.0] and d.decode_gpus.tolist() == [36.0]
         assert d.n_dec[0] * d.g_dec[0] <= 18 and d.n_pre[0] * d.g_pre[0] <= 18
+        # a user's own 8 + 8 layout (no image column) is taken as written
+        mine = design(_frame(_row(num_prefill_gpu=8, num_decode_gpu=8, prefill_tp=8,
+                                  decode_tp=8)))
+        assert mine.total_gpus.tolist() == [16.0] and mine.g_dec.tolist() == [8.0]
 
     def test_scaleup_domain_used(self):
-        """A 16-GPU decode instance rides NVLink inside an NVL72 rack and the NIC on B200."""
+        """A 16-GPU decode instance rides NVLink inside an NVL72 rack, partly the NIC on B200."""
         d = design(_frame(_row(hardware="gb200"), _row(hardware="b200")))
-        assert d.link_bw_dec[0] == 900e9 and d.link_bw_dec[1] == 50e9
+        assert d.link_bw_dec[0] == 900e9
+        # B200: half the traffic stays on NVLink, half crosses the 50 GB/s NIC
+        assert d.link_bw_dec[1] == pytest.approx(1 / (0.5 / 900e9 + 0.5 / 50e9))
         th = bundled_params().row_values(levels(d))
         t = decode_terms(d, th, np.array([64.0, 64.0]))
         assert t["t_comm_s"][1] > 3 * t["t_comm_s"][0]

@@ -110,6 +110,14 @@ class Design:
     host_prefix_fraction: np.ndarray  # of which loaded from host DRAM
 
 
+def _mixed_link(g: np.ndarray, dom: np.ndarray, up: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Per-GPU collective bandwidth of an instance of ``g`` GPUs: with traffic spread evenly
+    over peers, the share ``dom / g`` stays on the scale-up fabric and the rest crosses the
+    NIC, so the time per byte is the traffic-weighted mix of the two links."""
+    inside = np.minimum(dom / np.maximum(g, 1.0), 1.0)
+    return 1.0 / (inside / up + (1.0 - inside) / out)
+
+
 def _pow2_at_least(x: np.ndarray) -> np.ndarray:
     return 2 ** np.ceil(np.log2(np.maximum(x, 1)))
 
@@ -139,8 +147,12 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
     tp_d, ep_d = df["decode_tp"].to_numpy(), df["decode_ep"].to_numpy()
     tp_p, ep_p = df["prefill_tp"].to_numpy(), df["prefill_ep"].to_numpy()
     npg, ndg = df["num_prefill_gpu"].to_numpy(), df["num_decode_gpu"].to_numpy()
-    image = df["image"].fill_null("").to_numpy() if "image" in df.columns else np.full(n, "")
-    repeated = disagg & (npg == ndg) & (tp_p == npg) & (tp_d == ndg) & (image == "")
+    # the early-GB200 quirk is recognised only in InferenceX exports (an image column present
+    # but empty); a user's own disaggregated 8+8 layout is never halved
+    no_image = (df["image"].cast(pl.String).fill_null("").to_numpy() == ""
+                if "image" in df.columns else np.zeros(n, dtype=bool))
+    is_gb200 = (df["hardware"] == "gb200").to_numpy()
+    repeated = disagg & (npg == ndg) & (tp_p == npg) & (tp_d == ndg) & no_image & is_gb200
     pool_p = np.where(repeated, np.maximum(npg // 2, 1), npg).astype(np.float64)
     pool_d = np.where(repeated, np.maximum(ndg - npg // 2, 1), ndg).astype(np.float64)
     total = np.where(disagg, np.where(repeated, ndg, npg + ndg), tp_d).astype(np.float64)
@@ -208,9 +220,9 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
         hbm_usable=hbm_usable,
         peak_w=peak_w,
         peak_attn=hw_col(lambda h: h.dense_fp8_tflops * 1e12),
-        link_bw_dec=np.where(g_dec <= dom, up, out),
+        link_bw_dec=_mixed_link(g_dec, dom, up, out),
         dec_beyond_domain=g_dec > dom,
-        link_bw_pre=np.where(g_pre <= dom, up, out),
+        link_bw_pre=_mixed_link(g_pre, dom, up, out),
         xfer_bw=np.where(span <= dom, up, out),
         layers=mod_col(lambda m: m.num_layers),
         moe_layers=mod_col(lambda m: m.num_layers - m.num_dense_layers),

@@ -45,6 +45,9 @@ PREFILL_CHUNK_TOKENS = 8192.0
 P90_WAIT_FACTOR = 2.3
 """p90 / mean of an exponential queueing wait (ln 10)."""
 BISECTION_STEPS = 32
+CROSS_DOMAIN_LATENCY_FACTOR = 2.0
+"""A collective that leaves the scale-up domain waits on a network round trip as well
+(assumed: about twice an NVLink / xGMI collective's latency)."""
 
 
 def _tokens(d: Design, th: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +94,8 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     n_allreduce = np.where(d.dp_attn, 0.0, 1.0) + np.where(d.ep_moe, 0.0, 1.0)
     ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
     n_coll = np.where(d.ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
-    n_coll = np.where(g > 1, n_coll, 0.0) * np.where(d.dec_beyond_domain, 4.0, 1.0)
+    n_coll = np.where(g > 1, n_coll, 0.0) * np.where(d.dec_beyond_domain,
+                                                      CROSS_DOMAIN_LATENCY_FACTOR, 1.0)
     t_comm = ((ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
               + n_coll * th["collective_latency_s"])
     miss_b = batch / attn_split * d.layers * d.miss_rows_per_layer * d.kv_row_bytes

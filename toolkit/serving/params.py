@@ -46,7 +46,7 @@ PARAM_HELP: dict[str, str] = {
     "prefill_overhead_s": "fixed time from request arrival to its first prefill chunk "
                           "(HTTP, tokenisation, scheduling, router)",
     "collective_latency_s": "latency of one collective (all-reduce, MoE dispatch or combine) "
-                            "per layer; 4x beyond the scale-up domain (assumed)",
+                            "per layer; 2x beyond the scale-up domain (assumed)",
     "arrival_scv": "squared coefficient of variation of arrivals at the prefill queue "
                    "(1 = Poisson; a closed loop of equal-length requests arrives in waves)",
 }

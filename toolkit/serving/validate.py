@@ -19,9 +19,11 @@ METRICS = {"tput_per_gpu": "pred_tput_per_gpu", "median_tpot": "pred_median_tpot
            "median_ttft": "pred_median_ttft"}
 
 
-def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 60,
-                   progress=None) -> pl.DataFrame:
+def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 100,
+                   progress=None, only: list[str] | None = None) -> pl.DataFrame:
     """Held-out predictions of every row under ``scheme`` ("hardware" or "shape").
+
+    ``only`` limits the run to the named folds (e.g. to re-check one held-out group).
 
     Returns:
         ``df`` plus the ``pred_*`` columns and ``fold`` (the held-out group of the row).
@@ -34,10 +36,14 @@ def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 60,
         raise ValueError(f"scheme must be 'hardware' or 'shape', got {scheme!r}")
     df = df.with_columns(key.alias("fold"))
     folds = df["fold"].unique(maintain_order=True).to_list()
+    if only is not None:
+        unknown = sorted(set(only) - set(folds))
+        if unknown:
+            raise ValueError(f"no {scheme} fold {unknown}; folds: {folds}")
     if len(folds) < 2:
         raise ValueError(f"leave-one-{scheme}-out needs at least two groups; got {folds}")
     out = []
-    for i, f in enumerate(folds):
+    for i, f in enumerate(folds if only is None else [f for f in folds if f in only]):
         train = df.filter(pl.col("fold") != f)
         test = df.filter(pl.col("fold") == f)
         params = fit(train, max_nfev=max_nfev, fitted_on=f"all rows except {scheme} {f}")
