@@ -118,7 +118,7 @@ class TestConventions:
         assert d.link_bw_dec[1] == pytest.approx(1 / (0.5 / 900e9 + 0.5 / 50e9))
         th = bundled_params().row_values(levels(d))
         t = decode_terms(d, th, np.array([64.0, 64.0]))
-        assert t["t_comm_s"][1] > 3 * t["t_comm_s"][0]
+        assert t["t_comm_s"][1] > 1.5 * t["t_comm_s"][0]
 
     def test_hardware_not_a_price_ratio(self):
         """The same deployment on GB200, GB300 and MI355X differs by more than price."""
