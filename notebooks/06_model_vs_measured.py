@@ -44,7 +44,7 @@ alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=130, tbl_hide_column_data_types=True,
           tbl_hide_dataframe_shape=True, float_precision=3)
 CV = Path(str(files("toolkit.serving").joinpath("fitted", "cv")))
-heldout = read_points(CV / "heldout_hardware.csv")  # noqa: F841  (DuckDB reads it by name)
+heldout = pl.read_csv(CV / "heldout_hardware.csv")
 con = duckdb.connect()
 con.register("heldout", heldout.to_arrow())
 print(f"{heldout.height} held-out predictions, "

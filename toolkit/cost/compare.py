@@ -142,6 +142,7 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None) -> pl.DataF
                 "engine": near["framework"][0],
                 "interactivity": float(target),
                 "clamped": not (fx[0] <= target <= fx[-1]),
+                "front_max_interactivity": float(fx[-1]),
                 "tput_per_gpu": tput,
                 "output_tput_per_gpu": otput,
                 "p90_ttft_s": float(near["pred_p90_ttft"][0]),
