@@ -150,6 +150,39 @@ store.query("""
     FROM tier_runs WHERE trace = 'mooncake_conversation' ORDER BY device_capacity_tokens
 """)
 
+# %% [markdown]
+# ## 5. SGLang's radix cache vs the page-granular ideal
+# Every run above uses `--radix-semantics sglang` (the default): SGLang's `RadixCache` node
+# for node, page-aligned prompts, whole-leaf LRU eviction that frees at least what is
+# needed (often much more), the split-node access stamp, running requests locked; it
+# equals SGLang 0.5.23's own code request by request on the Mooncake trace
+# (`tests/test_tiers_sglang.py`). `--radix-semantics page` is the ideal the toolkit used
+# before: eviction page by page, partial pages cached. The same 600K-token concurrency
+# sweep under both shows what the whole-leaf eviction costs.
+
+# %%
+page_semantics = page_stream(store.read("requests", "synthetic_coding"), semantics="page")
+for c in (4, 8, 16, 32):
+    replay_tiers(store, TierReplayConfig("synthetic_coding", concurrency=c, device_tokens=600_000,
+                                         radix_semantics="page"), stream=page_semantics)
+both = store.query("""
+    SELECT radix_semantics, concurrency, round(gpu_hit_rate, 3) AS gpu,
+           round(host_hit_rate, 3) AS host, round(overall_hit_rate, 3) AS overall,
+           device_evictions, round(p90_ttft_s, 3) AS p90_ttft_s
+    FROM tier_runs
+    WHERE trace = 'synthetic_coding' AND hardware = 'gb200' AND device_capacity_tokens = 600000
+    ORDER BY concurrency, radix_semantics
+""")
+both
+
+# %%
+sem = store.query("SELECT run_id, radix_semantics AS label FROM tier_runs")
+shares_both = (run_query(store, "tier_shares")
+               .filter((pl.col("trace") == "synthetic_coding") & (pl.col("hardware") == "gb200")
+                       & (pl.col("device_capacity_tokens") == 600_000))
+               .join(sem, on="run_id"))
+tier_share_bars(shares_both, "600K-token device pool: page-granular ideal (left) vs SGLang radix cache (right)")
+
 # %%
 store.close()
 workdir.cleanup()

@@ -177,7 +177,7 @@ class PageStream:
 
 
 def page_stream(requests: pa.Table, page_tokens: int | None = None,
-                semantics: str = "page") -> PageStream:
+                semantics: str = "sglang") -> PageStream:
     """Sort by (arrival, request id), flatten the hashes, regroup blocks into pages.
 
     A page of ``m`` blocks is keyed by its last block's chained hash (which identifies

@@ -97,7 +97,7 @@ def radix_pieces(flat: np.ndarray, lengths: np.ndarray, prompt: np.ndarray, bloc
         prev[1:] = keys[:-1]
         prev[k_start[new_len > 0]] = -1
     parent = np.full(uniq.size, -1, np.int64)
-    parent[keys] = prev
+    parent[keys[::-1]] = prev[::-1]  # the first occurrence sets the parent
     bad = np.flatnonzero(parent[keys] != prev)
     if bad.size:
         r = int(np.searchsorted(k_start, bad[0], side="right") - 1)
