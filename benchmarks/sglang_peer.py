@@ -28,11 +28,13 @@ the block hashes (a partial last block shares its first tokens with a longer one
 ``time.monotonic`` inside ``radix_cache`` is replaced by a counter that rises by 1 per call:
 the same order of stamps as a real clock, without ties between calls, so runs repeat.
 
-HiRadixCache (L2 host pool) is not driven: its constructor builds a ``HiCacheController``
-that needs a CUDA device pool, CUDA streams and the host-pool transfer kernels
-(``cache_controller.py``, ``memory_pool_host.py``), which do not exist on a CPU-only
-machine. The host-tier rules are derived from ``hiradix_cache.py`` instead (see
-``toolkit/replay/tiers_radix.py``).
+HiCache (the L2 host pool) is not driven. In 0.5.23 there is no ``HiRadixCache`` class:
+HiCache is ``UnifiedRadixCache.init_hicache`` with a ``HybridCacheController``, whose base
+in ``managers/cache_controller.py`` moves KV between the device and host pools with
+``device_module.Event()`` / streams (``get_device_module()``: CUDA, NPU or MUSA) and a
+real device KV pool; a CPU-only machine has neither, so it was not attempted past reading
+the source. The host-tier rules are derived from that source instead (see
+``toolkit/replay/tiers_radix.py``); only the device tier is proven here.
 """
 
 from __future__ import annotations

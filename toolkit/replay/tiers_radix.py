@@ -24,9 +24,10 @@ stretches of a hashed block between cut points where some prompt's page-aligned 
 falls; every node boundary SGLang can create falls on a piece boundary, so the tree over
 pieces is the token-level tree, with far fewer entries at page size 1.
 
-Host (L2) and storage (L3), derived from ``hiradix_cache.py`` / ``unified_radix_cache.py``
-(HiCache cannot be driven offline: its cache controller needs device streams and
-events): device eviction demotes each piece of the victim (kept if it has a host copy;
+Host (L2) and storage (L3), derived from SGLang's HiCache source (``unified_radix_cache.py``,
+``managers/cache_controller.py``; it cannot be driven offline: its cache controller needs
+device streams and events), at piece granularity, not node granularity: device eviction
+demotes each piece of the victim (kept if it has a host copy;
 write_back copies it now; else it is dropped); host-only pieces form an LRU, deepest
 piece of a victim first; a request's host run follows its device run and is loaded back
 into the new leaf. Capacities and all sizes are tokens.
