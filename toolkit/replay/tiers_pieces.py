@@ -14,6 +14,7 @@ Both take the flattened chained hashes of requests in replay order.
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
 from toolkit.errors import ToolkitError
@@ -56,6 +57,58 @@ def sub_pages(flat: np.ndarray, lengths: np.ndarray, prompt: np.ndarray, block: 
     return keys, toks.astype(np.int64), new_len
 
 
+@nb.njit(cache=True, nogil=True)
+def _cuts(hid, starts, lengths, aligned, block, full, part_key, part_of):  # pragma: no cover
+    """Mark hashes covered whole; list each request's partial cut (at most one)."""
+    n = 0
+    for r in range(lengths.shape[0]):
+        part_of[r] = -1
+        for b in range(lengths[r]):
+            c = aligned[r] - b * block
+            if c <= 0:
+                break
+            h = hid[starts[r] + b]
+            if c >= block:
+                full[h] = 1
+            else:
+                part_key[n] = h * (block + 1) + c
+                part_of[r] = n
+                n += 1
+    return n
+
+
+@nb.njit(cache=True, nogil=True)
+def _emit(hid, starts, lengths, aligned, block, h_start, cnt, part_of, part_piece,
+          new_len, keys, parent, write):  # pragma: no cover - compiled
+    """Write (``write``; else only count) each request's pieces and every piece's
+    parent; returns the first request whose path disagrees with an earlier parent
+    (-1: chained) and the number of pieces."""
+    w = 0
+    bad = -1
+    for r in range(lengths.shape[0]):
+        prev = -1
+        w0 = w
+        for b in range(lengths[r]):
+            c = aligned[r] - b * block
+            if c <= 0:
+                break
+            h = hid[starts[r] + b]
+            last = h_start[h] + cnt[h] - 1 if c >= block else part_piece[part_of[r]]
+            if not write:
+                w += last + 1 - h_start[h]
+                continue
+            for k in range(h_start[h], last + 1):
+                keys[w] = k
+                w += 1
+                if parent[k] == -2:
+                    parent[k] = prev
+                elif parent[k] != prev and bad == -1:
+                    bad = r
+                prev = k
+        new_len[r] = w - w0
+    return bad, w
+
+
 def radix_pieces(flat: np.ndarray, lengths: np.ndarray, prompt: np.ndarray, block: int,
                  page: int) -> dict[str, np.ndarray | int]:
     """Pieces of page-aligned prompts (see module docstring).
@@ -66,44 +119,44 @@ def radix_pieces(flat: np.ndarray, lengths: np.ndarray, prompt: np.ndarray, bloc
     Raises:
         ToolkitError: a hash follows two different hashes (the hashes are not chained).
     """
-    aligned = prompt // page * page
-    req_of = np.repeat(np.arange(lengths.size), lengths)
+    aligned = (prompt // page * page).astype(np.int64)
     starts = np.zeros(lengths.size, np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
-    cover = _block_cover(req_of, pos, aligned, block)
-    live = cover > 0
-    h, c, rq = flat[live], cover[live], req_of[live]
-    # distinct (hash, cut) pairs, sorted: the pieces of a hash are consecutive
-    hid, n_h = dense_ids(h)
-    pair = hid.astype(np.int64) * (block + 1) + c
-    uniq, inv = np.unique(pair, return_inverse=True)
-    u_h = uniq // (block + 1)
-    u_c = uniq % (block + 1)
-    first = np.ones(uniq.size, bool)
-    first[1:] = u_h[1:] != u_h[:-1]
-    prev_c = np.where(first, 0, np.roll(u_c, 1))
-    key_tokens = (u_c - prev_c).astype(np.int64)
-    first_of = np.maximum.accumulate(np.where(first, np.arange(uniq.size), 0))
-    # occurrence (hash, cut) covers the pieces first_of .. its own index
-    n_pc = inv - first_of[inv] + 1
-    keys = _ranges(first_of[inv], n_pc)
-    new_len = np.bincount(np.repeat(rq, n_pc), minlength=lengths.size).astype(np.int64)
-    # parent piece of each piece: the previous piece on any path, which must agree
-    k_start = np.zeros(new_len.size, np.int64)
-    np.cumsum(new_len[:-1], out=k_start[1:])
-    prev = np.empty(keys.size, np.int64)
-    if keys.size:
-        prev[1:] = keys[:-1]
-        prev[k_start[new_len > 0]] = -1
-    parent = np.full(uniq.size, -1, np.int64)
-    parent[keys[::-1]] = prev[::-1]  # the first occurrence sets the parent
-    bad = np.flatnonzero(parent[keys] != prev)
-    if bad.size:
-        r = int(np.searchsorted(k_start, bad[0], side="right") - 1)
+    hid, n_h = dense_ids(flat)
+    full = np.zeros(n_h, np.uint8)
+    part_key = np.empty(lengths.size, np.int64)
+    part_of = np.empty(lengths.size, np.int64)
+    n_p = _cuts(hid, starts, lengths, aligned, block, full, part_key, part_of)
+    # pieces of a hash: its distinct partial cuts (sorted), then the whole block if any
+    # occurrence covers it whole
+    p_pair, p_inv = np.unique(part_key[:n_p], return_inverse=True)
+    p_h = p_pair // (block + 1)
+    n_part = np.bincount(p_h, minlength=n_h)
+    cnt = (n_part + full).astype(np.int64)
+    h_start = np.zeros(n_h, np.int64)
+    np.cumsum(cnt[:-1], out=h_start[1:])
+    p_first = np.zeros(n_h, np.int64)
+    np.cumsum(n_part[:-1], out=p_first[1:])
+    p_piece = h_start[p_h] + np.arange(p_pair.size) - p_first[p_h]
+    n_pieces = int(cnt.sum())
+    cut = np.full(n_pieces, block, np.int64)
+    cut[p_piece] = p_pair % (block + 1)
+    first = np.zeros(n_pieces, bool)
+    first[h_start[cnt > 0]] = True
+    prev_c = np.zeros(n_pieces, np.int64)
+    prev_c[1:] = cut[:-1]
+    key_tokens = cut - np.where(first, 0, prev_c)
+    part_piece = p_piece[p_inv.reshape(-1)]
+    new_len = np.zeros(lengths.size, np.int64)
+    parent = np.full(n_pieces, -2, np.int64)
+    args = (hid, starts, lengths, aligned, block, h_start, cnt, part_of, part_piece, new_len)
+    _, total = _emit(*args, np.zeros(0, np.int64), parent, False)
+    keys = np.empty(total, np.int64)
+    bad, w = _emit(*args, keys, parent, True)
+    if bad >= 0:
         raise ToolkitError(
-            f"request row {r}: block_hashes are not chained (a hash follows two different "
+            f"request row {bad}: block_hashes are not chained (a hash follows two different "
             "hashes); --radix-semantics sglang needs chained prefix hashes"
         )
-    return {"keys": keys, "lengths": new_len, "key_tokens": key_tokens,
-            "parent": parent, "n_keys": int(uniq.size)}
+    return {"keys": keys[:w], "lengths": new_len, "key_tokens": key_tokens,
+            "parent": np.where(parent == -2, -1, parent), "n_keys": n_pieces}
