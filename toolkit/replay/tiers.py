@@ -199,11 +199,6 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None,
     block = int(bt_col[0].as_py()) if len(bt_col) else 0
     flat = hashes.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
     prompt = t.column("input_tokens").to_numpy().astype(np.int64)
-    starts = np.zeros(lengths.size, np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    req_of = np.repeat(np.arange(lengths.size), lengths)
-    pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
-    tokens = np.clip(prompt[req_of] - block * pos, 0, block)
     page = page_tokens or block
     if page % block and block % page:
         raise ToolkitError(
@@ -211,6 +206,13 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None,
             f"{block}-token blocks; regenerate a synthetic trace with that page size instead"
         )
     m = page // block
+    tokens = np.zeros(0, np.int64)
+    if m > 1 or (semantics != "sglang" and page == block):
+        starts = np.zeros(lengths.size, np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        req_of = np.repeat(np.arange(lengths.size), lengths)
+        pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
+        tokens = np.clip(prompt[req_of] - block * pos, 0, block)
     if m > 1:
         first = pos % m == 0
         grp = np.flatnonzero(first)
@@ -218,8 +220,6 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None,
         tokens = np.add.reduceat(tokens, grp)
         flat = flat[last]
         lengths = np.bincount(req_of[grp], minlength=lengths.size).astype(np.int64)
-        starts = np.zeros(lengths.size, np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
     extra: dict[str, Any] = {}
     if semantics == "sglang":
         pcs = radix_pieces(flat, lengths, prompt, max(block, page), page)
