@@ -213,15 +213,17 @@ class TestProperties:
     @settings(max_examples=40, deadline=None)
     @given(raw=_hashes, dev=st.integers(0, 12), host=st.integers(0, 12),
            policy=st.sampled_from(["lru", "lfu", "slru", "priority"]),
-           write=st.sampled_from(["write_through", "write_through_selective", "write_back"]))
-    def test_sources_sum_and_rates(self, tmp_path_factory, raw, dev, host, policy, write):
-        """Sources never exceed the prompt; rates in [0, 1] and add up to overall."""
+           write=st.sampled_from(["write_through", "write_through_selective", "write_back"]),
+           sem=st.sampled_from(["page", "sglang"]))
+    def test_sources_sum_and_rates(self, tmp_path_factory, raw, dev, host, policy, write, sem):
+        """Sources never exceed the prompt; rates in [0, 1] and add up to overall (both
+        radix semantics, overlapping requests)."""
         import toolkit
 
         with toolkit.open_store(tmp_path_factory.mktemp("p")) as store:
             name = _store_trace(store, _chain(raw), spacing=0.5, outputs=[3] * len(raw))
             res = _run(store, name, device_tokens=4 * dev, host_tokens=4 * host,
-                       policy=policy, write_policy=write)
+                       policy=policy, write_policy=write, radix_semantics=sem)
         t = res.requests
         src = (np.asarray(t["device_tokens"]) + np.asarray(t["host_tokens"])
                + np.asarray(t["storage_tokens"]) + np.asarray(t["computed_tokens"]))

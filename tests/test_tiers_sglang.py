@@ -189,6 +189,18 @@ class TestRules:
         sg = page_stream(t, 64, "sglang")
         assert sg.tokens.sum() == int((np.asarray(t["input_tokens"]) // 64 * 64).sum())
 
+    def test_cli_bad_semantics_and_page(self, store):
+        """Bad --radix-semantics / --page-tokens: one-line errors, exit code 2."""
+        from toolkit.cli import app
+
+        name = _store(store, [[1, 2]], [8])
+        runner = CliRunner()
+        base = ["replay", "tiers", "--store", str(store.root), "--trace", name]
+        out = runner.invoke(app, [*base, "--radix-semantics", "vllm"])
+        assert out.exit_code == 2 and "radix_semantics must be sglang or page" in out.output
+        out = runner.invoke(app, [*base, "--page-tokens", "3"])
+        assert out.exit_code == 2 and "page_tokens 3 neither divides" in out.output
+
     def test_not_chained_is_refused(self, store):
         """Hash 2 after 1 and after 9: sglang semantics needs chained hashes."""
         from toolkit.errors import ToolkitError
