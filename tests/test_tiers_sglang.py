@@ -189,6 +189,23 @@ class TestRules:
         sg = page_stream(t, 64, "sglang")
         assert sg.tokens.sum() == int((np.asarray(t["input_tokens"]) // 64 * 64).sum())
 
+    @pytest.mark.parametrize(("write", "last"), [
+        ("write_through", (0, 8, 0)), ("write_through_selective", (0, 0, 0)),
+    ])
+    def test_selective_backs_up_hit_nodes(self, store, write, last):
+        """Device 8 tokens, host unbounded. [1] is inserted, then hit twice: its node's hit
+        count reaches 2, so selective write-through backs it up and [1] comes back from
+        host after [5,6] evicts it. [5,6] (hit count 1) is backed up only under plain
+        write-through, so only there does the last request find it on the host."""
+        name = _store(store, [[1], [1], [1], [5, 6], [1], [5, 6]], [4, 4, 4, 8, 4, 8])
+        _, res = _dev(store, name, device_tokens=8, host_tokens=UNBOUNDED,
+                      write_policy=write, sequential=True)
+        t = res.requests
+        src = list(zip(t["device_tokens"].to_pylist(), t["host_tokens"].to_pylist(),
+                       t["storage_tokens"].to_pylist(), strict=True))
+        assert src[4] == (0, 4, 0)
+        assert src[5] == last
+
     def test_cli_bad_semantics_and_page(self, store):
         """Bad --radix-semantics / --page-tokens: one-line errors, exit code 2."""
         from toolkit.cli import app

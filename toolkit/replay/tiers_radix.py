@@ -28,7 +28,9 @@ Host (L2) and storage (L3), derived from SGLang's HiCache source (``unified_radi
 ``managers/cache_controller.py``; it cannot be driven offline: its cache controller needs
 device streams and events), at piece granularity, not node granularity: device eviction
 demotes each piece of the victim (kept if it has a host copy;
-write_back copies it now; else it is dropped); host-only pieces form an LRU, deepest
+write_back copies it now; else it is dropped); write_through copies every new
+piece to host, write_through_selective a node's pieces once its hit count (as
+``insert`` counts it) reaches the threshold; host-only pieces form an LRU, deepest
 piece of a victim first; a request's host run follows its device run and is loaded back
 into the new leaf. Capacities and all sizes are tokens.
 """
@@ -228,7 +230,7 @@ def _tail_below(p, is_tail, down):  # pragma: no cover - compiled
 
 @nb.njit(cache=True, nogil=True)
 def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, policy,
-           write, on_dev, is_tail, down, head, ntok, stamp, hits, lock, nchild, hk, hs, hid,
+           write, sel, on_dev, is_tail, down, head, ntok, stamp, hits, lock, nchild, hk, hs, hid,
            on_host, on_sto, hn, hp, sn, sp, n, scratch, st, cnt, res):
     # pragma: no cover - compiled
     """Match, lock, evict, insert one request. Returns False (no side effect) when it must
@@ -322,6 +324,14 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
         if is_tail[k]:
             stamp[k] = t_ins
             hits[k] += 1
+            if write == 1 and hits[k] >= sel:  # write_through_selective: back up the node
+                q = head[k]
+                while True:
+                    _host_write(q, ktok, on_dev, on_host, on_sto, hn, hp, sn, sp, n,
+                                host_cap, sto_cap, st, cnt)
+                    if q == k:
+                        break
+                    q = down[q]
     if d < m:
         leaf = keys[b0 + m - 1]
         nt = 0
@@ -346,7 +356,7 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
                 res[2] += ktok[k]
                 _host_write(k, ktok, on_dev, on_host, on_sto, hn, hp, sn, sp, n, host_cap,
                             sto_cap, st, cnt)
-            elif write == 0:
+            elif write == 0 or (write == 1 and sel <= 1):
                 _host_write(k, ktok, on_dev, on_host, on_sto, hn, hp, sn, sp, n, host_cap,
                             sto_cap, st, cnt)
         is_tail[leaf] = 1
@@ -393,7 +403,7 @@ def _release(r, keys, pstart, plen, ktok, trans, dev_cap, policy, is_tail, ntok,
 def simulate_radix(
     keys, pstart, plen, ktok, par, prompt, outtok, trans,
     closed, t_open, conc, sess_req, sess_start, sess_len, gap,
-    n_keys, dev_cap, host_cap, sto_cap, policy, write, max_running,
+    n_keys, dev_cap, host_cap, sto_cap, policy, write, sel_threshold, max_running,
     c_tok, c_ctx, lh_fixed, lh_tok, ls_fixed, ls_tok, tpot_b,
     tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used,
     cnt, areas,
@@ -509,9 +519,9 @@ def simulate_radix(
                 break
             r = wq[wq_h]
             if not _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap,
-                          sto_cap, policy, write, on_dev, is_tail, down, head, ntok, stamp,
-                          hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn, hp, sn, sp,
-                          n, scratch, st, cnt, res):
+                          sto_cap, policy, write, sel_threshold, on_dev, is_tail, down, head,
+                          ntok, stamp, hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn,
+                          hp, sn, sp, n, scratch, st, cnt, res):
                 break  # head-of-line: wait for a finish
             wq_h += 1
             td = res[0]
