@@ -127,14 +127,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=FIXTURE)
     ap.add_argument("--pages", type=int, nargs="*", default=list(PAGES))
+    ap.add_argument("--capacities", type=int, nargs="*", default=list(CAPACITIES),
+                    help="device tokens, -1 unbounded (the extra runs need the defaults)")
     ap.add_argument("--limit", type=int, default=0, help="first N requests only (smoke run)")
     args = ap.parse_args()
     hashes, prompt, order = load()
     if args.limit:
         hashes, prompt, order = hashes[: args.limit], prompt[: args.limit], order[: args.limit]
     cols: dict[str, np.ndarray] = {}
-    configs = [(p, c, "lru") for p in args.pages for c in CAPACITIES]
-    configs += [(64, 204_800, "lfu"), (64, 204_800, "slru")]
+    configs = [(p, c, "lru") for p in args.pages for c in args.capacities]
+    if tuple(args.capacities) == CAPACITIES:
+        # other policies, and the 1M / 200k-token capacities at 512-token pages
+        configs += [(64, 204_800, "lfu"), (64, 204_800, "slru"),
+                    (512, 1_000_000, "lru"), (512, 200_000, "lru")]
     for page, cap, policy in configs:
         t0 = time.perf_counter()
         hits = run(hashes, prompt, page, cap, policy)

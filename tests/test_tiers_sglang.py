@@ -55,7 +55,7 @@ class TestSGLangPeer:
         cols = _peer_columns()
         assert {(_parse(c)[0], _parse(c)[1]) for c in cols if c.endswith("lru")} == {
             (p, c) for p in (1, 64, 512) for c in (-1, 1_048_576, 204_800)
-        }
+        } | {(512, 1_000_000), (512, 200_000)}
 
     @pytest.mark.parametrize("name", _peer_columns())
     def test_sequential_equals_sglang(self, mooncake_store, name):
@@ -69,6 +69,16 @@ class TestSGLangPeer:
         got = np.asarray(dev, np.int64)[np.argsort(res.requests.column("request_id"))]
         assert np.array_equal(got[rid], ref)
         assert res.summary["host_hit_tokens"] == 0
+
+    def test_page_semantics_differ_from_sglang(self, mooncake_store):
+        """The fixture can tell the semantics apart: at the issue's 1M tokens (512-token
+        pages) the page-granular replay misses SGLang's total by 146,186 tokens."""
+        _, res = _dev(mooncake_store, "conv", device_tokens=1_000_000, host_tokens=0,
+                      page_tokens=512, sequential=True, radix_semantics="page")
+        with np.load(PEER) as z:
+            want = int(z["p512_c1000000_lru"].sum())
+        assert want == 8_011_776
+        assert res.summary["device_hit_tokens"] - want == -146_186
 
     def test_unbounded_page1_is_prefix_replay(self):
         """Page size 1, unbounded: SGLang hits exactly the prefix replay's 54,098,411."""
