@@ -38,6 +38,8 @@ def _make_ingest_command(fmt: str, description: str) -> None:
     ) -> None:
         with cli_store(store, create=True) as s:
             res = guard(s.ingest, fmt, path, name, replace=replace)
+        for n in res.notes:
+            typer.echo(f"note: {n}", err=True)
         typer.echo(
             f"ingested {res.rows:,} rows from {path} as {res.table}/{res.trace} "
             f"in {res.elapsed_s:.2f} s"
@@ -93,12 +95,21 @@ def sql_cmd(
 
     if fmt not in ("table", "csv", "json"):
         fail(f"--format must be table, csv or json, got {fmt!r}")
+    if not query.strip():
+        fail("empty query; give a SQL statement, e.g. \"SELECT * FROM requests LIMIT 5\"")
     with cli_store(store) as s:
         try:
-            df = s.query(query)
+            rel = s.con.sql(query)
+            if rel is None:  # a statement without a result (SET, CREATE on the session)
+                return
+            df = rel.pl()
         except duckdb.Error as e:
-            fail(str(e), code=1)
+            fail(str(e).splitlines()[0], code=1)
     if fmt == "csv":
+        nested = [c for c, t in df.schema.items() if t.is_nested()]
+        if nested:
+            fail(f"column(s) {', '.join(nested)} are nested (lists or structs), which CSV "
+                 "cannot hold; use --format json or table, or select scalar columns")
         sys.stdout.write(df.write_csv())
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")

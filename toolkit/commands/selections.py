@@ -46,6 +46,8 @@ def ingest_selections_cmd(
         if fmt == "bundle":  # the bundle carries its own metadata
             meta = {"select": select} | ({"k": k} if k else {})
         res = guard(s.ingest, fmt, path, name, replace=replace, **meta)
+    for n in res.notes:
+        typer.echo(f"note: {n}", err=True)
     typer.echo(
         f"ingested {res.rows:,} selection rows from {path} as {res.trace} "
         f"in {res.elapsed_s:.2f} s"

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader
-from toolkit.ingest.fields import as_count, jsonl_objects, require
+from toolkit.ingest.fields import INT64_MAX, as_count, jsonl_objects, require
 from toolkit.ingest.selections import SelectionColumns, SelectionError, TraceMeta, build_tables
 
 EVENT = "dsa_topk"
@@ -27,10 +27,16 @@ def _positions(value: object, path: Path, line: int) -> np.ndarray:
     field = "selected_token_pos"
     if not isinstance(value, list):
         raise TraceFormatError(path, line, field, f"expected a list of integers, got {value!r}")
-    arr = np.asarray(value) if value else np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        bad = next((x for x in value if isinstance(x, bool) or not isinstance(x, int)), value)
-        raise TraceFormatError(path, line, field, f"expected integers, got {bad!r}")
+    # map(type) runs in C: refuses JSON true/false, which NumPy would turn into 1/0
+    only_ints = set(map(type, value)) <= {int}
+    arr = np.asarray(value) if value and only_ints else np.zeros(0, dtype=np.int64)
+    if not only_ints or arr.dtype.kind != "i":
+        # error path only: name the first element that is not an int64
+        bad = next((x for x in value if isinstance(x, bool) or not isinstance(x, int)
+                    or not -INT64_MAX - 1 <= x <= INT64_MAX), value)
+        what = "integers" if isinstance(bad, bool) or not isinstance(bad, int) else \
+            "an integer that fits in int64"
+        raise TraceFormatError(path, line, field, f"expected {what}, got {bad!r}")
     return arr.astype(np.int64)
 
 
@@ -69,7 +75,8 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
              "topk": "selected_token_pos"}
 
     def locate(e: SelectionError) -> TraceFormatError:
-        return TraceFormatError(path, lines[e.row], names.get(e.field, e.field), e.message)
+        line = lines[e.row] if e.row >= 0 else None
+        return TraceFormatError(path, line, names.get(e.field, e.field), e.message)
 
     meta = TraceMeta(source=f"ingested from {path.name} (dsa-jsonl)", **options)  # type: ignore[arg-type]
     external = [str(r) for r in ids]
