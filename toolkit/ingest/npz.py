@@ -39,7 +39,8 @@ def _load(path: Path) -> dict[str, np.ndarray]:
     if not head.startswith(b"PK"):
         raise TraceFormatError(path, None, None, "not an .npz archive (no zip header)")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        # our own handle: np.load leaks its file when the archive is truncated
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
         raise TraceFormatError(path, None, None,
