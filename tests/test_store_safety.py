@@ -308,3 +308,28 @@ class TestMissingStore:
         f.write_text("x")
         res = runner.invoke(app, ["info", "--store", str(f)])
         assert res.exit_code == 2 and "not a directory" in res.output
+
+
+class TestFailedRename:
+    def test_rename_error_after_commit_is_completed_on_next_open(self, store, tmp_path,
+                                                               monkeypatch):
+        """An OSError between renames (not a death) also leaves a write the next open
+        finishes, never half of one."""
+        import toolkit.store as st
+
+        real, calls = os.replace, [0]
+
+        def flaky(a, b):
+            calls[0] += 1
+            if calls[0] == 3:  # marker, first rename, then fail
+                raise OSError(5, "I/O error")
+            real(a, b)
+
+        monkeypatch.setattr(st.os, "replace", flaky)
+        with pytest.raises(OSError):
+            store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        monkeypatch.setattr(st.os, "replace", real)
+        with toolkit.open_store(store.root) as s:
+            assert s.keys("selections") == s.keys("selection_traces") == ["t"]
+            assert s.keys("selection_requests") == ["t"]
+            assert any("interrupted after its commit" in p for p in s.problems)

@@ -147,7 +147,10 @@ class _Transaction:
             marker.unlink()
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Drop the staging directory, unless it committed but could not finish renaming
+        (then the next open completes it)."""
+        if not (self.dir / COMMIT_MARKER).exists():
+            shutil.rmtree(self.dir, ignore_errors=True)
         os.close(self._fd)
 
 

@@ -32,6 +32,8 @@ def guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
+    except OSError as e:  # disk full, permissions: the store is left as it was
+        fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
 
 
 def print_record(row: dict[str, Any], as_json: bool) -> None:
