@@ -64,6 +64,9 @@ class TestDsaJsonlLimits:
         (ev(0, 0, 5, 9, [2**63]), "selected_token_pos", "fits in int64"),
         (ev(0, 0, 5, 9, [1, 2**70]), "selected_token_pos", "fits in int64"),
         (ev(0, 0, 5, 9, [True, 2]), "selected_token_pos", "expected integers, got True"),
+        (ev(0, 0, 5, 9, [[1], [2]]), "selected_token_pos", "expected integers, got [1]"),
+        (ev(0, 0, 5, 9, [[1, 2], [3]]), "selected_token_pos", "expected integers, got [1, 2]"),
+        (ev(0, 0, 5, 9, [1, None]), "selected_token_pos", "expected integers, got None"),
         (ev(0, 0, 5, 2**64, [1]), "seq_len_current", "does not fit in int64"),
     ])
     def test_never_wraps(self, kept, tmp_path, bad, field, msg):

@@ -16,21 +16,25 @@ import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader
-from toolkit.ingest.fields import INT64_MAX, as_count, jsonl_objects, require
+from toolkit.ingest.fields import INT64_MAX, as_count, jsonl_records, require
 from toolkit.ingest.selections import SelectionColumns, SelectionError, TraceMeta, build_tables
 
 EVENT = "dsa_topk"
 FIELDS = ("request_id", "layer_id", "step_idx", "seq_len_current", "selected_token_pos")
 
 
-def _positions(value: object, path: Path, line: int) -> np.ndarray:
+def _positions(value: object, path: Path, line: int, maybe_bool: bool) -> np.ndarray:
     field = "selected_token_pos"
     if not isinstance(value, list):
         raise TraceFormatError(path, line, field, f"expected a list of integers, got {value!r}")
-    # map(type) runs in C: refuses JSON true/false, which NumPy would turn into 1/0
-    only_ints = set(map(type, value)) <= {int}
-    arr = np.asarray(value) if value and only_ints else np.zeros(0, dtype=np.int64)
-    if not only_ints or arr.dtype.kind != "i":
+    # NumPy turns JSON true/false into 1/0; only a line containing them needs the (C-speed,
+    # but not free) per-element type check
+    only_ints = not maybe_bool or set(map(type, value)) <= {int}
+    try:
+        arr = np.asarray(value) if value and only_ints else np.zeros(0, dtype=np.int64)
+    except ValueError:  # ragged nested lists
+        arr = np.zeros((0, 0))
+    if not only_ints or arr.ndim != 1 or arr.dtype.kind != "i":
         # error path only: name the first element that is not an int64
         bad = next((x for x in value if isinstance(x, bool) or not isinstance(x, int)
                     or not -INT64_MAX - 1 <= x <= INT64_MAX), value)
@@ -46,7 +50,7 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
     cols: dict[str, list[int]] = {"request_id": [], "step": [], "layer": [], "seq_len": []}
     lists: list[np.ndarray] = []
     lines: list[int] = []
-    for lineno, rec in jsonl_objects(path):
+    for lineno, rec, raw in jsonl_records(path):
         if rec.get("event") != EVENT:
             continue
         require(rec, FIELDS, path, lineno)
@@ -60,7 +64,8 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
         cols["step"].append(as_count(rec["step_idx"], path, lineno, "step_idx"))
         seq_len = as_count(rec["seq_len_current"], path, lineno, "seq_len_current")
         cols["seq_len"].append(seq_len)
-        lists.append(_positions(rec["selected_token_pos"], path, lineno))
+        lists.append(_positions(rec["selected_token_pos"], path, lineno,
+                                b"true" in raw or b"false" in raw))
         lines.append(lineno)
     if not lists:
         raise TraceFormatError(path, None, None, f"no {EVENT!r} events in file")

@@ -61,6 +61,13 @@ def as_hash_list(value: object, path: Path, line: int, field: str) -> list[int]:
 def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for every non-blank line; a line that is not a JSON
     object stops the read with its line number."""
+    for lineno, rec, _ in jsonl_records(path):
+        yield lineno, rec
+
+
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict, bytes]]:
+    """Like :func:`jsonl_objects`, also yielding each line's raw bytes (a reader can then
+    skip a costly check when the text shows it cannot apply, e.g. no ``true``/``false``)."""
     with open(path, "rb") as f:  # bytes: a bad UTF-8 sequence is reported at its line
         for lineno, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -75,7 +82,7 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
                 raise TraceFormatError(path, lineno, None, f"invalid JSON: {e}") from None
             if not isinstance(rec, dict):
                 raise TraceFormatError(path, lineno, None, "expected a JSON object")
-            yield lineno, rec
+            yield lineno, rec, raw
 
 
 def require(rec: dict, fields: tuple[str, ...], path: Path, line: int) -> None:
