@@ -380,12 +380,13 @@ def npz_arrays(draw) -> dict[str, np.ndarray]:
         how = draw(st.sampled_from(["dtype", "value", "shape", "strings"]))
         if how == "dtype":
             a = a.astype(draw(st.sampled_from(DTYPES)))
-        elif how == "value" and a.size:
-            a = a.astype(object)
-            a.flat[draw(st.integers(0, a.size - 1))] = draw(st.sampled_from(
-                [b for b in BOUNDARY if INT64[0] <= b <= 2**64 - 1]))
-            a = np.array(a.tolist(), dtype=np.uint64 if any(
-                x > INT64[1] for x in a.flat) else np.int64)
+        elif how == "value" and a.size and a.dtype.kind in "iu":
+            vals = [int(x) for x in a.reshape(-1)]
+            v = draw(st.sampled_from([b for b in BOUNDARY if INT64[0] <= b <= 2**64 - 1]))
+            vals[draw(st.integers(0, len(vals) - 1))] = v
+            if v > INT64[1] and min(vals) < 0:
+                continue
+            a = np.array(vals, dtype=np.uint64 if v > INT64[1] else np.int64).reshape(a.shape)
         elif how == "shape":
             a = a.reshape(-1)[: max(a.size - 1, 0)]
         elif how == "strings":
