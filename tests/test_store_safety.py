@@ -333,3 +333,16 @@ class TestFailedRename:
             assert s.keys("selections") == s.keys("selection_traces") == ["t"]
             assert s.keys("selection_requests") == ["t"]
             assert any("interrupted after its commit" in p for p in s.problems)
+
+
+class TestCatalogStability:
+    def test_more_files_in_a_table_do_not_rewrite_the_catalog(self, store, tmp_path):
+        """Views read directories, so only a table's first file changes the catalog; an
+        open store still sees a file another process adds."""
+        store.ingest("mooncake", mooncake_head(tmp_path / "a.jsonl", 3), "a")
+        cat = store.root / "catalog.duckdb"
+        before = (cat.read_bytes(), cat.stat().st_mtime_ns)
+        with toolkit.open_store(store.root) as other:
+            other.ingest("mooncake", mooncake_head(tmp_path / "b.jsonl", 4), "b")
+        assert (cat.read_bytes(), cat.stat().st_mtime_ns) == before
+        assert store.query("SELECT count(*) AS n FROM requests")["n"][0] == 7

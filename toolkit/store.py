@@ -2,7 +2,7 @@
 
 Layout of a store directory::
 
-    catalog.duckdb            views only (rewritten when the set of files changes)
+    catalog.duckdb            views only (rewritten only when a view's definition changes)
     requests/<trace>.parquet  one file per ingested request timeline
     replay_runs/<run>.parquet one file per replay run, keyed by its config fingerprint
     .staging/tx-<id>/         a write in progress: its files, then a COMMIT marker
@@ -170,10 +170,12 @@ def _apply(root: Path, tx_dir: Path, entries: list[tuple[str, str]]) -> list[str
 class Store:
     """A trace store opened at ``root``. Use :func:`open_store` and a ``with`` block.
 
-    Queries run on an in-memory DuckDB connection whose views list the store's Parquet
-    files; the views are rebuilt when a table directory changes, so a store kept open in
-    a notebook sees other processes' writes. ``catalog.duckdb`` holds the same views for
-    the DuckDB CLI and is rewritten only when they change.
+    Queries run on an in-memory DuckDB connection whose views read each table's directory
+    (its path escaped, so ``s[1]`` never matches ``s1``); a table holding a file with an
+    invalid name or an unreadable file lists its good files instead. Views are checked when
+    a table directory changes, so a store kept open in a notebook sees other processes'
+    writes. ``catalog.duckdb`` holds the same views for the DuckDB CLI and is rewritten only
+    when a definition changes (a table's first file, a damaged file), not on every write.
 
     Attributes:
         problems: what opening or reading found and worked around (an interrupted write
@@ -192,6 +194,8 @@ class Store:
         self.problems: list[str] = []
         self._tx: _Transaction | None = None
         self._seen: tuple[int, ...] | None = None
+        self._tried: dict[str, str] = {}  # table -> view statement last attempted
+        self._made: dict[str, str] = {}  # table -> view statement in force
         self._catalog_sha: str | None = None
         self._con: duckdb.DuckDBPyConnection | None = duckdb.connect()
         self._recover()
@@ -438,7 +442,12 @@ class Store:
                 sig.append(0)
         return tuple(sig)
 
-    def _view_sql(self, table: str, files: list[Path]) -> str:
+    def _view_sql(self, table: str, files: list[Path] | None) -> str:
+        """``files=None``: every Parquet file under the table's directory, found when a query
+        runs (the directory's path escaped so its glob matches only itself)."""
+        if files is None:
+            glob = _sql_str(_glob_literal(str(self._table_dir(table))) + "/**/*.parquet")
+            return f"SELECT * FROM read_parquet({glob}, union_by_name = true)"
         if files:
             listed = ", ".join(_sql_str(_glob_literal(str(f))) for f in files)
             return f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
@@ -447,18 +456,32 @@ class Store:
         )
         return f"SELECT {cols} WHERE false"
 
-    def _files(self, table: str) -> list[Path]:
-        files: list[Path] = []
-        for p in self._entries(table).values():
-            files.extend(sorted(p.rglob("*.parquet")) if p.is_dir() else [p])
-        return files
+    def _view(self, table: str) -> tuple[str, list[Path]]:
+        """The view statement to try first, and the table's files.
 
-    def _create_view(self, table: str, files: list[Path]) -> str:
-        """Create ``table``'s view, leaving out (and noting) files DuckDB cannot read, so
-        one corrupt file does not break queries on the other tables."""
-        stmt = f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, files)}"
+        A table whose entries all have valid key names reads its directory by glob, so the
+        statement (and the catalog) does not change when files are added; a table holding
+        an invalid name lists its valid files instead, leaving the stranger out.
+        """
+        d = self._table_dir(table)
+        entries = self._entries(table)
+        files: list[Path] = []
+        for p in entries.values():
+            files.extend(sorted(p.rglob("*.parquet")) if p.is_dir() else [p])
+        if not files:
+            return f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, [])}", files
+        known = {e.name for e in entries.values()}
+        strangers = any(not p.name.startswith(".") and p.name not in known for p in d.iterdir())
+        sql = self._view_sql(table, files if strangers else None)
+        return f"CREATE OR REPLACE VIEW {table} AS {sql}", files
+
+    def _create_view(self, table: str, stmt: str, files: list[Path]) -> str:
+        """Run ``stmt``; if DuckDB cannot read some file, leave it out (noting it by name)
+        so one corrupt file does not break queries on the other tables."""
+        con = self._con
+        assert con is not None
         try:
-            self._con.execute(stmt)  # type: ignore[union-attr]
+            con.execute(stmt)
             return stmt
         except duckdb.Error:
             pass
@@ -466,19 +489,19 @@ class Store:
         for f in files:
             try:
                 pq.read_metadata(f)
-                self._con.execute(f"DESCRIBE {self._view_sql(table, [f])}")  # type: ignore[union-attr]
+                con.execute(f"DESCRIBE {self._view_sql(table, [f])}")
                 good.append(f)
             except (OSError, pa.ArrowException, duckdb.Error) as e:
                 self._note(f"{f}: unreadable Parquet file, left out of view {table!r}: "
                            f"{str(e).splitlines()[0]}")
         stmt = f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, good)}"
         try:
-            self._con.execute(stmt)  # type: ignore[union-attr]
+            con.execute(stmt)
         except duckdb.Error as e:
             self._note(f"table {table!r}: files do not combine ({str(e).splitlines()[0]}); "
                        "its view is empty")
             stmt = f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, [])}"
-            self._con.execute(stmt)  # type: ignore[union-attr]
+            con.execute(stmt)
         return stmt
 
     def _refresh_views(self) -> None:
@@ -486,8 +509,15 @@ class Store:
             return
         with self._lock(exclusive=False):
             seen = self._signature()
-            files = {t: self._files(t) for t in schema.TABLES}
-        ddl = [self._create_view(t, files[t]) for t in schema.TABLES]
+            wanted = {t: self._view(t) for t in schema.TABLES}
+        ddl = []
+        for t, (stmt, files) in wanted.items():
+            # a statement that worked last time needs no new bind; after a fallback (a
+            # corrupt file left out) the table is re-listed whenever its directory changes
+            if not self._tried.get(t) == stmt == self._made.get(t):
+                self._made[t] = self._create_view(t, stmt, files)
+                self._tried[t] = stmt
+            ddl.append(self._made[t])
         self._seen = seen
         self._write_catalog(ddl)
 
