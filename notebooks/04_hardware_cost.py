@@ -9,18 +9,21 @@
 # ---
 
 # %% [markdown]
-# # HiSparse what-if in money: GB200 vs GB300 vs MI355X with GLM-5.2 geometry
+# # What a million GLM-5.2 tokens cost on GB200, GB300 and MI355X
 #
 # Inputs and their status:
-# * **Selections: real.** The bundled SmolLM2 recording (`traces/smollm2/`), replayed in
-#   HiSparse mode. It was recorded at a small k; pricing it at GLM-5.2's k = 2048 scales each
-#   row's misses by 2048 / k, i.e. keeps the trace's miss *ratio* (an **assumption**).
-# * **Hardware and prices: sourced** spec files (`toolkit hardware show NAME`), prices from
-#   the InferenceX July 2026 survey (hyperscaler tier unless stated).
-# * **Model: sourced** GLM-5.2 geometry (78 layers, 21 Full / 57 Shared indexer layers,
-#   656 B FP8 MLA rows, 132 B indexer rows).
-# * **Decode-step model: computed** from those inputs with labelled efficiency factors
-#   (`toolkit/cost/decode.py`), then **calibrated** against the published GLM-5.3 figures.
+# * **Serving model: computed** (`toolkit/serving/`) from sourced hardware specs (HBM
+#   bandwidth and capacity, FP4/FP8 peaks, scale-up domain and bandwidth, scale-out NIC;
+#   `toolkit hardware show NAME`) and GLM-5.2's sourced geometry (78 layers, DSA top-2048,
+#   21 indexer layers, MoE 256 x 8), with efficiency terms **fitted** on 300 measured
+#   DeepSeek-R1 points from SemiAnalysis InferenceX (`toolkit serving fit`; held-out errors
+#   in notebook 06). GLM-5.2 itself has no measured points here: every number below is a
+#   **prediction** for a model the fit never saw.
+# * **Prices: sourced** InferenceX survey values (July 2026, hyperscaler tier unless stated).
+# * **Selections: real** (the bundled SmolLM2 recording) for the HiSparse section, scaled to
+#   k = 2048 by keeping each row's miss ratio (an **assumption**).
+# * **Published figures** (a public analysis of GLM-5.3 serving, BRIEF §6) are shown next to
+#   the model's answers, never used to fit it.
 
 # %%
 import tempfile
@@ -30,133 +33,142 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.charts import cost_vs_interactivity, link_vs_hbm
-from toolkit.cost.calibrate import calibrate_decode
-from toolkit.cost.capacity import hbm_budget
-from toolkit.cost.from_replay import cost_of_replay
-from toolkit.cost.price import usd_per_million_tokens
-from toolkit.hardware import get_hardware
+from toolkit.charts import grouped_bars
+from toolkit.cost.compare import CompareConfig, compare
 from toolkit.models import get_model
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
+from toolkit.serving import predict, validate
+from toolkit.serving.reuse import hisparse_columns
 
 alt.renderers.enable("svg")
-pl.Config(tbl_rows=60, tbl_width_chars=130, tbl_hide_column_data_types=True,
-          tbl_hide_dataframe_shape=True, float_precision=4)
-TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+pl.Config(tbl_rows=60, tbl_width_chars=140, tbl_hide_column_data_types=True,
+          tbl_hide_dataframe_shape=True, float_precision=4, fmt_str_lengths=60)
+HARDWARE = ("gb200", "gb300", "mi355x")
+GLM = get_model("glm-5.2")
+COLS = ["hardware", "engine", "interactivity", "clamped", "tput_per_gpu", "p90_ttft_s",
+        "usd_per_mtok_total", "usd_per_mtok_output", "cost_ratio_total_vs_first", "layout"]
+
+# %% [markdown]
+# ## 1. The seed questions at an InferenceX shape (8K in / 1K out, FP8)
+# `toolkit cost compare --model glm-5.2 --hardware gb200,gb300,mi355x --interactivity
+# 100,150 [--max-p90-ttft-s 2] --json`: layouts x concurrency per accelerator, Pareto front
+# of throughput per GPU vs interactivity, Steffen interpolation at the targets, price.
+
+# %%
+shape = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE))
+shape.select(COLS)
+
+# %%
+shape_2s = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE, max_p90_ttft_s=2.0))
+shape_2s.select(COLS)
+
+# %% [markdown]
+# ## 2. Agentic traffic: long prompts served mostly from a prefix cache
+# The published figures come from agentic traffic: their output/total cost ratio (5.92 / 0.044
+# = 134) means ~134 prompt tokens per output token, most of them prefix-cache hits. Here:
+# 64K-token prompts, 512 output tokens, 95% of prompt tokens cached (**assumed** workload;
+# the real mix is not published).
+
+# %%
+agentic = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE, isl=65536, osl=512,
+                                cached_prefix_fraction=0.95, max_p90_ttft_s=2.0))
+agentic.select(COLS)
+
+# %% [markdown]
+# ## 3. Next to the published figures
+# Each published figure, the model's answer for the agentic workload above (p90 TTFT <= 2 s
+# unless stated), the difference, and why they differ.
+
+# %%
+def pick(df, hw, target):
+    return df.filter((pl.col("hardware") == hw) & (pl.col("interactivity") == target)).row(
+        0, named=True)
+
+
+relaxed = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE, isl=65536, osl=512,
+                                cached_prefix_fraction=0.95, max_p90_ttft_s=10.0))
+g150, g300_150 = pick(agentic, "gb200", 150), pick(agentic, "gb300", 150)
+m150, m100 = pick(agentic, "mi355x", 150), pick(agentic, "mi355x", 100)
+g100 = pick(agentic, "gb200", 100)
+rows = [
+    ("GB200 Dynamo-SGLang $/M total at 150 tok/s/user", 0.044, g150["usd_per_mtok_total"]),
+    ("GB200 $/M output at 150", 5.92, g150["usd_per_mtok_output"]),
+    ("MI355X (ATOM) / GB200 cost at 150", 1 / 0.88, m150["usd_per_mtok_total"]
+     / g150["usd_per_mtok_total"]),
+    ("GB300 / GB200 throughput per GPU at 150", 1.175, g300_150["tput_per_gpu"]
+     / g150["tput_per_gpu"]),
+    ("GB300 Dynamo-TRT $/M total, p90 TTFT <= 10 s", 0.0451,
+     pick(relaxed, "gb300", 150)["usd_per_mtok_total"]),
+    ("MI355X / GB200 cost at 100 tok/s/user", 0.87, m100["usd_per_mtok_total"]
+     / g100["usd_per_mtok_total"]),
+    ("MI355X $/M total at 100, p90 TTFT <= 2 s", 0.0607, m100["usd_per_mtok_total"]),
+]
+reach = {hw: pick(agentic, hw, 150)["front_max_interactivity"] for hw in HARDWARE}
+print("fastest modelled interactivity (tok/s/user) per front:",
+      {hw: round(v, 1) for hw, v in reach.items()})
+pl.DataFrame(rows, schema=["figure", "published", "model"], orient="row").with_columns(
+    (pl.col("model") / pl.col("published") - 1).alias("difference"))
+
+# %% [markdown]
+# **Why they differ.** First, where a front stops short of a target (`clamped`; the
+# printed fastest interactivity per front), the figure at that target is the front's end
+# point, not an interpolation: the model says that accelerator + engine cannot serve GLM-5.2
+# at that speed with the swept layouts, and its $/M there is not comparable. (a) The workload: the published analysis replays real agentic
+# sessions whose prompt lengths, cache hit rates and output lengths are not public; ours is an
+# assumed 64K/512 mix at 95% reuse, and cost per *total* token moves almost 1:1 with the
+# share of cached prompt tokens. (b) The efficiencies were fitted on DeepSeek-R1 (dense MLA,
+# 61 layers) and are applied to GLM-5.2 (DSA, 78 layers); no GLM-5.x point constrains them.
+# (c) GB300 has no measured point in the bundled data: its prediction rests on its specs
+# (same HBM bandwidth as GB200, 1.5x HBM capacity, 1.5x FP4 peak) and the terms it shares
+# with GB200; the model gives it an edge only where capacity or FP4 compute binds. (d) The
+# published TTFT contrast (GB200 14-19 s p90 vs ~1.2 s on MI355X + ATOM) comes from queueing
+# in a saturated disaggregated prefill pool; the model's TTFT is its weakest output (held-out
+# median error ~60%, notebook 06). None of the published figures was used as a fit target,
+# so none counts as reproduced; the differences above are the model's honest distance.
+
+# %% [markdown]
+# ## 4. HiSparse inside the serving model
+# Per-layer misses of a stored HiSparse replay of the real SmolLM2 selections (buffer 2 x k,
+# scaled to k = 2048) enter the decode step as host fetches (one gather round trip per layer +
+# bytes / SM-kernel bandwidth over the host link), synchronous (v1) or overlapped
+# (plan-then-IO). Offload also changes how many requests fit: only the device buffer of each
+# layer stays in HBM, the indexer keys stay for every token, the full KV moves to host DRAM.
+
+# %%
 workdir = tempfile.TemporaryDirectory()
+TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
 store = toolkit.open_store(Path(workdir.name) / "store")
 store.ingest("bundle", TRACES / "smollm2", "smollm2", select="smollm2-softmax-sum")
-rows = load_rows(store, "smollm2")
-GLM = get_model("glm-5.2")
-HARDWARE = ["gb200", "gb300", "mi355x"]
-SCALE = GLM.index_topk / rows.k
-ISL, OSL = 32_768, 8_192  # the HiSparse blog's GLM-5.1 workload (32K in / 8K out)
-print(f"trace k = {rows.k}; misses scaled by {SCALE:g} to GLM-5.2's k = {GLM.index_topk}")
+rows_ = load_rows(store, "smollm2")
+run = replay_selections(store, SelectionReplayConfig("smollm2", "lru", 2 * rows_.k), rows=rows_)
+hs = hisparse_columns(store, run["run_id"], GLM)
+print({k: round(v, 3) for k, v in hs.items()})
 
-# %% [markdown]
-# ## 1. Buffer size x hardware: miss bytes and step time, with and without overlap
-# The buffer is expressed in multiples of k (HiSparse default: 2k). Batch 64 per GPU.
-
-# %%
-results = []
-for mult in [1, 1.5, 2, 3, 4]:
-    n = int(mult * rows.k)
-    run = replay_selections(store, SelectionReplayConfig("smollm2", "lru", n), rows=rows)
-    for hw in HARDWARE:
-        for overlap in (False, True):
-            c = cost_of_replay(store, run["run_id"], GLM, get_hardware(hw), batch_per_gpu=64,
-                               overlap=overlap, miss_scale=SCALE, isl_tokens=ISL,
-                               osl_tokens=OSL)
-            s = c.summary
-            results.append({
-                "buffer_x_k": mult, "buffer_tokens": int(mult * GLM.index_topk),
-                "hardware": hw, "overlap": overlap,
-                "miss_mb_per_step": c.steps["misses_per_layer"].mean() * GLM.num_layers
-                * 64 * GLM.mla_row_bytes("fp8") / 1e6,
-                "p50_tpot_ms": s["p50_tpot_s"] * 1e3, "p99_tpot_ms": s["p99_tpot_s"] * 1e3,
-                "tok_s_gpu": s["total_tokens_per_s_per_gpu"],
-                "usd_per_m_total": s["usd_per_million_total_tokens_hyperscaler"],
-                "link_over_work": float(c.steps["t_miss_s"].sum() / c.steps["t_work_s"].sum()),
-            })
-table = pl.DataFrame(results)
-table.filter(pl.col("buffer_x_k") == 2)
-
-# %%
-link_vs_hbm(table.filter(~pl.col("overlap")),
-            "Where the host link, not HBM, sets the step (GLM-5.2, batch 64/GPU)")
-
-# %% [markdown]
-# ## 2. How many requests fit: HBM with and without offload
-# 40K-token requests (32K in + 8K out), KV per GPU (DP attention), 10% HBM reserve.
-
-# %%
-pl.DataFrame([
-    {"hardware": hw, **{k: v for k, v in hbm_budget(GLM, get_hardware(hw), ISL + OSL)
-                        .__dict__.items() if k.startswith("max_batch")}}
-    for hw in HARDWARE
-])
-
-# %% [markdown]
-# ## 3. Cost vs interactivity per hardware
-# A batch sweep at the default buffer (2k); each point is (median interactivity, $/M total
-# tokens). The batch is capped by what fits with offload.
-
-# %%
-run = replay_selections(store, SelectionReplayConfig("smollm2", "lru", 2 * rows.k), rows=rows)
-curve = []
+base = dict(framework="dynamo-sglang", model="glm-5.2", precision="fp8", spec_method="none",
+            disagg=True, is_multinode=True, isl=32768, osl=8192, num_prefill_gpu=32,
+            num_decode_gpu=8, prefill_tp=8, prefill_ep=8, prefill_dp_attention=True,
+            decode_tp=8, decode_ep=8, decode_dp_attention=True)
+cases = []
 for hw in HARDWARE:
-    spec = get_hardware(hw)
-    cap = hbm_budget(GLM, spec, ISL + OSL).max_batch_offload
-    for batch in [4, 8, 16, 32, 64, 128]:
-        if batch > cap:
-            continue
-        for overlap in (False, True):
-            s = cost_of_replay(store, run["run_id"], GLM, spec, batch_per_gpu=batch,
-                               overlap=overlap, miss_scale=SCALE, isl_tokens=ISL,
-                               osl_tokens=OSL).summary
-            curve.append({"hardware": hw, "batch_per_gpu": batch, "overlap": overlap,
-                          "interactivity_tok_s_user": s["interactivity_tok_s_user"],
-                          "usd_per_million_total_tokens":
-                              s["usd_per_million_total_tokens_hyperscaler"]})
-curve = pl.DataFrame(curve)
-cost_vs_interactivity(curve, "GLM-5.2 with HiSparse (buffer 2k): $/M total tokens (model)")
-
-# %% [markdown]
-# ## 4. Calibration against the published figures (BRIEF §6)
-# Published: GB200 (Dynamo-SGLang) reaches **$0.044/M total tokens at 150 tok/s/user**,
-# i.e. 11,742 tok/s/GPU at $1.86/GPU-hr; GB300 delivers 17.5% more throughput per GPU at the
-# same interactivity. These give one point per hardware, so only a fixed per-step latency
-# is identifiable (the fit says so); the HBM efficiency stays at its default 0.8. The
-# concurrency of the published point is not given: 64 requests per GPU is **assumed**.
+    for conc in (64, 256, 1024):
+        for mode, buf, miss, ovl in (("all KV in HBM", 0.0, 0.0, 0.0),
+                                     ("HiSparse sync", hs["device_buffer_tokens"],
+                                      hs["miss_rows_per_layer"], 0.0),
+                                     ("HiSparse overlapped", hs["device_buffer_tokens"],
+                                      hs["miss_rows_per_layer"], 1.0)):
+            cases.append({**base, "hardware": hw, "conc": conc, "mode": mode,
+                          "device_buffer_tokens": buf, "miss_rows_per_layer": miss,
+                          "hisparse_overlap": ovl})
+hisparse = predict(validate(pl.DataFrame(cases)), breakdown=True).select(
+    "hardware", "conc", "mode", pl.col("term_max_batch_per_instance").alias("max_batch"),
+    pl.col("term_batch_per_instance").alias("batch"),
+    (pl.col("pred_median_tpot") * 1e3).alias("tpot_ms"),
+    (pl.col("term_t_miss_s") * 1e3).alias("exposed_miss_ms"),
+    pl.col("pred_tput_per_gpu").alias("tput_per_gpu"),
+    pl.col("pred_median_ttft").alias("ttft_s"))
+hisparse
 
 # %%
-published = pl.DataFrame({
-    "hardware": ["gb200", "gb300"], "engine": ["dynamo-sglang", "dynamo-trt"],
-    "concurrency": [64 * 8, 64 * 8],
-    "tput_per_gpu": [11_742.0, 11_742.0 * 1.175],
-    "median_interactivity": [150.0, 150.0], "p90_ttft_s": [14.0, 10.0],
-})
-calib = []
-for hw in ["gb200", "gb300"]:
-    cal = calibrate_decode(published, GLM, get_hardware(hw), context_tokens=ISL + OSL // 2)
-    row = cal.points.row(0, named=True)
-    calib.append({"hardware": hw, "identifiable": cal.identifiable,
-                  "hbm_efficiency": cal.hbm_efficiency,
-                  "fixed_latency_ms": cal.fixed_latency_s * 1e3,
-                  "measured_tpot_ms": row["measured_tpot_s"] * 1e3,
-                  "model_tpot_ms_before": row["model_tpot_s_before"] * 1e3,
-                  "model_tpot_ms_after": row["model_tpot_s_after"] * 1e3})
-pl.DataFrame(calib)
-
-# %%
-check = pl.DataFrame({
-    "hardware": ["gb200", "gb300"], "usd_per_gpu_hour": [1.86, 2.31],
-    "tok_s_gpu": [11_742.0, 11_742.0 * 1.175],
-}).with_columns(usd_per_m=pl.struct("usd_per_gpu_hour", "tok_s_gpu").map_elements(
-    lambda r: usd_per_million_tokens(r["usd_per_gpu_hour"], r["tok_s_gpu"]),
-    return_dtype=pl.Float64))
-check  # InferenceX arithmetic: GB200 $0.0440/M; GB300's 17.5% more throughput costs 24% more
-
-# %%
-store.close()
-workdir.cleanup()
+grouped_bars(hisparse.filter(pl.col("conc") == 1024).with_columns(
+    pl.col("tput_per_gpu").round(0)), "hardware", "tput_per_gpu", "mode",
+    "GLM-5.2 32K/8K, 1,024 users on 32+8 GPUs: throughput per GPU with and without HiSparse")

@@ -63,8 +63,8 @@ class TestBundledHardware:
     def test_gb200_headline_figures(self):
         """GB200 per hardware.md §1.1 and BRIEF §5."""
         hw = get_hardware("gb200")
-        assert hw.hbm_bytes == 192e9
-        assert hw.hbm_usable_bytes == 186e9
+        assert hw.hbm_bytes == 192 * 2**30  # nominal GiB (one convention, see the spec note)
+        assert hw.hbm_usable_bytes == 189471 * 2**20  # nvidia-smi MiB
         assert hw.hbm_bandwidth_bytes_per_s == 8e12
         assert (hw.dense_fp4_tflops, hw.dense_fp8_tflops, hw.dense_bf16_tflops) == (
             10000,
@@ -79,6 +79,27 @@ class TestBundledHardware:
         assert hw.price_usd_per_gpu_hour("rental") == 4.00
         assert hw.price_usd_per_gpu_hour("hyperscaler", survey="2025-08") == 2.21
         assert hw.power_all_in_w == 1870 and hw.tdp_w == 1200
+
+    def test_prices_are_survey_values(self):
+        """Every price is labelled a survey value with its vintage, never 'measured'."""
+        for name in hardware_names():
+            hw = get_hardware(name)
+            for tier in ("hyperscaler", "neocloud", "rental"):
+                s = hw.sourced(f"price_{tier}_usd_per_gpu_hour")
+                assert s.kind == "survey" and s.vintage, (name, tier)
+
+    def test_usable_hbm_convention(self):
+        """Every accelerator: usable HBM <= nominal, both in bytes of one convention."""
+        for name in hardware_names():
+            hw = get_hardware(name)
+            assert 0.9 * hw.hbm_bytes <= hw.hbm_usable_bytes <= hw.hbm_bytes, name
+            assert hw.hbm_bytes % 2**30 == 0, name
+
+    def test_scaleout_bandwidth_sourced(self):
+        """Every accelerator names its scale-out NIC bandwidth with kind and source."""
+        for name in hardware_names():
+            s = get_hardware(name).sourced("scaleout_bandwidth_bytes_per_s")
+            assert s.value in (50e9, 100e9) and s.source, name
 
     def test_gb300_measured_link(self):
         """GB300 H2D is the nvbandwidth measurement (Megatron-LM #6491)."""
@@ -179,7 +200,7 @@ class TestOverridesAndRegistration:
             load_hardware(data)
 
     def test_bad_kind_is_rejected(self):
-        """kind must be vendor, measured, derived or assumed."""
+        """kind must be vendor, measured, derived, assumed, survey or fitted."""
         data = _gb200_dict()
         data["tdp_w"] = {"value": 1200.0, "kind": "guess", "source": "x"}
         with pytest.raises(SpecError, match="kind"):
@@ -201,7 +222,7 @@ class TestOverridesAndRegistration:
 class TestModels:
     def test_names_and_aliases(self):
         """GLM-5.1 resolves to GLM-5, GLM-5.3 to GLM-5.2."""
-        assert model_names() == ["deepseek-v3.2", "glm-5", "glm-5.2"]
+        assert model_names() == ["deepseek-v3.2", "dsr1", "glm-5", "glm-5.2"]
         assert get_model("GLM-5.1") is get_model("glm-5")
         assert get_model("glm-5.3") is get_model("glm-5.2")
 

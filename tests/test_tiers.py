@@ -151,8 +151,8 @@ class TestMooncake:
         """Default GB200 / GLM-5.2 tiers on trace arrivals: pinned figures."""
         res = _run(mooncake_store, "conv")
         s = res.summary
-        assert s["device_capacity_tokens"] == 1_379_310
-        assert s["host_capacity_tokens"] == 2 * 1_379_310
+        assert s["device_capacity_tokens"] == 1_590_791
+        assert s["host_capacity_tokens"] == 2 * 1_590_791
         assert (s["device_hit_tokens"], s["host_hit_tokens"]) == GOLDEN_GB200
         assert s["requests"] == 12_031
 
@@ -165,7 +165,7 @@ class TestMooncake:
         assert res.summary["overall_hit_rate"] <= 54_098_411 / 144_793_823
 
 
-GOLDEN_GB200 = (8_861_722, 9_130_402)
+GOLDEN_GB200 = (9_750_899, 11_398_783)
 
 
 class TestOutputs:

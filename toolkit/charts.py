@@ -158,3 +158,75 @@ def cost_bars(cost: pl.DataFrame, title: str | None = None) -> alt.Chart:
         x=alt.X("hardware:N"), y=alt.Y("usd_per_m_total:Q", title="$ / M total tokens"),
         tooltip=["hardware", "usd_per_m_total", "tokens_per_s_per_gpu", "p90_ttft_s"],
     ).properties(title=title or "$ per million total tokens", width=300, height=240)
+
+
+_HW_ORDER = ["b200", "b300", "gb200", "gb300", "h100", "h200", "mi300x", "mi325x", "mi355x"]
+
+
+def predicted_vs_measured(df: pl.DataFrame, metric: str, title: str) -> alt.LayerChart:
+    """Log-log scatter of a model's prediction against the measurement, one colour per
+    hardware, the y = x line and the +-25% band; hovering shows the configuration.
+
+    Args:
+        df: rows with ``hardware``, ``framework``, ``layout``, ``conc``, ``isl``, ``osl``,
+            ``measured`` and ``predicted`` (the ``model_vs_measured`` query in notebook 06).
+        metric: axis label, with its unit.
+    """
+    lo = float(min(df["measured"].min(), df["predicted"].min())) * 0.8
+    hi = float(max(df["measured"].max(), df["predicted"].max())) * 1.25
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    hw = [h for h in _HW_ORDER if h in set(df["hardware"])]
+    points = alt.Chart(df).mark_circle(size=45, opacity=0.75).encode(
+        x=alt.X("measured:Q", scale=scale, title=f"measured {metric}"),
+        y=alt.Y("predicted:Q", scale=scale, title=f"predicted {metric} (held out)"),
+        color=alt.Color("hardware:N", sort=hw, title="hardware"),
+        tooltip=["hardware", "framework", "precision", "spec_method", "layout", "isl", "osl",
+                 "conc", alt.Tooltip("measured:Q", format=".4g"),
+                 alt.Tooltip("predicted:Q", format=".4g")],
+    )
+    line = pl.DataFrame({"measured": [lo, hi], "predicted": [lo, hi]})
+    band = pl.DataFrame({"measured": [lo, hi], "upper": [lo * 1.25, hi * 1.25],
+                         "lower": [lo * 0.75, hi * 0.75]})
+    ref = alt.Chart(line).mark_line(color="gray", strokeDash=[4, 3]).encode(
+        x=alt.X("measured:Q", scale=scale), y=alt.Y("predicted:Q", scale=scale))
+    area = alt.Chart(band).mark_area(opacity=0.12, color="gray").encode(
+        x=alt.X("measured:Q", scale=scale), y=alt.Y("lower:Q", scale=scale), y2="upper:Q")
+    return (area + ref + points).properties(title=title, width=420, height=380)
+
+
+def error_by_group(df: pl.DataFrame, group: str, title: str) -> alt.Chart:
+    """Median absolute relative error per group, one bar per metric (``metric``, ``group``,
+    ``median_abs_err``, ``rows``); the 25% target is a rule."""
+    bars = alt.Chart(df).mark_bar().encode(
+        x=alt.X(f"{group}:N", title=group, sort=_HW_ORDER if group == "hardware" else None),
+        xOffset=alt.XOffset("metric:N"),
+        y=alt.Y("median_abs_err:Q", title="median |predicted / measured - 1|",
+                axis=alt.Axis(format="%")),
+        color=alt.Color("metric:N", title="metric"),
+        tooltip=[group, "metric", "rows", alt.Tooltip("median_abs_err:Q", format=".1%")],
+    )
+    target = alt.Chart(pl.DataFrame({"y": [0.25]})).mark_rule(
+        color="black", strokeDash=[4, 3]).encode(y="y:Q")
+    return (bars + target).properties(title=title, width=460, height=260)
+
+
+def pareto_fronts(model: pl.DataFrame, measured: pl.DataFrame, title: str) -> alt.LayerChart:
+    """Modelled Pareto fronts of throughput per GPU vs interactivity per hardware (lines)
+    with measured points over them (``hardware``, ``interactivity``, ``tput_per_gpu``)."""
+    hw = [h for h in _HW_ORDER if h in set(model["hardware"]) | set(measured["hardware"])]
+    color = alt.Color("hardware:N", sort=hw, title="hardware")
+    x = alt.X("interactivity:Q", title="interactivity (tok/s/user)",
+              scale=alt.Scale(type="log"))
+    y = alt.Y("tput_per_gpu:Q", title="throughput per GPU (tok/s, input + output)",
+              scale=alt.Scale(type="log"))
+    lines = alt.Chart(model).mark_line(strokeWidth=2).encode(
+        x=x, y=y, color=color, order="interactivity:Q",
+        tooltip=["hardware", "framework", "layout",
+                 alt.Tooltip("interactivity:Q", format=".1f"),
+                 alt.Tooltip("tput_per_gpu:Q", format=",.0f")])
+    dots = alt.Chart(measured).mark_point(filled=True, size=60, shape="diamond").encode(
+        x=x, y=y, color=color,
+        tooltip=["hardware", "framework", "layout", "conc",
+                 alt.Tooltip("interactivity:Q", format=".1f"),
+                 alt.Tooltip("tput_per_gpu:Q", format=",.0f")])
+    return (lines + dots).properties(title=title, width=520, height=320)

@@ -145,7 +145,7 @@ def demo_cmd(
 
 
 def _mount_commands() -> None:
-    from toolkit.commands import cost, selections, synth, tiers
+    from toolkit.commands import cost, selections, serving, synth, tiers
 
     ingest_app.command("selections")(selections.ingest_selections_cmd)
     replay_app.command("selections")(selections.replay_selections_cmd)
@@ -155,7 +155,8 @@ def _mount_commands() -> None:
     synth_app.command("selections")(synth.synth_selections_cmd)
     synth_app.command("agentic")(synth.synth_agentic_cmd)
     app.add_typer(cost.hardware_app, name="hardware")
-    app.command("cost")(cost.cost_cmd)
+    app.add_typer(cost.cost_app, name="cost")
+    app.add_typer(serving.serving_app, name="serving")
     app.command("cost-at-interactivity")(cost.cost_at_interactivity_cmd)
 
 

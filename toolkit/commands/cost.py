@@ -73,18 +73,21 @@ def hardware_show_cmd(
             typer.echo(f"{'':<{width}}  {'':<14} {'note':<8} {s.note}")
 
 
+_HARDWARE = typer.Option("--hardware", help="Accelerator name, e.g. gb200.")
+_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
+PriceTierOpt = Annotated[str, typer.Option("--price-tier",
+                                           help="hyperscaler, neocloud or rental.")]
+SurveyOpt = Annotated[str | None, typer.Option("--survey",
+                                               help="Earlier price survey, e.g. 2025-08.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
 def cost_cmd(
-    hardware: Annotated[str, typer.Option("--hardware", help="Accelerator name, e.g. gb200.")],
-    tokens_per_s_per_gpu: Annotated[
-        float, typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
-    ],
-    price_tier: Annotated[
-        str, typer.Option("--price-tier", help="hyperscaler, neocloud or rental.")
-    ] = "hyperscaler",
-    survey: Annotated[
-        str | None, typer.Option("--survey", help="Earlier price survey, e.g. 2025-08.")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    hardware: Annotated[str, _HARDWARE],
+    tokens_per_s_per_gpu: Annotated[float, _TPUT],
+    price_tier: PriceTierOpt = "hyperscaler",
+    survey: SurveyOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """$ per million tokens at a throughput (InferenceX: $/GPU-hr / (tok/s/GPU x 3600 / 1e6))."""
     from toolkit.cost.price import quote
@@ -141,3 +144,104 @@ def cost_at_interactivity_cmd(
         with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200,
                        tbl_hide_dataframe_shape=True):
             typer.echo(str(df))
+
+
+cost_app = typer.Typer(
+    help="$ per million tokens: at a given throughput (no subcommand), or `compare` "
+    "accelerators from the serving model.",
+    invoke_without_command=True,
+)
+
+
+@cost_app.callback()
+def cost_group(
+    ctx: typer.Context,
+    hardware: Annotated[str | None, _HARDWARE] = None,
+    tokens_per_s_per_gpu: Annotated[float | None, _TPUT] = None,
+    price_tier: PriceTierOpt = "hyperscaler",
+    survey: SurveyOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """$ per million tokens at a throughput (InferenceX: $/GPU-hr / (tok/s/GPU x 3600 / 1e6))."""
+    if ctx.invoked_subcommand:
+        return
+    if hardware is None or tokens_per_s_per_gpu is None:
+        fail("give --hardware and --tokens-per-s-per-gpu, or a subcommand (toolkit cost compare)")
+    cost_cmd(hardware, tokens_per_s_per_gpu, price_tier, survey, as_json)
+
+
+def _csv_list(text: str, what: str, cast=str) -> tuple:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        fail(f"{what}: give at least one value")
+    try:
+        return tuple(cast(t) for t in items)
+    except ValueError:
+        fail(f"{what}: {text!r} is not a comma-separated list of numbers")
+
+
+@cost_app.command("compare")
+def cost_compare_cmd(
+    model: Annotated[str, typer.Option("--model", help="Model spec, e.g. glm-5.2 (toolkit "
+                                       "models: deepseek-v3.2, dsr1, glm-5, glm-5.2).")],
+    hardware: Annotated[str, typer.Option("--hardware", help="Comma-separated accelerators; "
+                                          "ratios are to the first.")] = "gb200,gb300,mi355x",
+    interactivity: Annotated[str, typer.Option("--interactivity", help="Comma-separated "
+                                               "targets, tok/s/user.")] = "100,150",
+    max_p90_ttft_s: Annotated[float | None, typer.Option(
+        "--max-p90-ttft-s", help="Keep only modelled points whose p90 TTFT meets this.")] = None,
+    price_tier: PriceTierOpt = "hyperscaler",
+    precision: Annotated[str, typer.Option(
+        "--precision", help="fp4, fp8 or bf16 weights.")] = "fp8",
+    isl: Annotated[int, typer.Option("--isl", min=1, help="Input tokens per request.")] = 8192,
+    osl: Annotated[int, typer.Option("--osl", min=2, help="Output tokens per request.")] = 1024,
+    cached_prefix_fraction: Annotated[float, typer.Option(
+        "--cached-prefix-fraction", min=0.0, max=1.0,
+        help="Share of prompt tokens served from a prefix cache (agentic traffic: ~0.9).")] = 0.0,
+    engine: Annotated[list[str] | None, typer.Option(
+        "--engine", help="HW=ENGINE, repeatable (defaults: gb200=dynamo-sglang, "
+        "gb300=dynamo-trt, mi355x=atom, else sglang).")] = None,
+    params: Annotated[Path | None, typer.Option(
+        "--params", help="Fitted parameters (toolkit serving fit); default: the bundled "
+        "fit on InferenceX DeepSeek-R1 points.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sweep layouts x concurrency per accelerator with the serving model, build each Pareto
+    front of throughput/GPU vs interactivity, interpolate at the targets, price it."""
+    import polars as pl
+
+    from toolkit.cost.compare import CompareConfig, compare
+    from toolkit.serving.params import ServingParams, bundled_params
+
+    engines = {}
+    for item in engine or []:
+        hw, sep, eng = item.partition("=")
+        if not sep:
+            fail(f"--engine {item!r}: expected HW=ENGINE, e.g. gb300=dynamo-trt")
+        engines[hw.strip().lower()] = eng.strip().lower()
+    try:
+        cfg = CompareConfig(
+            model=model, hardware=tuple(h.lower() for h in _csv_list(hardware, "--hardware")),
+            interactivity=_csv_list(interactivity, "--interactivity", float),
+            max_p90_ttft_s=max_p90_ttft_s, price_tier=price_tier, precision=precision,
+            isl=isl, osl=osl, cached_prefix_fraction=cached_prefix_fraction, engines=engines)
+        p = ServingParams.load(params) if params else bundled_params()
+        df = compare(cfg, p)
+    except (ToolkitError, RegistryError, ValueError) as e:
+        fail(str(e))
+    meta = {"model": model, "isl": isl, "osl": osl, "precision": precision,
+            "cached_prefix_fraction": cached_prefix_fraction, "price_tier": price_tier,
+            "max_p90_ttft_s": max_p90_ttft_s, "params_kind": p.kind,
+            "params_fitted_on": p.fitted_on,
+            "note": "modelled, not measured: serving model with efficiencies fitted on "
+                    "InferenceX DeepSeek-R1 points (SemiAnalysis InferenceX, Apache-2.0)"}
+    if as_json:
+        typer.echo(json.dumps({**meta, "rows": df.to_dicts()}))
+        return
+    for k, v in meta.items():
+        typer.echo(f"{k:<24}  {v}")
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=4,
+                   tbl_hide_dataframe_shape=True):
+        typer.echo(str(df.select("hardware", "engine", "interactivity", "tput_per_gpu",
+                                 "p90_ttft_s", "usd_per_mtok_total", "usd_per_mtok_output",
+                                 "cost_ratio_total_vs_first", "layout")))

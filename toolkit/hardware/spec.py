@@ -76,6 +76,7 @@ class HardwareSpec:
     nvme_read_bytes_per_s_per_gpu: float
     scaleup_domain_gpus: int
     scaleup_bandwidth_bytes_per_s: float
+    scaleout_bandwidth_bytes_per_s: float
     tdp_w: float
     power_all_in_w: float
     # price (current survey; earlier surveys in price_history)

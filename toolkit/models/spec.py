@@ -67,6 +67,9 @@ class ModelSpec:
     weight_bytes_fp8: float
     weight_bytes_bf16: float
     weight_bytes_fp4: float
+    n_routed_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int
     provenance: Mapping[str, Sourced] = dataclasses.field(repr=False, compare=False)
 
     def sourced(self, field: str) -> Sourced:
@@ -76,7 +79,26 @@ class ModelSpec:
     @property
     def indexer_layers(self) -> tuple[int, ...]:
         """Layer ids that hold an indexer key cache and run the indexer each step."""
+        if self.index_topk == 0:
+            return ()
         return indexer_layer_ids(self.num_layers, self.index_topk_freq, self.index_skip_topk_offset)
+
+    @property
+    def routed_expert_params(self) -> float:
+        """Parameters of all routed experts (gate, up, down per expert, MoE layers only)."""
+        moe_layers = self.num_layers - self.num_dense_layers
+        return float(moe_layers * self.n_routed_experts * 3 * self.hidden_size
+                     * self.moe_intermediate_size)
+
+    @property
+    def dense_params(self) -> float:
+        """Parameters every token reads: attention, shared experts, dense MLPs, embeddings."""
+        return max(self.total_params - self.routed_expert_params, 0.0)
+
+    @property
+    def is_sparse_attention(self) -> bool:
+        """True for DSA models (a lightning indexer picks top-k rows); False for dense MLA."""
+        return self.index_topk > 0
 
     def mla_row_bytes(self, kv_dtype: str = "fp8") -> int:
         """Bytes of one token's MLA row in one layer (656 FP8 serving format, 1152 BF16)."""

@@ -1,0 +1,144 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # The serving model against measured InferenceX points
+#
+# Inputs and their status:
+# * **Measured: real.** 300 DeepSeek-R1 FP4/FP8 serving points on B200, B300, GB200, H100,
+#   H200, MI300X, MI325X and MI355X (six engines, single-node and disaggregated, with and
+#   without MTP) from **SemiAnalysis InferenceX** (Apache-2.0; bundled with its LICENSE and
+#   SOURCE in `toolkit/data/inferencex/`).
+# * **Predicted: computed** by the step-level serving model (`toolkit/serving/`) from sourced
+#   hardware and model specs plus efficiency terms **fitted** on those points
+#   (`toolkit serving fit`). A fitted figure is not a reproduced one, so every prediction
+#   below is **held out**: leave-one-hardware-out cross-validation, i.e. the fit that predicts
+#   a GB200 row never saw a GB200 row (`toolkit serving validate --out-dir
+#   toolkit/serving/fitted/cv`, whose output is bundled; the last cell re-runs one fold and
+#   checks it reproduces).
+#
+# All tables come from DuckDB queries over the points and the predictions.
+
+# %%
+from importlib.resources import files
+from pathlib import Path
+
+import altair as alt
+import duckdb
+import polars as pl
+
+from toolkit.charts import error_by_group, pareto_fronts, predicted_vs_measured
+from toolkit.cost.compare import CompareConfig, sweep
+from toolkit.cost.interpolate import pareto_front
+from toolkit.serving import bundled_points_path, predict, read_points
+from toolkit.serving.validate import cross_validate
+
+alt.renderers.enable("svg")
+pl.Config(tbl_rows=40, tbl_width_chars=130, tbl_hide_column_data_types=True,
+          tbl_hide_dataframe_shape=True, float_precision=3)
+CV = Path(str(files("toolkit.serving").joinpath("fitted", "cv")))
+heldout = pl.read_csv(CV / "heldout_hardware.csv")
+con = duckdb.connect()
+con.register("heldout", heldout.to_arrow())
+print(f"{heldout.height} held-out predictions, "
+      f"{heldout['hardware'].n_unique()} accelerators, {heldout['framework'].n_unique()} engines")
+
+# %% [markdown]
+# ## 1. Predicted vs measured throughput per GPU and TPOT (held out)
+# The dashed line is y = x, the band +-25%. Hover a point for its configuration.
+
+# %%
+MODEL_VS_MEASURED = """
+SELECT hardware, framework, precision, spec_method, isl, osl, conc,
+       CASE WHEN disagg THEN 'disagg P' || num_prefill_gpu || '/D' || num_decode_gpu
+                         || ' TP' || decode_tp || ' EP' || decode_ep
+            ELSE 'TP' || decode_tp || ' EP' || decode_ep END
+       || CASE WHEN decode_dp_attention THEN ' DPA' ELSE '' END AS layout,
+       {measured} AS measured, {predicted} AS predicted
+FROM heldout WHERE {measured} > 0
+"""
+tput = con.sql(MODEL_VS_MEASURED.format(measured="tput_per_gpu",
+                                        predicted="pred_tput_per_gpu")).pl()
+tpot = con.sql(MODEL_VS_MEASURED.format(measured="median_tpot * 1000",
+                                        predicted="pred_median_tpot * 1000")).pl()
+alt.hconcat(
+    predicted_vs_measured(tput, "tok/s/GPU", "Throughput per GPU (InferenceX divisors)"),
+    predicted_vs_measured(tpot, "TPOT (ms)", "Median TPOT"),
+)
+
+# %% [markdown]
+# ## 2. Error by hardware and by engine
+# Median of |predicted / measured - 1| on held-out rows, and Spearman's rank correlation
+# (does the model order configurations correctly?).
+
+# %%
+ERRORS = """
+SELECT {group}, count(*) AS rows,
+       median(abs(pred_tput_per_gpu / tput_per_gpu - 1)) AS tput_median_err,
+       quantile_cont(abs(pred_tput_per_gpu / tput_per_gpu - 1), 0.9) AS tput_p90_err,
+       median(abs(pred_median_tpot / median_tpot - 1)) AS tpot_median_err,
+       median(abs(pred_median_ttft / median_ttft - 1)) AS ttft_median_err
+FROM heldout GROUP BY ALL ORDER BY {group}
+"""
+by_hw = con.sql(ERRORS.format(group="hardware")).pl()
+by_engine = con.sql(ERRORS.format(group="framework")).pl()
+by_hw
+
+# %%
+by_engine
+
+# %%
+long = by_hw.unpivot(index=["hardware", "rows"], on=["tput_median_err", "tpot_median_err"],
+                     variable_name="metric", value_name="median_abs_err").with_columns(
+    pl.col("metric").replace({"tput_median_err": "throughput per GPU",
+                              "tpot_median_err": "TPOT"}))
+error_by_group(long, "hardware", "Held-out error by hardware (leave-one-hardware-out)")
+
+# %% [markdown]
+# ## 3. GB200, GB300 and MI355X fronts: model lines, measured points
+# DeepSeek-R1 FP4, 8K in / 1K out: the model sweeps layouts x concurrency for each
+# accelerator with the engine of the published comparison (GB200 Dynamo-SGLang, GB300
+# Dynamo-TRT, MI355X ATOM) and keeps the Pareto front of throughput per GPU vs interactivity
+# (bundled fit). Diamonds are measured points at the same shape (any engine; there are no
+# GB300 DeepSeek points in the bundled data, so its line is a prediction only).
+
+# %%
+cfg = CompareConfig(model="dsr1", hardware=("gb200", "gb300", "mi355x"), precision="fp4",
+                    isl=8192, osl=1024)
+modelled = predict(sweep(cfg))
+fronts = []
+for hw in cfg.hardware:
+    g = modelled.filter(pl.col("hardware") == hw)
+    idx = pareto_front(g["pred_median_intvty"].to_numpy(), g["pred_tput_per_gpu"].to_numpy())
+    fronts.append(g[idx.tolist()].select(
+        "hardware", "framework", pl.col("pred_median_intvty").alias("interactivity"),
+        pl.col("pred_tput_per_gpu").alias("tput_per_gpu"),
+        pl.format("{} P{}/D{} TP{} EP{}", pl.when(pl.col("disagg")).then(pl.lit("disagg"))
+                  .otherwise(pl.lit("agg")), "num_prefill_gpu", "num_decode_gpu", "decode_tp",
+                  "decode_ep").alias("layout")))
+fronts = pl.concat(fronts)
+measured = con.sql("""
+SELECT hardware, framework, conc, median_intvty AS interactivity, tput_per_gpu,
+       'TP' || decode_tp || ' EP' || decode_ep AS layout
+FROM heldout WHERE hardware IN ('gb200', 'gb300', 'mi355x') AND isl = 8192 AND osl = 1024
+  AND precision = 'fp4'
+""").pl()
+pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts and measured points")
+
+# %% [markdown]
+# ## 4. The bundled held-out file reproduces
+# Re-run the MI300X fold (fit on every other accelerator, predict MI300X) and compare with
+# the bundled predictions.
+
+# %%
+fold = cross_validate(read_points(bundled_points_path()), "hardware", only=["mi300x"])
+bundled = heldout.filter(pl.col("hardware") == "mi300x")
+diff = (fold["pred_tput_per_gpu"] / bundled["pred_tput_per_gpu"] - 1).abs().max()
+print(f"max relative difference, MI300X fold: {diff:.2e}")

@@ -1,0 +1,130 @@
+"""CLI: ``toolkit serving fit|predict|validate`` over InferenceX-style configuration rows."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolkit.commands.common import guard
+
+serving_app = typer.Typer(
+    help="Serving-performance model: fit efficiencies to measured points, predict TPOT / TTFT "
+    "/ throughput per GPU for configurations, cross-validate.",
+    no_args_is_help=True,
+)
+
+PointsOpt = Annotated[Path | None, typer.Option(
+    "--points", help="CSV/Parquet with InferenceX config columns (default: the bundled "
+    "InferenceX DeepSeek-R1 points, SemiAnalysis InferenceX, Apache-2.0).")]
+ParamsOpt = Annotated[Path | None, typer.Option(
+    "--params", help="Parameter file from `serving fit` (default: the bundled fit).")]
+
+
+def _points(path: Path | None):
+    from toolkit.serving.points import bundled_points_path, read_points
+
+    return guard(read_points, path or bundled_points_path())
+
+
+def _params(path: Path | None):
+    from toolkit.serving.params import ServingParams, bundled_params
+
+    return guard(ServingParams.load, path) if path else bundled_params()
+
+
+@serving_app.command("fit")
+def fit_cmd(
+    points: PointsOpt = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write the parameters (JSON) here; default: print them.")] = None,
+    max_nfev: Annotated[int, typer.Option("--max-nfev", min=1,
+                                          help="Cap on model evaluations.")] = 100,
+) -> None:
+    """Least-squares fit of the efficiency terms (log error of TPOT, throughput and, at half
+    weight, TTFT); writes them with kind = "fitted", the data used and in-sample residuals."""
+    from toolkit.serving.fit import fit
+
+    df = _points(points)
+    label = f"{points or 'bundled dsr1_serving_points.csv (SemiAnalysis InferenceX)'}: "
+    label += f"{df.height} rows"
+    params = guard(fit, df, fitted_on=label, max_nfev=max_nfev)
+    if out is None:
+        typer.echo(params.to_json())
+        return
+    params.save(out)
+    for target, r in params.residuals.items():
+        typer.echo(f"{target:<13} in-sample median |err| {r['median_abs_rel_err']:.3f}  "
+                   f"p90 {r['p90_abs_rel_err']:.3f}  ({r['rows']} rows)")
+    typer.echo(f"wrote {out}")
+
+
+@serving_app.command("predict")
+def predict_cmd(
+    points: Annotated[Path, typer.Option("--points", help="Input CSV/Parquet: InferenceX "
+                                         "config columns (hardware, framework, model, ...).")],
+    out: Annotated[Path, typer.Option("--out", help="Output CSV (or .parquet): the input rows "
+                                      "in order plus pred_* columns.")],
+    params: ParamsOpt = None,
+    breakdown: Annotated[bool, typer.Option(
+        "--breakdown", help="Also write every step term (term_* columns).")] = False,
+) -> None:
+    """Predict median TPOT, median / p90 TTFT (s), interactivity and throughput per GPU
+    (InferenceX divisors) for every row; unknown hardware, model or engine stops at its row."""
+    from toolkit.serving.predict import predict
+
+    df = _points(points)
+    res = guard(predict, df, _params(params), breakdown=breakdown)
+    if out.suffix == ".parquet":
+        res.write_parquet(out)
+    else:
+        res.write_csv(out)
+    typer.echo(f"wrote {res.height} rows to {out}", err=True)
+
+
+@serving_app.command("validate")
+def validate_cmd(
+    points: PointsOpt = None,
+    scheme: Annotated[str, typer.Option(
+        "--scheme", help="hardware, shape or both (leave-one-out groups).")] = "both",
+    max_nfev: Annotated[int, typer.Option("--max-nfev", min=1,
+                                          help="Cap on model evaluations per fold.")] = 100,
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out-dir", help="Also write held-out predictions and error tables (CSV) here.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, no progress.")] = False,
+) -> None:
+    """Leave-one-hardware-out and leave-one-shape-out cross-validation: median / p90 |error|
+    of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only."""
+    import polars as pl
+
+    from toolkit.serving.validate import cross_validate, error_table
+
+    df = _points(points)
+    schemes = ("hardware", "shape") if scheme == "both" else (scheme,)
+    result = {}
+    t0 = time.perf_counter()
+    for s in schemes:
+        def progress(i, n, fold, s=s):
+            if not as_json:
+                print(f"  {s}: fold {i}/{n} ({fold}) done, {time.perf_counter() - t0:.0f} s",
+                      file=sys.stderr, flush=True)
+
+        pred = guard(cross_validate, df, s, max_nfev=max_nfev, progress=progress)
+        table = error_table(pred)
+        result[s] = table
+        if out_dir:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            pred.write_csv(out_dir / f"heldout_{s}.csv")
+            table.write_csv(out_dir / f"errors_{s}.csv")
+    if as_json:
+        typer.echo(json.dumps({s: t.to_dicts() for s, t in result.items()}))
+        return
+    for s, t in result.items():
+        typer.echo(f"leave-one-{s}-out (held-out rows only; errors are |pred/measured - 1|)")
+        with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=3,
+                       tbl_hide_dataframe_shape=True):
+            typer.echo(str(t))

@@ -1,0 +1,216 @@
+"""Step-level model of one serving deployment under a closed loop of ``conc`` users.
+
+Decode step of one instance (per GPU; ``B`` requests decoding, ``q`` tokens verified each,
+``a`` accepted with MTP; aggregated instances also prefill ``B a isl / osl`` tokens per step,
+the steady state of continuous batching)::
+
+    t_step = overhead + t_dense + t_moe + t_attention + t_comm + t_miss
+    t_dense     = max(dense weight bytes / (HBM bandwidth x eff_mem),
+                      dense GEMM FLOPs / (peak at the weight precision x eff_compute))
+    t_moe       = the same roofline for the routed experts the batch touches
+    t_attention = max((KV rows + indexer keys) / (HBM x eff_mem),
+                      attention FLOPs / (FP8 peak x eff_compute))
+                  (kernels run one after another, each bound by its own roofline)
+    t_comm    = (MoE dispatch+combine, or TP all-reduce bytes) / (link x eff_comm); the link is
+                the scale-up fabric when the instance fits in ``scaleup_domain_gpus``, else the
+                per-GPU scale-out NIC
+    t_miss    = HiSparse host fetches: one round trip per layer + miss rows x row bytes / gather
+                bandwidth (SM kernel over the host link); exposed in full (synchronous, v1) or
+                only beyond the layers' work (overlapped, plan-then-IO prefetch)
+    TPOT      = t_step / a
+
+Prefill of one request on a prefill instance: FLOPs / (peak x eff_prefill) plus one weight
+read and one overhead per 8K-token chunk; disaggregated runs add the KV transfer to the
+decode pool. Users cycle prefill -> decode -> next request with no think time (InferenceX's
+closed loop). The batch per decode instance ``B`` solves ``conc = n_dec B + X TTFT`` with
+``X = n_dec B / ((osl - 1) TPOT)`` requests/s, where TTFT = a fixed per-request overhead +
+prefill + KV transfer + the wait in a G/D/c prefill queue (Sakasegawa / Allen-Cunneen, with a
+fitted arrival variability: a closed loop of equal-length requests arrives in waves).
+``B`` is capped by HBM;
+users beyond the cap queue and their wait adds to TTFT.
+
+Labelled assumptions: the p90 TTFT takes 2.3x the mean queueing wait (the 90th percentile of
+an exponential wait); every context is ``isl + osl / 2`` tokens on average; FP4 checkpoints
+keep non-expert weights in FP8; attention math runs at the FP8 peak (FP8 KV caches).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.serving.layout import HBM_RESERVE_FRACTION, MTP_DRAFT_TOKENS, Design
+
+PREFILL_CHUNK_TOKENS = 8192.0
+"""Chunked-prefill size (assumed: SGLang's default for large-memory GPUs)."""
+P90_WAIT_FACTOR = 2.3
+"""p90 / mean of an exponential queueing wait (ln 10)."""
+BISECTION_STEPS = 32
+CROSS_DOMAIN_LATENCY_FACTOR = 2.0
+"""A collective that leaves the scale-up domain waits on a network round trip as well
+(assumed: about twice an NVLink / xGMI collective's latency)."""
+
+
+def _tokens(d: Design, th: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    a = np.where(d.mtp, th["mtp_accept"], 1.0)
+    q = np.where(d.mtp, 1.0 + MTP_DRAFT_TOKENS, 1.0)
+    return a, q
+
+
+def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dict[str, np.ndarray]:
+    """Every term of one decode step at ``batch`` requests per decode instance (per GPU)."""
+    g = d.g_dec
+    a, q = _tokens(d, th)
+    ctx = d.isl + d.osl / 2.0
+    rows_read = np.where(d.sparse_topk > 0, np.minimum(ctx, d.sparse_topk), ctx)
+    isl_new = d.isl * (1.0 - d.cached_prefix_fraction)
+    prefill_tok = np.where(d.disagg, 0.0, batch * a * isl_new / d.osl)
+    dec_tok = batch * q
+    tok = dec_tok + prefill_tok
+    touched = 1.0 - (1.0 - d.topk_experts / d.experts) ** tok
+    attn_split = np.where(d.dp_attn, g, 1.0)  # TP attention: every rank reads all latent rows
+    w_dense = d.dense_bytes / np.where(d.dp_attn, 1.0, g)
+    w_routed = d.routed_bytes * touched / g
+    kv = batch * d.layers * rows_read * d.kv_row_bytes / attn_split
+    idx = batch * d.idx_layers * ctx * d.idx_row_bytes / attn_split
+    bw = d.hbm_bw * th["eff_mem"]
+    dense_frac = np.clip(1.0 - (d.routed_bytes / np.maximum(d.dense_bytes + d.routed_bytes,
+                                                             1.0)), 0.0, 1.0)
+    gemm = 2.0 * d.active_params * tok / g
+    attn = (dec_tok * d.layers * rows_read * d.attn_decode_flops_per_ctx
+            + dec_tok * d.idx_layers * ctx * d.idx_flops_per_ctx
+            + prefill_tok * d.layers * (d.isl - isl_new / 2.0) * d.attn_prefill_flops_per_ctx
+            ) / g
+    peak_w = d.peak_w * th["eff_compute"]
+    peak_a = d.peak_attn * th["eff_compute"]
+    # one roofline per kernel family, run one after another: dense GEMMs, MoE GEMMs, attention
+    t_dense = np.maximum(w_dense / bw, gemm * dense_frac / peak_w)
+    t_moe = np.maximum(w_routed / bw, gemm * (1.0 - dense_frac) / peak_w)
+    t_attn = np.maximum((kv + idx) / bw, attn / peak_a)
+    t_hbm = (w_dense + w_routed + kv + idx) / bw
+    t_comp = gemm / peak_w + attn / peak_a
+    shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
+    ep_bytes = np.where(d.ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden * 3.0
+                        * shard, 0.0)
+    n_allreduce = np.where(d.dp_attn, 0.0, 1.0) + np.where(d.ep_moe, 0.0, 1.0)
+    ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
+    n_coll = np.where(d.ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
+    n_coll = np.where(g > 1, n_coll, 0.0) * np.where(d.dec_beyond_domain,
+                                                      CROSS_DOMAIN_LATENCY_FACTOR, 1.0)
+    t_comm = ((ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
+              + n_coll * th["collective_latency_s"])
+    miss_b = batch / attn_split * d.layers * d.miss_rows_per_layer * d.kv_row_bytes
+    t_miss = np.where(miss_b > 0, d.layers * d.miss_fixed_s + miss_b / d.miss_bw, 0.0)
+    work = t_dense + t_moe + t_attn
+    # plan-then-IO prefetch hides fetches behind the layers' own work
+    t_miss_exposed = np.where(d.hisparse_overlap, np.maximum(t_miss - work, 0.0), t_miss)
+    t_step = th["overhead_s"] + work + t_comm + t_miss_exposed
+    return {
+        "weight_bytes": w_dense + w_routed, "kv_bytes": kv, "indexer_bytes": idx,
+        "gemm_flops": gemm, "attention_flops": attn, "comm_bytes": ep_bytes + ar_bytes,
+        "miss_bytes": miss_b,
+        "t_overhead_s": th["overhead_s"] + 0.0 * batch, "t_hbm_s": t_hbm, "t_compute_s": t_comp,
+        "t_dense_gemm_s": t_dense, "t_moe_gemm_s": t_moe, "t_attention_s": t_attn,
+        "t_comm_s": t_comm, "t_miss_s": t_miss_exposed, "t_step_s": t_step, "tpot_s": t_step / a,
+        "prefill_tokens_per_step": prefill_tok,
+    }
+
+
+def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Service time of one request's prefill on one prefill instance, and its KV transfer."""
+    g = d.g_pre
+    new = d.isl * (1.0 - d.cached_prefix_fraction)
+    ctx_avg = d.isl - new / 2.0
+    flops = (2.0 * d.active_params * new
+             + new * d.layers * ctx_avg * d.attn_prefill_flops_per_ctx
+             + new * d.idx_layers * ctx_avg * d.idx_flops_per_ctx)
+    peak = (2.0 * d.active_params * new * d.peak_w + (flops - 2.0 * d.active_params * new)
+            * d.peak_attn) / np.maximum(flops, 1.0)
+    t_comp = flops / (g * peak * th["eff_prefill"])
+    chunks = np.maximum(np.ceil(new / PREFILL_CHUNK_TOKENS), 1.0)
+    weights_pg = (d.dense_bytes + d.routed_bytes) / g
+    t_chunks = chunks * (th["overhead_s"] + weights_pg / (d.hbm_bw * th["eff_mem"]))
+    kv_per_token = d.layers * d.kv_row_bytes + d.idx_layers * d.idx_row_bytes
+    kv_total = d.isl * kv_per_token
+    t_xfer = np.where(d.disagg, kv_total / (g * d.xfer_bw * th["eff_comm"]), 0.0)
+    # prefix pages found in host DRAM are loaded before the new tokens are computed
+    t_host = d.isl * d.host_prefix_fraction * kv_per_token / (g * d.h2d_bw)
+    return {"t_prefill_s": t_comp + t_chunks + t_host, "t_kv_transfer_s": t_xfer,
+            "t_host_prefix_load_s": t_host}
+
+
+def max_batch(d: Design) -> np.ndarray:
+    """Requests one decode instance can hold in HBM at full context (``isl + osl``)."""
+    g = d.g_dec
+    room = d.hbm_usable * (1.0 - HBM_RESERVE_FRACTION)
+    weights_pg = d.dense_bytes / np.where(d.dp_attn, 1.0, g) + d.routed_bytes / g
+    ctx = d.isl + d.osl
+    # HiSparse keeps only the device buffer (+1 newest-token slot) of each layer's MLA rows in
+    # HBM; the indexer keys of every token stay there; the full KV lives in host DRAM
+    resident = np.where(d.device_buffer_tokens > 0, np.minimum(ctx, d.device_buffer_tokens + 1),
+                        ctx)
+    per_req = d.layers * resident * d.kv_row_bytes + d.idx_layers * ctx * d.idx_row_bytes
+    free = np.maximum(room - weights_pg, 0.0)
+    share = np.where(d.dp_attn, g, 1.0)
+    cap = free / per_req * share
+    host_cap = d.host_mem_per_gpu * g / (ctx * d.layers * d.kv_row_bytes)
+    return np.maximum(np.where(d.device_buffer_tokens > 0, np.minimum(cap, host_cap), cap), 0.0)
+
+
+def _gdc_wait(service: np.ndarray, rho: np.ndarray, servers: np.ndarray,
+              scv: np.ndarray) -> np.ndarray:
+    """Mean wait in a G/D/c queue: Sakasegawa's M/M/c approximation scaled by Allen-Cunneen's
+    ``(c_a^2 + c_s^2) / 2`` with deterministic service (``c_s^2 = 0``)."""
+    rho = np.clip(rho, 0.0, 0.999999)
+    return 0.5 * scv * service * rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0) / (
+        servers * (1.0 - rho))
+
+
+def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Closed-loop operating point of every row: batch, TPOT, TTFT and throughputs."""
+    pre = prefill_terms(d, th)
+    s_p = pre["t_prefill_s"]
+    cap = np.maximum(max_batch(d), 1e-3)
+    hi = np.minimum(d.conc / d.n_dec, cap)
+    lo = np.minimum(np.full(d.n, 1e-6), hi)
+
+    def implied(batch: np.ndarray):
+        dec = decode_terms(d, th, batch)
+        resid = np.maximum(d.osl - 1.0, 1.0) * dec["tpot_s"]
+        x = d.n_dec * batch / resid
+        rho = x * s_p / d.n_pre
+        wait = _gdc_wait(s_p, rho, d.n_pre, th["arrival_scv"])
+        ttft = (th["prefill_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait
+                + np.where(d.disagg, 0.0, dec["t_step_s"]))
+        conc = np.where(rho < 1.0, d.n_dec * batch + x * ttft, np.inf)
+        return conc, x, ttft, wait, dec
+
+    for _ in range(BISECTION_STEPS):  # geometric bisection: batches span 1e-6 .. 1e4
+        mid = np.sqrt(lo * hi)
+        c_mid = implied(mid)[0]
+        over = c_mid > d.conc
+        hi = np.where(over, mid, hi)
+        lo = np.where(over, lo, mid)
+    batch = lo
+    conc_at, x, ttft, wait, dec = implied(batch)
+    queued = np.where(np.isfinite(conc_at), np.maximum(d.conc - conc_at, 0.0), 0.0)
+    queue_wait = queued / np.maximum(x, 1e-12)
+    ttft = ttft + queue_wait
+    base = ttft - wait - queue_wait
+    p90 = base + P90_WAIT_FACTOR * wait + queue_wait
+    tpot = dec["tpot_s"]
+    return {
+        **dec,
+        "t_prefill_s": s_p,
+        "t_kv_transfer_s": pre["t_kv_transfer_s"],
+        "prefill_wait_s": wait,
+        "hbm_queue_wait_s": queue_wait,
+        "batch_per_instance": batch,
+        "max_batch_per_instance": cap,
+        "requests_per_s": x,
+        "median_tpot_s": tpot,
+        "median_ttft_s": ttft,
+        "p90_ttft_s": p90,
+        "median_intvty": 1.0 / tpot,
+        "tput_per_gpu": x * (d.isl + d.osl) / d.total_gpus,
+        "output_tput_per_gpu": x * d.osl / d.decode_gpus,
+    }

@@ -1,0 +1,168 @@
+"""Serving configurations in InferenceX's column layout: read, validate, resolve to specs.
+
+Why a strict reader: a capacity planner's CSV names hardware, engines and layouts by hand, and
+a typo must stop the prediction at the row and field that hold it rather than silently fall
+back to some default.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import polars as pl
+
+from toolkit.errors import ToolkitError
+from toolkit.hardware import get_hardware, hardware_names
+from toolkit.models import get_model, model_names
+from toolkit.registry import RegistryError
+
+CONFIG_COLUMNS: dict[str, type[pl.DataType]] = {
+    "hardware": pl.String,
+    "framework": pl.String,
+    "model": pl.String,
+    "precision": pl.String,
+    "spec_method": pl.String,
+    "disagg": pl.Boolean,
+    "is_multinode": pl.Boolean,
+    "isl": pl.Int64,
+    "osl": pl.Int64,
+    "conc": pl.Int64,
+    "num_prefill_gpu": pl.Int64,
+    "num_decode_gpu": pl.Int64,
+    "prefill_tp": pl.Int64,
+    "prefill_ep": pl.Int64,
+    "prefill_dp_attention": pl.Boolean,
+    "decode_tp": pl.Int64,
+    "decode_ep": pl.Int64,
+    "decode_dp_attention": pl.Boolean,
+}
+"""The configuration columns ``serving predict`` needs (InferenceX names and meanings)."""
+
+OPTIONAL_COLUMNS = ("date", "image")
+MEASURED_COLUMNS = ("tput_per_gpu", "output_tput_per_gpu", "median_tpot", "median_ttft",
+                    "p90_ttft", "median_intvty")
+
+ENGINES: dict[str, str] = {
+    "sglang": "SGLang, one aggregated instance (prefill and decode share GPUs)",
+    "trt": "TensorRT-LLM, aggregated",
+    "vllm": "vLLM, aggregated",
+    "atom": "AMD ATOM, aggregated",
+    "dynamo-sglang": "NVIDIA Dynamo over SGLang workers, disaggregated prefill/decode",
+    "dynamo-trt": "NVIDIA Dynamo over TensorRT-LLM workers, disaggregated",
+    "dynamo-vllm": "NVIDIA Dynamo over vLLM workers, disaggregated",
+    "mori-sglang": "SGLang with AMD MoRI transfer, disaggregated",
+}
+"""Engines the serving model knows; an engine without fitted terms uses the global ones."""
+
+PRECISIONS = ("fp4", "fp8", "bf16")
+SPEC_METHODS = ("none", "mtp")
+
+
+class PointsError(ToolkitError):
+    """A serving-points table is missing a column or holds a value the model cannot use."""
+
+
+def bundled_points_path(name: str = "dsr1_serving_points.csv") -> Path:
+    """Path of a bundled InferenceX file (``toolkit/data/inferencex``; Apache-2.0, attributed)."""
+    return Path(str(files("toolkit").joinpath("data", "inferencex", name)))
+
+
+def read_points(path: str | Path) -> pl.DataFrame:
+    """Read a CSV/Parquet of serving configurations and validate it (see :func:`validate`).
+
+    Raises:
+        PointsError: unreadable file, missing column, or a bad value (row and field named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise PointsError(f"{path}: no such file")
+    try:
+        if path.suffix == ".parquet":
+            df = pl.read_parquet(path)
+        else:
+            df = pl.read_csv(path, infer_schema_length=0)  # all strings: we cast, row by row
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as e:
+        raise PointsError(f"{path}: not a readable CSV/Parquet file: {e}") from None
+    return validate(df, str(path))
+
+
+def _cast_column(df: pl.DataFrame, col: str, dtype: type[pl.DataType], where: str) -> pl.Series:
+    s = df[col]
+    if dtype == pl.Boolean and s.dtype == pl.String:
+        low = s.str.to_lowercase().str.strip_chars()
+        ok = low.is_in(["true", "false", "1", "0"])
+        out = low.is_in(["true", "1"])
+    else:
+        out = s.cast(dtype, strict=False)
+        ok = out.is_not_null()
+    bad = (~ok | s.is_null()).arg_true()
+    if bad.len():
+        i = int(bad[0])
+        raise PointsError(f"{where}: row {i + 1} field {col!r}: {s[i]!r} is not a valid "
+                          f"{'true/false' if dtype == pl.Boolean else 'integer'}")
+    return out.alias(col)
+
+
+def validate(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFrame:
+    """Cast the configuration columns, check every name against the registries.
+
+    Rows are numbered from 1 as in a spreadsheet (the header is not a row). Extra columns
+    (measurements, ``run_url``) are kept as they are.
+    """
+    missing = [c for c in CONFIG_COLUMNS if c not in df.columns]
+    if missing:
+        raise PointsError(f"{where}: missing column(s) {missing}; need {list(CONFIG_COLUMNS)}")
+    if df.height == 0:
+        raise PointsError(f"{where}: no rows")
+    cols = []
+    for col, dtype in CONFIG_COLUMNS.items():
+        if dtype == pl.String:
+            s = df[col].cast(pl.String)
+            nulls = s.is_null().arg_true()
+            if nulls.len():
+                raise PointsError(f"{where}: row {int(nulls[0]) + 1} field {col!r} is empty")
+            cols.append(s.str.strip_chars().str.to_lowercase().alias(col))
+        else:
+            cols.append(_cast_column(df, col, dtype, where))
+    out = df.with_columns(cols)
+    _check_names(out, where)
+    for col in ("isl", "osl", "conc", "num_prefill_gpu", "num_decode_gpu", "prefill_tp",
+                "prefill_ep", "decode_tp", "decode_ep"):
+        bad = (out[col] < 1).arg_true()
+        if bad.len():
+            i = int(bad[0])
+            raise PointsError(f"{where}: row {i + 1} field {col!r} must be >= 1, got {out[col][i]}")
+    bad = (out["osl"] < 2).arg_true()
+    if bad.len():
+        raise PointsError(f"{where}: row {int(bad[0]) + 1} field 'osl' must be >= 2 (TPOT is "
+                          "defined over output tokens after the first)")
+    for col in MEASURED_COLUMNS:
+        if col in out.columns and out[col].dtype == pl.String:
+            out = out.with_columns(pl.col(col).cast(pl.Float64, strict=False))
+    return out
+
+
+def _check_names(df: pl.DataFrame, where: str) -> None:
+    checks = {
+        "hardware": (set(hardware_names()), "toolkit hardware list"),
+        "framework": (set(ENGINES), "engines: " + ", ".join(sorted(ENGINES))),
+        "precision": (set(PRECISIONS), ", ".join(PRECISIONS)),
+        "spec_method": (set(SPEC_METHODS), ", ".join(SPEC_METHODS)),
+    }
+    for col, (known, hint) in checks.items():
+        bad = (~df[col].is_in(sorted(known))).arg_true()
+        if bad.len():
+            i = int(bad[0])
+            raise PointsError(f"{where}: row {i + 1} field {col!r}: unknown {col} "
+                              f"{df[col][i]!r}; known: {hint}")
+    for i, name in enumerate(df["model"].to_list()):
+        try:
+            get_model(name)
+        except RegistryError:
+            raise PointsError(f"{where}: row {i + 1} field 'model': unknown model {name!r}; "
+                              f"known: {', '.join(model_names())}") from None
+    for i, (hw, prec) in enumerate(zip(df["hardware"], df["precision"], strict=True)):
+        if prec == "fp4" and get_hardware(hw).dense_fp4_tflops is None:
+            raise PointsError(f"{where}: row {i + 1} field 'precision': {hw} has no FP4 "
+                              "tensor cores")

@@ -1,0 +1,71 @@
+"""Out-of-sample checks of the serving model: leave one hardware out, leave one shape out.
+
+Each fold fits on every other row and predicts the held-out rows, whose hardware (or ISL/OSL
+shape) the fit never saw; the held-out hardware's own terms are therefore absent and its
+prediction rests on its specs and the shared terms. Errors are reported per hardware as the
+median and p90 of ``|pred / measured - 1|`` and as Spearman's rank correlation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from scipy.stats import spearmanr
+
+from toolkit.serving.fit import fit
+from toolkit.serving.predict import predict
+
+METRICS = {"tput_per_gpu": "pred_tput_per_gpu", "median_tpot": "pred_median_tpot",
+           "median_ttft": "pred_median_ttft"}
+
+
+def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 100,
+                   progress=None, only: list[str] | None = None) -> pl.DataFrame:
+    """Held-out predictions of every row under ``scheme`` ("hardware" or "shape").
+
+    ``only`` limits the run to the named folds (e.g. to re-check one held-out group).
+
+    Returns:
+        ``df`` plus the ``pred_*`` columns and ``fold`` (the held-out group of the row).
+    """
+    if scheme == "hardware":
+        key = pl.col("hardware")
+    elif scheme == "shape":
+        key = pl.format("{}/{}", pl.col("isl"), pl.col("osl"))
+    else:
+        raise ValueError(f"scheme must be 'hardware' or 'shape', got {scheme!r}")
+    df = df.with_columns(key.alias("fold"))
+    folds = df["fold"].unique(maintain_order=True).to_list()
+    if only is not None:
+        unknown = sorted(set(only) - set(folds))
+        if unknown:
+            raise ValueError(f"no {scheme} fold {unknown}; folds: {folds}")
+    if len(folds) < 2:
+        raise ValueError(f"leave-one-{scheme}-out needs at least two groups; got {folds}")
+    out = []
+    for i, f in enumerate(folds if only is None else [f for f in folds if f in only]):
+        train = df.filter(pl.col("fold") != f)
+        test = df.filter(pl.col("fold") == f)
+        params = fit(train, max_nfev=max_nfev, fitted_on=f"all rows except {scheme} {f}")
+        out.append(predict(test, params))
+        if progress:
+            progress(i + 1, len(folds), f)
+    return pl.concat(out, how="vertical_relaxed")
+
+
+def error_table(pred: pl.DataFrame, by: str = "hardware") -> pl.DataFrame:
+    """Median / p90 absolute relative error and Spearman rho per group and overall."""
+    rows = []
+    groups = [(g, pred.filter(pl.col(by) == g)) for g in sorted(pred[by].unique().to_list())]
+    for name, g in [*groups, ("all", pred)]:
+        row = {by: name, "rows": g.height}
+        for m, p in METRICS.items():
+            meas, est = g[m].cast(pl.Float64).to_numpy(), g[p].to_numpy()
+            ok = np.isfinite(meas) & (meas > 0) & np.isfinite(est)
+            err = np.abs(est[ok] / meas[ok] - 1.0)
+            row[f"{m}_median_err"] = float(np.median(err)) if err.size else None
+            row[f"{m}_p90_err"] = float(np.quantile(err, 0.9)) if err.size else None
+            rho = spearmanr(meas[ok], est[ok]).statistic if ok.sum() > 2 else None
+            row[f"{m}_spearman"] = None if rho is None or np.isnan(rho) else float(rho)
+        rows.append(row)
+    return pl.DataFrame(rows)
