@@ -62,6 +62,13 @@ class TestKeys:
         assert len(a) == len(b) == KEY_MAX_CHARS and a != b
         assert check_key(a) == a and bounded_key("short") == "short"
 
+    @pytest.mark.parametrize("key", ["../requests/x", "/etc/passwd", "a\n"])
+    def test_read_and_delete_refuse_keys_outside_the_store(self, store, key):
+        with pytest.raises(StoreError, match="invalid key"):
+            store.read("selection_runs", key)
+        with pytest.raises(StoreError, match="invalid key"):
+            store.delete("selection_runs", key)
+
     def test_invalid_names_on_disk_are_ignored_and_reported(self, store, tmp_path):
         store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
         evil = store.root / "selections" / "a'; COPY (SELECT 42) TO 'pwned.csv'; --.parquet"

@@ -249,6 +249,7 @@ class Store:
 
     def read(self, table: str, key: str) -> pa.Table:
         """One key of one table as Arrow, e.g. ``read("requests", "conversation_trace")``."""
+        check_key(key, "key")  # a user's run id must not reach outside the store
         path = self._key_path(table, key)
         if not path.exists():
             known = ", ".join(self.keys(table)) or "none"
@@ -320,6 +321,7 @@ class Store:
 
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""
+        check_key(key, "key")
         with self._lock(exclusive=True):
             self._key_path(table, key).unlink(missing_ok=True)
         self._refresh_views()
