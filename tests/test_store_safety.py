@@ -310,6 +310,13 @@ class TestMissingStore:
         assert res.exit_code == 2, res.output
         assert "no store at" in res.output and not root.exists()
 
+    def test_failed_first_ingest_leaves_no_store(self, tmp_path):
+        bad = tmp_path / "b.jsonl"
+        bad.write_text("{bad\n")
+        res = runner.invoke(app, ["ingest", "mooncake", str(bad), "--store",
+                                  str(tmp_path / "new")])
+        assert res.exit_code == 2 and not (tmp_path / "new").exists()
+
     def test_a_file_as_store_is_refused(self, tmp_path):
         f = tmp_path / "file"
         f.write_text("x")

@@ -53,16 +53,23 @@ def print_record(row: dict[str, Any], as_json: bool) -> None:
 def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
     """Open a store for a command: a missing store is an error unless the command creates
     one, and whatever the store worked around (``Store.problems``) is printed as a warning."""
+    import shutil
+
     from toolkit.store import open_store
 
+    existed = path.exists()
     s = guard(open_store, path, create=create)
-    shown = 0
+    shown, ok = 0, False
     try:
         for p in s.problems:
             typer.echo(f"warning: {p}", err=True)
         shown = len(s.problems)
         with s:
             yield s
+        ok = True
     finally:
         for p in s.problems[shown:]:
             typer.echo(f"warning: {p}", err=True)
+        if not existed and not ok and not any(s.keys(t) for t in s.tables()):
+            # a first ingest that failed leaves no empty store behind
+            shutil.rmtree(s.root, ignore_errors=True)
