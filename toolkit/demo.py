@@ -72,7 +72,7 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
     lru_2k = runs.filter((pl.col("policy") == "lru") & (pl.col("buffer_tokens") == 2 * rows.k))
     run_id = store.query(
         "SELECT run_id FROM selection_runs WHERE trace = 'smollm2' AND policy = 'lru' "
-        f"AND buffer_tokens = {2 * rows.k}").item()
+        "AND buffer_tokens = $n", {"n": 2 * rows.k}).item()
     costs = []
     for hw in HARDWARE:
         for overlap in (False, True):

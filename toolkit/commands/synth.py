@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, fail, guard
+from toolkit.commands.common import StoreOpt, cli_store, fail, guard
 
 
 def synth_selections_cmd(
@@ -32,7 +32,7 @@ def synth_selections_cmd(
     import time
 
     from toolkit.replay.progress import progress
-    from toolkit.store import check_key, open_store
+    from toolkit.store import check_key
     from toolkit.synth.selections import SyntheticSelectionConfig
     from toolkit.synth.selections_fast import write_streaming
 
@@ -41,7 +41,7 @@ def synth_selections_cmd(
     guard(check_key, name)
     total = sum(min(prompt_tokens + s + 1, k) for s in range(steps)) * layers * requests
     t0 = time.perf_counter()
-    with open_store(store) as s:
+    with cli_store(store, create=True) as s:
         if name in s.keys("selections") and not replace:
             fail(f"selections {name!r} already exists in {s.root}; pass --replace to overwrite")
         with progress(total, f"synth {name}") as bar:
@@ -67,7 +67,6 @@ def synth_agentic_cmd(
     import pyarrow as pa
 
     from toolkit.config import config_json
-    from toolkit.store import open_store
     from toolkit.synth.agentic import PRESETS, generate
 
     if preset not in PRESETS:
@@ -79,6 +78,6 @@ def synth_agentic_cmd(
     meta = pa.table({"trace": [name], "format": ["synth-agentic"],
                      "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
                      "synthetic": [True]})
-    with open_store(store) as s:
+    with cli_store(store, create=True) as s:
         guard(s.write_many, {"requests": table, "request_traces": meta}, name, replace=replace)
     typer.echo(f"wrote SYNTHETIC request timeline {name!r}: {table.num_rows:,} requests")

@@ -24,7 +24,7 @@ from toolkit.errors import ToolkitError
 from toolkit.policies import policies
 from toolkit.replay.keys import dense_ids
 from toolkit.replay.parallel import resolve_workers, thread_map
-from toolkit.store import Store
+from toolkit.store import Store, bounded_key
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class PrefixReplayConfig:
     @property
     def run_id(self) -> str:
         cap = "inf" if self.capacity_blocks is None else str(self.capacity_blocks)
-        return f"prefix-{self.trace}-{self.policy}-{cap}-{fingerprint(self)[:8]}"
+        return bounded_key(f"prefix-{self.trace}-{self.policy}-{cap}-{fingerprint(self)[:8]}")
 
 
 @dataclass(frozen=True)

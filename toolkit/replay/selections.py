@@ -53,7 +53,7 @@ from toolkit.replay import parallel
 from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, row_hits
-from toolkit.store import Store
+from toolkit.store import Store, bounded_key
 
 MODES = ("plain", "hisparse")
 DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope), BRIEF §2
@@ -96,7 +96,8 @@ class SelectionReplayConfig:
             raise ValueError("IndexShare (full_layers) applies to mode='hisparse' only")
 
     def run_id(self, buffer_tokens: int) -> str:
-        return f"sel-{self.trace}-{self.mode}-{self.policy}-{buffer_tokens}-{fingerprint(self)[:8]}"
+        return bounded_key(
+            f"sel-{self.trace}-{self.mode}-{self.policy}-{buffer_tokens}-{fingerprint(self)[:8]}")
 
 
 @dataclass(frozen=True)

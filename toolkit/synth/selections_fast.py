@@ -182,9 +182,8 @@ def write_streaming(store: Store, cfg: SyntheticSelectionConfig, trace: str, *,
     """Generate ``cfg`` into the store request by request; returns rows.
 
     Requests are generated on ``workers`` threads, in order, while the calling thread
-    writes; ``on_batch(positions)`` reports progress after each request. The trace's
-    metadata is written after its rows, and the rows are removed again if that fails,
-    so a trace is either complete or absent.
+    writes; ``on_batch(positions)`` reports progress after each request. Rows and
+    metadata are one store transaction, so a trace is either complete or absent.
     """
     n_workers = resolve_workers(workers)
     if cfg.prompt_tokens + cfg.steps >= 2**31 - 1:
@@ -195,14 +194,6 @@ def write_streaming(store: Store, cfg: SyntheticSelectionConfig, trace: str, *,
         raise ValueError("one request must hold fewer than 2**31 positions (int32 offsets)")
     rows = 0
     work = [functools.partial(request_table, cfg, trace, r) for r in range(cfg.requests)]
-    with store.writer("selections", trace, replace=replace) as sink:
-        # requests are generated on worker threads while this thread encodes and writes
-        # the previous ones; at most workers + 1 requests are held at once
-        for t in ordered_results(work, n_workers):
-            sink.write(t)
-            rows += t.num_rows
-            if on_batch is not None:
-                on_batch(per_request)
     source = "SYNTHETIC toolkit.synth.selections_fast " + config_json(cfg)
     meta = {
         "selection_traces": pa.table({
@@ -216,9 +207,14 @@ def write_streaming(store: Store, cfg: SyntheticSelectionConfig, trace: str, *,
             "external_id": pa.nulls(cfg.requests, pa.string())},
             schema=schema.SELECTION_REQUESTS),
     }
-    try:
-        store.write_many(meta, trace, replace=True)
-    except BaseException:
-        store.delete("selections", trace)
-        raise
+    # one transaction: the rows and the metadata land together or not at all
+    with store.writer("selections", trace, replace=replace) as sink:
+        # requests are generated on worker threads while this thread encodes and writes
+        # the previous ones; at most workers + 1 requests are held at once
+        for t in ordered_results(work, n_workers):
+            sink.write(t)
+            rows += t.num_rows
+            if on_batch is not None:
+                on_batch(per_request)
+        store.write_many(meta, trace, replace=replace)
     return rows
