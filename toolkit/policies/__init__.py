@@ -108,6 +108,23 @@ def check_keys(keys: np.ndarray, n_keys: int) -> np.ndarray:
     return keys
 
 
+SPARSE_KEY_FACTOR = 2
+"""A key space more than this many times the accesses (plus 64K) is compacted first."""
+
+
+def compact_keys(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, int]:
+    """Renumber keys densely when the key space dwarfs the accesses.
+
+    Kernels size their state by ``n_keys``; positions up to a ``seq_len`` of 10^9 in a few
+    rows would allocate gigabytes for a handful of keys. Policies only compare keys for
+    equality, so a dense renumbering gives the same hits.
+    """
+    if n_keys <= SPARSE_KEY_FACTOR * keys.size + 65_536:
+        return keys, n_keys
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return inv.astype(np.int32 if uniq.size < 2**31 - 8 else np.int64), int(uniq.size)
+
+
 def _register_builtins() -> None:
     from toolkit.policies import arc, clock, fifo, lfu, lru, opt, s3fifo, slru
 

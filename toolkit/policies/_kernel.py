@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from toolkit.policies import SimResult, as_segments, check_keys
+from toolkit.memory import check_memory
+from toolkit.policies import SimResult, as_segments, check_keys, compact_keys
 
 INT32_LIMIT = 2**31 - 8  # room for the list sentinels kept after the last key
 
@@ -30,12 +31,18 @@ def run_kernel(
             formed segments or a negative capacity.
     """
     keys = check_keys(keys, n_keys)
+    if capacity < 0:
+        raise ValueError(f"capacity must be >= 0, got {capacity}")
+    keys, n_keys = compact_keys(keys, n_keys)
+    # a cache at least as large as the keys it ever sees never evicts, under every policy:
+    # sizing by the keys, not by the requested slots, keeps 2**40-slot buffers cheap
+    capacity = min(int(capacity), int(n_keys))
+    check_memory(24.0 * n_keys + 24.0 * capacity + 9.0 * keys.size,
+                 f"a {kernel.__name__} replay of {keys.size:,} accesses over {n_keys:,} keys")
     if n_keys >= INT32_LIMIT:
         raise ValueError(
             f"n_keys must be < {INT32_LIMIT} (kernels link keys with int32), got {n_keys}"
         )
-    if capacity < 0:
-        raise ValueError(f"capacity must be >= 0, got {capacity}")
     hits = np.zeros(keys.size, dtype=np.uint8)
     ev = kernel(keys, int(n_keys), int(capacity), as_segments(segments, keys.size), hits, *extra)
     return SimResult(hits.view(np.bool_), int(ev))

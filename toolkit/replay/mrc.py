@@ -14,7 +14,8 @@ import numba as nb
 import numpy as np
 import pyarrow as pa
 
-from toolkit.policies import as_segments, check_keys
+from toolkit.memory import check_memory
+from toolkit.policies import as_segments, check_keys, compact_keys
 from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.store import Store, bounded_key
 
@@ -84,6 +85,12 @@ def lru_miss_curve(
     keys = check_keys(keys, n_keys)
     if max_capacity < 0:
         raise ValueError(f"max_capacity must be >= 0, got {max_capacity}")
+    keys, n_keys = compact_keys(keys, n_keys)
+    requested = int(max_capacity)
+    # reuse distances never exceed the distinct keys: beyond them every curve is flat
+    max_capacity = min(requested, int(n_keys))
+    check_memory(8.0 * requested + 16.0 * n_keys + 12.0 * keys.size,
+                 f"a miss curve to capacity {requested:,} over {keys.size:,} accesses")
     seg = as_segments(segments, keys.size)
     bounds = np.r_[seg, keys.size]
     parts = split_at(bounds, bounds, resolve_workers(workers))
@@ -96,7 +103,10 @@ def lru_miss_curve(
     total = np.zeros(max_capacity + 1, dtype=np.int64)
     for h in thread_map(hist, parts, resolve_workers(workers)):
         total += h
-    return keys.size - np.cumsum(total)
+    curve = keys.size - np.cumsum(total)
+    if requested > max_capacity:
+        curve = np.concatenate([curve, np.full(requested - max_capacity, curve[-1])])
+    return curve
 
 
 def _selection_curve(store: Store, trace: str, max_capacity: int,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from toolkit.memory import check_memory
+
 
 @dataclass(frozen=True)
 class FusedPlan:
@@ -138,7 +140,15 @@ def fused_plan(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, seq_len
     warm = n if (hisparse and initial == "first") else 0
     lengths = offsets[1:][src] - offsets[:-1][src]
     n_groups = int(np.count_nonzero(new_group))
-    bound = int(lengths.sum()) + warm * n_groups
+    if warm and n_groups:
+        # only a buffer whose sequence outgrows the n slots is warmed (n keys, each < seq_len)
+        starts = np.flatnonzero(new_group)
+        outgrown = int(np.count_nonzero(np.maximum.reduceat(seq_len, starts) > n))
+    else:
+        outgrown = 0
+    bound = int(lengths.sum()) + warm * outgrown
+    check_memory(4.0 * bound + 8.0 * (n_groups + 3 * src.size),
+                 f"planning {src.size:,} replay rows")
     keys = np.empty(bound, dtype=np.int32)
     segments = np.empty(n_groups, dtype=np.int64)
     n_rows = src.size

@@ -417,7 +417,8 @@ def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, polic
     not depend on the cut.
     """
     o = _order(rows, cfg.full_layers)
-    n_keys = int(max(rows.seq_len.max(initial=0), n, 1))
+    # keys are positions < seq_len (warm-up keys too: it starts only once seq_len > n)
+    n_keys = int(max(rows.seq_len.max(initial=0), 1))
     starts = np.flatnonzero(o.new_group)
     bounds = np.r_[starts, o.src.size]
     weight = np.r_[0, np.cumsum(o.accesses)][bounds]

@@ -1,0 +1,80 @@
+"""Memory bounded by the work, not by the numbers in it (issue 10, point 4)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from toolkit.memory import ResourceError, check_memory
+from toolkit.policies import policies
+from toolkit.replay.mrc import lru_miss_curve
+from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+
+from .test_selection_replay import make_store, reference
+
+BIG = 10**9
+
+
+class TestSparseKeys:
+    @pytest.mark.parametrize("name", ["lru", "fifo", "clock", "lfu", "arc", "s3fifo", "slru",
+                                      "opt"])
+    def test_huge_key_space_same_hits_as_dense(self, name):
+        """Keys near 10^9 give the hits of their dense renumbering, without 8 GB of state."""
+        sparse = np.array([0, BIG - 1, BIG // 2, 0, BIG - 1, 7, BIG // 2, 7], dtype=np.int64)
+        dense = np.unique(sparse, return_inverse=True)[1]
+        policy = policies.get(name)
+        t0 = time.perf_counter()
+        a = policy.simulate(sparse, BIG, 2, np.array([0, 4]))
+        assert time.perf_counter() - t0 < 5.0
+        b = policy.simulate(dense, 4, 2, np.array([0, 4]))
+        assert np.array_equal(a.hits, b.hits) and a.evictions == b.evictions
+
+    def test_capacity_far_beyond_keys(self):
+        """A 2^40-slot cache costs what the keys cost and never evicts."""
+        keys = np.array([3, 1, 3, 2, 1], dtype=np.int64)
+        r = policies.get("lru").simulate(keys, 4, 2**40)
+        assert r.hits.tolist() == [False, False, True, False, True] and r.evictions == 0
+
+    def test_miss_curve_beyond_distinct_keys_is_flat(self):
+        """The one-pass curve over a sparse key space equals the dense one, padded flat."""
+        keys = np.array([5, BIG - 2, 5, 17, BIG - 2, 5], dtype=np.int64)
+        dense = np.unique(keys, return_inverse=True)[1]
+        curve = lru_miss_curve(keys, BIG, 10)
+        assert curve.size == 11
+        np.testing.assert_array_equal(curve[:4], lru_miss_curve(dense, 3, 3))
+        assert (curve[3:] == curve[3]).all()
+
+
+class TestReplayBounds:
+    def test_seq_len_near_1e9(self, tmp_path):
+        """16 rows with seq_len ~10^9 replay in plain and hisparse modes, matching the
+        plain-Python reference, in well under the time 8 GB of state would take."""
+        rows = [(0, s, la, BIG - 16 + s, (0, 5 + s, BIG - 20, BIG - 17 + s))
+                for s in range(8) for la in range(2)]
+        store = make_store(tmp_path, rows, 4)
+        for mode in ("plain", "hisparse"):
+            t0 = time.perf_counter()
+            out = replay_selections(store, SelectionReplayConfig("t", "lru", 4, mode=mode,
+                                                                 initial="empty"))
+            assert time.perf_counter() - t0 < 30.0
+            ref = reference(rows, 4, mode, initial="empty")
+            assert out["hits"] == sum(ref.values())
+
+    def test_buffer_2_pow_40_all_fast_path(self, tmp_path):
+        """--buffer-tokens 2^40 with every row on the fast path plans nothing and allocates
+        nothing of that size."""
+        rows = [(0, s, 0, 10 + s, (0, 1 + s)) for s in range(4)]
+        store = make_store(tmp_path, rows, 2)
+        out = replay_selections(store, SelectionReplayConfig("t", "lru", 2**40))
+        assert out["fast_path_rows"] == 4 and out["misses"] == 0
+
+    def test_what_cannot_fit_is_one_line(self, monkeypatch):
+        """A step needing more memory than available stops with a ResourceError naming it."""
+        monkeypatch.setattr("toolkit.memory.available_bytes", lambda: 1024)
+        with pytest.raises(ResourceError, match="needs about .* GiB; .* GiB is available"):
+            check_memory(2**31, "a test step")
+        keys = np.arange(10_000, dtype=np.int64)
+        with pytest.raises(ResourceError, match="lru"):
+            policies.get("lru").simulate(keys, 10_000, 100)
