@@ -1,10 +1,11 @@
 """Record Engram lookup traces: text files -> ``engram_lookups`` + ``engram_traces``.
 
-Each text file is one request. Files are read in chunks of whole lines (``chunk_bytes``),
-tokenised, compressed and hashed chunk by chunk and streamed into the store, so a corpus
-larger than memory records in bounded memory. Tokenising per chunk can split a token at a
-chunk join (a chunk ends at a line end, where byte-level BPE rarely merges across); with
-chunks of 1 MiB this touches at most one token per MiB.
+Each text file is one request. Files are read in chunks of whole lines (about
+``chunk_bytes``), tokenised, compressed and hashed chunk by chunk and streamed into the
+store, so a corpus larger than memory records in bounded memory. A chunk ends only at a
+single newline between two non-space characters, where byte-level BPE's pre-tokenizer splits
+anyway, so the tokens equal those of the whole file (a file with no such place, e.g. CRLF
+line ends throughout, is read as one chunk).
 """
 
 from __future__ import annotations
@@ -44,17 +45,25 @@ class EngramRecordResult:
         return dict(self.__dict__)
 
 
+def _safe_cut(prev: str, nxt: str) -> bool:
+    """True when a chunk may end after ``prev``: a lone "\n" between two non-space chars is
+    its own pre-token in byte-level BPE either way, so tokens are unchanged by the cut."""
+    return (len(prev) >= 2 and prev[-1] == "\n" and not prev[-2].isspace()
+            and nxt[:1] != "" and not nxt[:1].isspace())
+
+
 def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[str]:
-    """Whole-line chunks of about ``chunk_bytes`` of a UTF-8 text file."""
+    """Chunks of about ``chunk_bytes`` of a UTF-8 text file, cut only where tokenising the
+    chunks gives the same tokens as tokenising the whole file (see :func:`_safe_cut`)."""
     buf: list[str] = []
     size = 0
     with path.open("r", encoding="utf-8", newline="") as fh:
         for line in fh:
-            buf.append(line)
-            size += len(line)
-            if size >= chunk_bytes:
+            if size >= chunk_bytes and _safe_cut(buf[-1], line):
                 yield "".join(buf)
                 buf, size = [], 0
+            buf.append(line)
+            size += len(line)
     if buf:
         yield "".join(buf)
 

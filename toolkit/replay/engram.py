@@ -146,7 +146,9 @@ def replay_engram(store: Store, cfg: EngramReplayConfig, *, save: bool = True
     t1 = time.perf_counter()
     dense, n_distinct = dense_remap(stream.keys, stream.n_keys)
     capacity = int(cfg.hbm_cache_bytes // stream.row_bytes)
-    sim = policies.get(cfg.policy).simulate(dense, max(n_distinct, 1), capacity)
+    # a cache holding every distinct row behaves alike at any larger size; kernels size
+    # their arrays by capacity, so clamp
+    sim = policies.get(cfg.policy).simulate(dense, max(n_distinct, 1), min(capacity, n_distinct))
     top1, top10 = reuse_shares(dense, n_distinct)
     t_replay = time.perf_counter() - t1
     n = int(dense.size)
