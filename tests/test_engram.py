@@ -224,6 +224,16 @@ class TestReplay:
                                 save=False)
             assert out["misses"] == curve[cap_rows]
 
+    def test_fast_load_equals_column_load(self, bundled_store):
+        """Rebuilding tables from the lookup index equals reading layer/ngram/head columns."""
+        from toolkit.replay.engram import load_dense
+
+        slow = load_stream(bundled_store, "bundled")
+        want, n = dense_remap(slow.keys, slow.n_keys)
+        fast = load_dense(bundled_store, "bundled")
+        assert fast.n_distinct == n and np.array_equal(fast.keys, want)
+        assert np.array_equal(fast.counts, np.bincount(want))
+
     def test_unbounded_cache_misses_only_cold(self, bundled_store):
         """A cache larger than every row touched misses exactly once per distinct row."""
         out = replay_engram(bundled_store, EngramReplayConfig("bundled", 1e12, policy="fifo"),
