@@ -167,3 +167,27 @@ def placement_rows(p: EngramPlacement) -> list[dict[str, Any]]:
 
 def with_hit_ratio(p: EngramPlacement, hit_ratio: float) -> EngramPlacement:
     return replace(p, hit_ratio=hit_ratio)
+
+
+def ssd_read_s_per_row(hw: HardwareSpec, iops: float = SSD_IOPS_PER_GPU,
+                       io_bytes: int = SSD_IO_BYTES) -> float:
+    """Steady-state NVMe time per missed row: IOPS- or bandwidth-bound, whichever is slower."""
+    return max(1.0 / iops, io_bytes / hw.nvme_read_bytes_per_s_per_gpu)
+
+
+def missed_rows_per_token_for(hw: HardwareSpec, dram_tokens_per_usd: float,
+                              ssd_tokens_per_usd: float, tier: str = "hyperscaler",
+                              overlapped: bool = False) -> float:
+    """Missed rows per token that make an SSD placement reach ``ssd_tokens_per_usd`` when the
+    DRAM placement reaches ``dram_tokens_per_usd`` on ``hw`` (throughput-level inversion).
+
+    Sync: every token pays its SSD reads on top of the DRAM-placement time per token.
+    Overlapped: the SSD is the bottleneck, ``tokens/s = 1 / (rows x time per row)``.
+    """
+    price = hw.price_usd_per_gpu_hour(tier)
+    t_dram = dram_tokens_per_usd * price / 3600.0
+    t_ssd = ssd_tokens_per_usd * price / 3600.0
+    per_row = ssd_read_s_per_row(hw)
+    if overlapped:
+        return 1.0 / (t_ssd * per_row)
+    return (1.0 / t_ssd - 1.0 / t_dram) / per_row
