@@ -308,6 +308,18 @@ class TestPlacementCost:
         assert _fetch_s(p, "ssd", 1000) == pytest.approx(80e-6 + 1000 * 4096 / 7e9 + link)
 
 
+    def test_published_gap_inversion_by_hand(self):
+        """121 M vs 52 M tokens/$ at $1.86 on GB200: (1/26,867 - 1/62,517) s / 0.585 us = 36.3
+        missed rows per token (sync); 1 / (26,867 x 0.585 us) = 63.6 (overlapped)."""
+        from toolkit.cost.engram import missed_rows_per_token_for
+        from toolkit.hardware import get_hardware
+
+        hw = get_hardware("gb200")
+        assert missed_rows_per_token_for(hw, 121e6, 52e6) == pytest.approx(36.27, abs=0.01)
+        assert missed_rows_per_token_for(hw, 121e6, 52e6, overlapped=True) == pytest.approx(
+            63.61, abs=0.01)
+
+
 class TestCli:
     def test_record_and_replay_json(self, tmp_path):
         """record engram then replay engram --json: hits, misses and tokens_per_usd present."""
