@@ -6,7 +6,8 @@ the load per hour is the real trace's. GB200 / GLM-5.2 default tiers (1.38M-toke
 device, 2x host), write-through LRU, open-loop trace arrivals. Timed: the compiled event
 loop alone (after a warm-up that compiles it) and, separately, flattening + summary.
 
-Run: ``.venv/bin/python benchmarks/tiers_bench.py`` (``--copies 8`` for a quick run).
+Run: ``.venv/bin/python benchmarks/tiers_bench.py`` (``--copies 8`` for a quick run;
+``--radix-semantics page`` for the page-granular kernel; default sglang).
 """
 
 from __future__ import annotations
@@ -65,18 +66,19 @@ def tiled(copies: int) -> pa.Table:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=84)
+    ap.add_argument("--radix-semantics", default="sglang", choices=("sglang", "page"))
     args = ap.parse_args()
-    cfg = TierReplayConfig("tiled")
+    cfg = TierReplayConfig("tiled", radix_semantics=args.radix_semantics)
     hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
     # warm-up: compile on one copy
-    small = page_stream(tiled(1))
+    small = page_stream(tiled(1), semantics=cfg.radix_semantics)
     svc = service_model(hw, model, cfg.assumptions, int(small.prompt.mean()), 1024)
     caps = capacities(cfg, svc.kv_bytes_per_token)
     run_kernel(cfg, small, svc, caps, small.arrival_s - small.arrival_s[0])
     t0 = time.perf_counter()
     table = tiled(args.copies)
     t1 = time.perf_counter()
-    ps = page_stream(table)
+    ps = page_stream(table, semantics=cfg.radix_semantics)
     t2 = time.perf_counter()
     out = run_kernel(cfg, ps, svc, caps, ps.arrival_s - ps.arrival_s[0])
     t3 = time.perf_counter()
@@ -84,7 +86,8 @@ def main() -> None:
     t4 = time.perf_counter()
     s = res.summary
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"requests {ps.prompt.size:,}, page lookups {ps.keys.size:,}, pages {ps.n_keys:,}")
+    print(f"{cfg.radix_semantics} semantics: requests {ps.prompt.size:,}, "
+          f"page lookups {ps.keys.size:,}, pages {ps.n_keys:,}")
     print(f"tiers: device {caps[0]:,} tokens, host {caps[1]:,} tokens (GB200 / GLM-5.2 defaults)")
     print(f"build table             : {t1 - t0:6.2f} s")
     print(f"flatten (sort + unique) : {t2 - t1:6.2f} s")

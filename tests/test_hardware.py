@@ -80,6 +80,14 @@ class TestBundledHardware:
         assert hw.price_usd_per_gpu_hour("hyperscaler", survey="2025-08") == 2.21
         assert hw.power_all_in_w == 1870 and hw.tdp_w == 1200
 
+    def test_prices_are_survey_values(self):
+        """Every price is labelled a survey value with its vintage, never 'measured'."""
+        for name in hardware_names():
+            hw = get_hardware(name)
+            for tier in ("hyperscaler", "neocloud", "rental"):
+                s = hw.sourced(f"price_{tier}_usd_per_gpu_hour")
+                assert s.kind == "survey" and s.vintage, (name, tier)
+
     def test_usable_hbm_convention(self):
         """Every accelerator: usable HBM <= nominal, both in bytes of one convention."""
         for name in hardware_names():
@@ -192,7 +200,7 @@ class TestOverridesAndRegistration:
             load_hardware(data)
 
     def test_bad_kind_is_rejected(self):
-        """kind must be vendor, measured, derived or assumed."""
+        """kind must be vendor, measured, derived, assumed, survey or fitted."""
         data = _gb200_dict()
         data["tdp_w"] = {"value": 1200.0, "kind": "guess", "source": "x"}
         with pytest.raises(SpecError, match="kind"):

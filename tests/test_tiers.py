@@ -34,6 +34,9 @@ def _store_trace(store, reqs, name="t", block=4, spacing=FAR, outputs=None):
 
 
 def _run(store, name, **kw):
+    """Page-granular semantics unless asked: these cases are worked for it (the SGLang
+    semantics have their own in test_tiers_sglang.py)."""
+    kw.setdefault("radix_semantics", "page")
     cfg = TierReplayConfig(name, **kw)
     return replay_tiers(store, cfg, save=False)
 
@@ -158,10 +161,11 @@ class TestMooncake:
 
     def test_page_coarsening(self, mooncake_store):
         """1024-token pages (2 blocks) hit no more than 512-token pages when unbounded."""
-        ps = page_stream(mooncake_store.read("requests", "conv"), 1024)
+        ps = page_stream(mooncake_store.read("requests", "conv"), 1024, "page")
         assert ps.page_tokens == 1024 and ps.tokens.sum() == 144_793_823
         res = replay_tiers(mooncake_store, TierReplayConfig(
-            "conv", device_tokens=UNBOUNDED, page_tokens=1024), stream=ps, save=False)
+            "conv", device_tokens=UNBOUNDED, page_tokens=1024, radix_semantics="page"),
+            stream=ps, save=False)
         assert res.summary["overall_hit_rate"] <= 54_098_411 / 144_793_823
 
 
@@ -209,15 +213,17 @@ class TestProperties:
     @settings(max_examples=40, deadline=None)
     @given(raw=_hashes, dev=st.integers(0, 12), host=st.integers(0, 12),
            policy=st.sampled_from(["lru", "lfu", "slru", "priority"]),
-           write=st.sampled_from(["write_through", "write_through_selective", "write_back"]))
-    def test_sources_sum_and_rates(self, tmp_path_factory, raw, dev, host, policy, write):
-        """Sources never exceed the prompt; rates in [0, 1] and add up to overall."""
+           write=st.sampled_from(["write_through", "write_through_selective", "write_back"]),
+           sem=st.sampled_from(["page", "sglang"]))
+    def test_sources_sum_and_rates(self, tmp_path_factory, raw, dev, host, policy, write, sem):
+        """Sources never exceed the prompt; rates in [0, 1] and add up to overall (both
+        radix semantics, overlapping requests)."""
         import toolkit
 
         with toolkit.open_store(tmp_path_factory.mktemp("p")) as store:
             name = _store_trace(store, _chain(raw), spacing=0.5, outputs=[3] * len(raw))
             res = _run(store, name, device_tokens=4 * dev, host_tokens=4 * host,
-                       policy=policy, write_policy=write)
+                       policy=policy, write_policy=write, radix_semantics=sem)
         t = res.requests
         src = (np.asarray(t["device_tokens"]) + np.asarray(t["host_tokens"])
                + np.asarray(t["storage_tokens"]) + np.asarray(t["computed_tokens"]))
@@ -257,7 +263,8 @@ def test_azure_arrivals_drive_mooncake_requests(mooncake_store):
     if "az" not in mooncake_store.traces():
         mooncake_store.ingest("azure", AZURE, "az")
     res = replay_tiers(mooncake_store, TierReplayConfig(
-        "conv", arrivals="from:az", device_tokens=UNBOUNDED), save=False)
+        "conv", arrivals="from:az", device_tokens=UNBOUNDED, radix_semantics="page"),
+        save=False)
     sent = np.sort(res.requests.column("arrival_s").to_numpy())
     az = np.sort(mooncake_store.read("requests", "az").column("arrival_s").to_numpy())
     gaps = np.diff(az)

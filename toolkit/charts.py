@@ -230,3 +230,18 @@ def pareto_fronts(model: pl.DataFrame, measured: pl.DataFrame, title: str) -> al
                  alt.Tooltip("interactivity:Q", format=".1f"),
                  alt.Tooltip("tput_per_gpu:Q", format=",.0f")])
     return (lines + dots).properties(title=title, width=520, height=320)
+
+
+def hit_rate_vs_users(df: pl.DataFrame, title: str) -> alt.Chart:
+    """Prefix-cache hit rate (GPU, host) against concurrent users, measured vs modelled,
+    one panel per offload setting (``users``, ``offload``, ``tier``, ``source``, ``rate``)."""
+    return alt.Chart(df).mark_line(point=True).encode(
+        x=alt.X("users:Q", scale=alt.Scale(type="log", base=2), title="concurrent users"),
+        y=alt.Y("rate:Q", title="share of prompt tokens", scale=alt.Scale(domain=[0, 1]),
+                axis=alt.Axis(format="%")),
+        color=alt.Color("tier:N", title="served from", sort=["GPU", "host"]),
+        strokeDash=alt.StrokeDash("source:N", title=None, sort=["measured", "model"]),
+        tooltip=["offload", "users", "tier", "source", alt.Tooltip("rate:Q", format=".1%")],
+    ).properties(width=300, height=220).facet(
+        column=alt.Column("offload:N", title="CPU offload", sort=["off", "on"])
+    ).properties(title=title)

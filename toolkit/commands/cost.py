@@ -73,18 +73,21 @@ def hardware_show_cmd(
             typer.echo(f"{'':<{width}}  {'':<14} {'note':<8} {s.note}")
 
 
+_HARDWARE = typer.Option("--hardware", help="Accelerator name, e.g. gb200.")
+_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
+PriceTierOpt = Annotated[str, typer.Option("--price-tier",
+                                           help="hyperscaler, neocloud or rental.")]
+SurveyOpt = Annotated[str | None, typer.Option("--survey",
+                                               help="Earlier price survey, e.g. 2025-08.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
 def cost_cmd(
-    hardware: Annotated[str, typer.Option("--hardware", help="Accelerator name, e.g. gb200.")],
-    tokens_per_s_per_gpu: Annotated[
-        float, typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
-    ],
-    price_tier: Annotated[
-        str, typer.Option("--price-tier", help="hyperscaler, neocloud or rental.")
-    ] = "hyperscaler",
-    survey: Annotated[
-        str | None, typer.Option("--survey", help="Earlier price survey, e.g. 2025-08.")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    hardware: Annotated[str, _HARDWARE],
+    tokens_per_s_per_gpu: Annotated[float, _TPUT],
+    price_tier: PriceTierOpt = "hyperscaler",
+    survey: SurveyOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """$ per million tokens at a throughput (InferenceX: $/GPU-hr / (tok/s/GPU x 3600 / 1e6))."""
     from toolkit.cost.price import quote
@@ -153,19 +156,11 @@ cost_app = typer.Typer(
 @cost_app.callback()
 def cost_group(
     ctx: typer.Context,
-    hardware: Annotated[
-        str | None, typer.Option("--hardware", help="Accelerator name, e.g. gb200.")
-    ] = None,
-    tokens_per_s_per_gpu: Annotated[
-        float | None, typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
-    ] = None,
-    price_tier: Annotated[
-        str, typer.Option("--price-tier", help="hyperscaler, neocloud or rental.")
-    ] = "hyperscaler",
-    survey: Annotated[
-        str | None, typer.Option("--survey", help="Earlier price survey, e.g. 2025-08.")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    hardware: Annotated[str | None, _HARDWARE] = None,
+    tokens_per_s_per_gpu: Annotated[float | None, _TPUT] = None,
+    price_tier: PriceTierOpt = "hyperscaler",
+    survey: SurveyOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """$ per million tokens at a throughput (InferenceX: $/GPU-hr / (tok/s/GPU x 3600 / 1e6))."""
     if ctx.invoked_subcommand:
@@ -195,8 +190,7 @@ def cost_compare_cmd(
                                                "targets, tok/s/user.")] = "100,150",
     max_p90_ttft_s: Annotated[float | None, typer.Option(
         "--max-p90-ttft-s", help="Keep only modelled points whose p90 TTFT meets this.")] = None,
-    price_tier: Annotated[str, typer.Option(
-        "--price-tier", help="hyperscaler, neocloud or rental.")] = "hyperscaler",
+    price_tier: PriceTierOpt = "hyperscaler",
     precision: Annotated[str, typer.Option(
         "--precision", help="fp4, fp8 or bf16 weights.")] = "fp8",
     isl: Annotated[int, typer.Option("--isl", min=1, help="Input tokens per request.")] = 8192,
@@ -210,7 +204,7 @@ def cost_compare_cmd(
     params: Annotated[Path | None, typer.Option(
         "--params", help="Fitted parameters (toolkit serving fit); default: the bundled "
         "fit on InferenceX DeepSeek-R1 points.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Sweep layouts x concurrency per accelerator with the serving model, build each Pareto
     front of throughput/GPU vs interactivity, interpolate at the targets, price it."""

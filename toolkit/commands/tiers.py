@@ -43,8 +43,17 @@ def tiers_cmd(
         float, typer.Option("--storage-gb", help="L3 capacity in GB; 0 off, -1 unbounded.")
     ] = 0.0,
     page_tokens: Annotated[
-        int | None, typer.Option("--page-tokens", help="Page size; a multiple of the trace's.")
+        int | None, typer.Option(
+            "--page-tokens", help="Page size: divides or is a multiple of the trace's block.")
     ] = None,
+    radix_semantics: Annotated[
+        str, typer.Option("--radix-semantics",
+                          help="sglang (SGLang's RadixCache, default) or page (page-granular).")
+    ] = "sglang",
+    sequential: Annotated[
+        bool, typer.Option("--sequential",
+                           help="One request at a time in arrival order, no decode pages.")
+    ] = False,
     policy: Annotated[str, typer.Option("--policy", help="lru, lfu, slru or priority.")] = "lru",
     write_policy: Annotated[
         str, typer.Option("--write-policy",
@@ -75,7 +84,7 @@ def tiers_cmd(
             host_tokens=None if host_gb is None else gb_tokens(host_gb),
             host_ratio=2.0 if host_ratio is None else host_ratio,
             storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
-            write_policy=write_policy,
+            write_policy=write_policy, radix_semantics=radix_semantics, sequential=sequential,
         )
         with open_store(store) as s:
             res = replay_tiers(s, cfg)

@@ -18,11 +18,13 @@ from typing import Any, Literal, TypeVar
 
 from toolkit.errors import ToolkitError
 
-Kind = Literal["vendor", "measured", "derived", "assumed"]
-KINDS: tuple[str, ...] = ("vendor", "measured", "derived", "assumed")
+Kind = Literal["vendor", "measured", "derived", "assumed", "survey", "fitted"]
+KINDS: tuple[str, ...] = ("vendor", "measured", "derived", "assumed", "survey", "fitted")
 """vendor: a datasheet, or a tool/survey quoting one (reference tags V, S, R).
-measured: observed on hardware, or an observed market price (M; InferenceX price surveys).
-derived: arithmetic over other sourced values (D). assumed: a proxy or a guess, with why."""
+measured: observed on hardware (M).
+derived: arithmetic over other sourced values (D). assumed: a proxy or a guess, with why.
+survey: a market price from a survey (InferenceX $/GPU-hr), valid for its vintage only.
+fitted: estimated from measured points by a fit that names its data."""
 
 
 class SpecError(ToolkitError):

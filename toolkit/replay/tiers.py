@@ -1,8 +1,19 @@
 """Prefix tiers under concurrency: a timeline replay of GPU / host / storage page caches.
 
-HiCache semantics (sglang ``mem_cache/hiradix_cache.py``, ``docs/advanced_features/
-hicache_design.md``; BRIEF §4, anchors §1.3), as the compiled loop in
-:mod:`toolkit.replay.tiers_kernel` applies them:
+Two device-tier semantics (``radix_semantics``):
+
+* ``sglang`` (default): SGLang 0.5.23's ``RadixCache`` node for node (page-aligned
+  prompts, whole-leaf eviction with its overshoot, the split-node stamp, locking), in
+  :mod:`toolkit.replay.tiers_radix`; checked request by request against SGLang's own
+  code (``benchmarks/sglang_peer.py``, ``tests/test_tiers_sglang.py``).
+* ``page``: the page-granular ideal below, in :mod:`toolkit.replay.tiers_kernel`.
+
+``sequential`` replays one request at a time in arrival order (no overlap, no decode
+pages, only the current request locked): the regime SGLang's cache can be driven in
+offline, hence the one the peer check uses.
+
+HiCache semantics of ``page`` (sglang ``mem_cache/hiradix_cache.py``,
+``docs/advanced_features/hicache_design.md``; BRIEF §4, anchors §1.3):
 
 * pages of ``page_tokens`` tokens keyed by chained hashes; a page is usable only if its
   whole prefix is (device run, then host run, then storage run, then computed);
@@ -36,7 +47,9 @@ from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay import tiers_kernel as K
+from toolkit.replay import tiers_radix as KR
 from toolkit.replay.keys import dense_ids
+from toolkit.replay.tiers_pieces import radix_pieces, sub_pages
 from toolkit.replay.tiers_service import (
     ServiceAssumptions,
     ServiceModel,
@@ -51,6 +64,8 @@ SUMMARY_KEYS = (
     "gpu_hit_rate", "host_hit_rate", "storage_hit_rate", "overall_hit_rate",
     "p50_ttft_s", "p90_ttft_s",
 )
+TOKEN_KEYS = ("prompt_tokens", "gpu_hit_tokens", "host_hit_tokens", "storage_hit_tokens")
+SEMANTICS = ("sglang", "page")
 
 
 
@@ -68,7 +83,10 @@ class TierReplayConfig:
         device_tokens: KV pool; default from HBM left after weights.
         host_tokens: host pool; default ``host_ratio`` x device (``--hicache-ratio``).
         storage_tokens: L3 capacity; 0 disables it.
-        page_tokens: page size; default the trace's block size, else a multiple of it.
+        page_tokens: page size; default the trace's block size; a divisor of it (blocks
+            split into sub-pages covering the same tokens) or a multiple of it.
+        radix_semantics: sglang (SGLang's RadixCache, default) | page (page-granular).
+        sequential: one request at a time in arrival order, no decode pages.
         policy: device eviction: lru | lfu | slru | priority (sglang evict_policy.py; with
             no request priorities in a trace, priority orders exactly as lru).
         write_policy: write_through | write_through_selective | write_back.
@@ -91,6 +109,8 @@ class TierReplayConfig:
     write_policy: str = "write_through"
     write_through_threshold: int = 2
     max_running: int = 0
+    radix_semantics: str = "sglang"
+    sequential: bool = False
     price_tier: str = "hyperscaler"
     assumptions: ServiceAssumptions = ServiceAssumptions()
 
@@ -99,6 +119,12 @@ class TierReplayConfig:
             raise ValueError(
                 f"policy must be one of {', '.join(K.POLICY_CODES)}; got {self.policy!r}"
             )
+        if self.radix_semantics not in SEMANTICS:
+            raise ValueError(
+                f"radix_semantics must be sglang or page; got {self.radix_semantics!r}"
+            )
+        if self.page_tokens is not None and self.page_tokens < 1:
+            raise ValueError(f"page_tokens must be >= 1, got {self.page_tokens}")
         if self.write_policy not in K.WRITE_CODES:
             raise ValueError(f"write_policy must be one of {', '.join(K.WRITE_CODES)}")
         if self.concurrency is not None and self.concurrency < 1:
@@ -118,11 +144,14 @@ class TierReplayConfig:
 
     @property
     def arrival_label(self) -> str:
+        if self.sequential:
+            return "sequential"
         return "closed" if self.concurrency is not None else self.arrivals
 
     @property
     def run_id(self) -> str:
         load = f"c{self.concurrency}" if self.concurrency else self.arrivals.replace(":", "")
+        load = "seq" if self.sequential else load
         return f"tiers-{self.trace}-{self.hardware}-{load}-{fingerprint(self)[:8]}"
 
 
@@ -142,16 +171,23 @@ class PageStream:
     session_id: np.ndarray  # -1 where the trace has none
     turn: np.ndarray
     page_tokens: int
+    semantics: str = "page"
+    key_tokens: np.ndarray | None = None  # sglang: tokens per piece id
+    parent: np.ndarray | None = None  # sglang: parent piece per piece id (-1: root)
 
 
-def page_stream(requests: pa.Table, page_tokens: int | None = None) -> PageStream:
+def page_stream(requests: pa.Table, page_tokens: int | None = None,
+                semantics: str = "sglang") -> PageStream:
     """Sort by (arrival, request id), flatten the hashes, regroup blocks into pages.
 
     A page of ``m`` blocks is keyed by its last block's chained hash (which identifies
-    the whole prefix) and covers the tokens of its blocks.
+    the whole prefix) and covers the tokens of its blocks; a page smaller than a block
+    is a sub-page of it. ``semantics="sglang"`` cuts page-aligned prompts into radix
+    pieces instead (:func:`toolkit.replay.tiers_pieces.radix_pieces`).
 
     Raises:
-        ToolkitError: no hashes, or ``page_tokens`` is not a multiple of the block size.
+        ToolkitError: no hashes, ``page_tokens`` neither divides nor is a multiple of the
+            block size, or (sglang) the hashes are not chained.
     """
     order = pc.sort_indices(requests, [("arrival_s", "ascending"), ("request_id", "ascending")])
     t = requests.take(order)
@@ -163,18 +199,20 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None) -> PageStrea
     block = int(bt_col[0].as_py()) if len(bt_col) else 0
     flat = hashes.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
     prompt = t.column("input_tokens").to_numpy().astype(np.int64)
-    starts = np.zeros(lengths.size, np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    req_of = np.repeat(np.arange(lengths.size), lengths)
-    pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
-    tokens = np.clip(prompt[req_of] - block * pos, 0, block)
     page = page_tokens or block
-    if page % block:
+    if page % block and block % page:
         raise ToolkitError(
-            f"page_tokens {page} is not a multiple of the trace's {block}-token blocks; "
-            "regenerate a synthetic trace with that page size instead"
+            f"page_tokens {page} neither divides nor is a multiple of the trace's "
+            f"{block}-token blocks; regenerate a synthetic trace with that page size instead"
         )
     m = page // block
+    tokens = np.zeros(0, np.int64)
+    if m > 1 or (semantics != "sglang" and page == block):
+        starts = np.zeros(lengths.size, np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        req_of = np.repeat(np.arange(lengths.size), lengths)
+        pos = np.arange(flat.size, dtype=np.int64) - starts[req_of]
+        tokens = np.clip(prompt[req_of] - block * pos, 0, block)
     if m > 1:
         first = pos % m == 0
         grp = np.flatnonzero(first)
@@ -182,9 +220,19 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None) -> PageStrea
         tokens = np.add.reduceat(tokens, grp)
         flat = flat[last]
         lengths = np.bincount(req_of[grp], minlength=lengths.size).astype(np.int64)
-        starts = np.zeros(lengths.size, np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-    keys, n_keys = dense_ids(flat)
+    extra: dict[str, Any] = {}
+    if semantics == "sglang":
+        pcs = radix_pieces(flat, lengths, prompt, max(block, page), page)
+        keys, n_keys, lengths = pcs["keys"], pcs["n_keys"], pcs["lengths"]
+        tokens = pcs["key_tokens"][keys]
+        extra = {"semantics": "sglang", "key_tokens": pcs["key_tokens"],
+                 "parent": pcs["parent"]}
+    else:
+        if page < block:
+            flat, tokens, lengths = sub_pages(flat, lengths, prompt, block, page)
+        keys, n_keys = dense_ids(flat)
+    starts = np.zeros(lengths.size, np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
 
     def col(name: str, fill: int) -> np.ndarray:
         return t.column(name).fill_null(fill).to_numpy().astype(np.int64)
@@ -194,7 +242,7 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None) -> PageStrea
         starts=starts, lengths=lengths, prompt=prompt, output=col("output_tokens", 0),
         arrival_s=t.column("arrival_s").to_numpy().astype(np.float64),
         request_id=col("request_id", 0), session_id=col("session_id", -1),
-        turn=col("turn", 0), page_tokens=page,
+        turn=col("turn", 0), page_tokens=page, **extra,
     )
 
 
@@ -249,37 +297,70 @@ def _pages(tokens: int, page: int, big: int) -> int:
     return big if tokens == UNBOUNDED else tokens // page
 
 
+def _schedule(cfg: TierReplayConfig, ps: PageStream) -> tuple[np.ndarray, ...]:
+    """Closed-loop sessions; ``sequential`` is one session of every request, one user."""
+    r = ps.prompt.size
+    if cfg.sequential:
+        return (np.arange(r, dtype=np.int64), np.zeros(1, np.int64),
+                np.array([r], np.int64), np.zeros(r))
+    if cfg.concurrency is not None:
+        return _sessions(ps)
+    z = np.zeros(0, np.int64)
+    return z, z, z, np.zeros(r)
+
+
 def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceModel,
                caps: tuple[int, int, int], t_open: np.ndarray) -> dict[str, Any]:
     """Call the compiled loop; returns its per-request arrays, counters and integrals."""
     r = ps.prompt.size
     page = ps.page_tokens
-    dpages = -(-ps.output // page)
-    big = int(ps.n_keys + dpages.sum() + 1)
-    dev, host, sto = (_pages(c, page, big) for c in caps)
-    if cfg.concurrency is not None:
-        sess_req, sess_start, sess_len, gap = _sessions(ps)
-    else:
-        sess_req = sess_start = sess_len = np.zeros(0, np.int64)
-        gap = np.zeros(r)
+    closed = cfg.concurrency is not None or cfg.sequential
+    sess_req, sess_start, sess_len, gap = _schedule(cfg, ps)
     out = {k: np.zeros(r, np.int64) for k in ("dev", "host", "sto", "host_pages")}
     out |= {k: np.full(r, -1.0) for k in ("arr", "adm", "first", "fin")}
     out["batch"] = np.zeros(r, np.int32)
     cnt = np.zeros(len(K.COUNTERS), np.int64)
     areas = np.zeros(2)
+    conc = 1 if cfg.sequential else int(cfg.concurrency or 0)
     t0 = time.perf_counter()
-    makespan = K.simulate_tiers(
-        ps.keys, ps.starts, ps.lengths, ps.tokens, ps.prompt, ps.output, dpages,
-        cfg.concurrency is not None, t_open, int(cfg.concurrency or 0),
-        sess_req, sess_start, sess_len, gap,
-        ps.n_keys, dev, host, sto, K.POLICY_CODES[cfg.policy], K.WRITE_CODES[cfg.write_policy],
-        cfg.write_through_threshold, cfg.max_running,
-        svc.prefill_s_per_token, svc.prefill_s_per_token_context, svc.host_fixed_s,
-        svc.host_s_per_token, svc.storage_fixed_s, svc.storage_s_per_token,
-        svc.tpot_by_batch_s,
-        out["dev"], out["host"], out["sto"], out["arr"], out["adm"], out["first"], out["fin"],
-        out["batch"], out["host_pages"], cnt, areas,
-    )
+    if ps.semantics == "sglang":
+        aligned = ps.prompt // page * page
+        rest = ps.prompt - aligned + (0 if cfg.sequential else ps.output)
+        trans = -(-rest // page) * page  # partial page (+ decode) slots, whole pages
+        big = int(ps.prompt.sum() + trans.sum() + 1)
+        dev, host, sto = (big if c == UNBOUNDED else c for c in caps)
+        makespan = KR.simulate_radix(
+            ps.keys, ps.starts, ps.lengths, ps.key_tokens, ps.parent, ps.prompt, ps.output,
+            trans, closed, t_open, conc, sess_req, sess_start, sess_len, gap,
+            ps.n_keys, dev, host, sto, K.POLICY_CODES[cfg.policy],
+            K.WRITE_CODES[cfg.write_policy], cfg.write_through_threshold, cfg.max_running,
+            svc.prefill_s_per_token, svc.prefill_s_per_token_context, svc.host_fixed_s,
+            svc.host_s_per_token, svc.storage_fixed_s, svc.storage_s_per_token,
+            svc.tpot_by_batch_s,
+            out["dev"], out["host"], out["sto"], out["arr"], out["adm"], out["first"],
+            out["fin"], out["batch"], out["host_pages"], cnt, areas,
+        )
+        # the radix kernel counts tokens; report pages like the page kernel
+        over = cnt[K.C_OVER]
+        cnt //= page
+        cnt[K.C_OVER] = over
+        out["host_pages"] //= page
+        areas /= page
+    else:
+        dpages = np.zeros(r, np.int64) if cfg.sequential else -(-ps.output // page)
+        big = int(ps.n_keys + dpages.sum() + 1)
+        dev, host, sto = (_pages(c, page, big) for c in caps)
+        makespan = K.simulate_tiers(
+            ps.keys, ps.starts, ps.lengths, ps.tokens, ps.prompt, ps.output, dpages,
+            closed, t_open, conc, sess_req, sess_start, sess_len, gap,
+            ps.n_keys, dev, host, sto, K.POLICY_CODES[cfg.policy],
+            K.WRITE_CODES[cfg.write_policy], cfg.write_through_threshold, cfg.max_running,
+            svc.prefill_s_per_token, svc.prefill_s_per_token_context, svc.host_fixed_s,
+            svc.host_s_per_token, svc.storage_fixed_s, svc.storage_s_per_token,
+            svc.tpot_by_batch_s,
+            out["dev"], out["host"], out["sto"], out["arr"], out["adm"], out["first"],
+            out["fin"], out["batch"], out["host_pages"], cnt, areas,
+        )
     out["elapsed_s"] = time.perf_counter() - t0
     out["makespan_s"] = float(makespan)
     out["counters"] = dict(zip(K.COUNTERS, cnt.tolist(), strict=True))
@@ -311,13 +392,18 @@ def replay_tiers(
     Pass ``stream`` to reuse one flattened trace across a sweep.
     """
     hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
-    ps = stream or page_stream(store.read("requests", cfg.trace), cfg.page_tokens)
+    ps = stream or page_stream(store.read("requests", cfg.trace), cfg.page_tokens,
+                               cfg.radix_semantics)
     if cfg.page_tokens is not None and cfg.page_tokens != ps.page_tokens:
         raise ValueError(f"stream has {ps.page_tokens}-token pages, config asks {cfg.page_tokens}")
+    if ps.semantics != cfg.radix_semantics:
+        raise ValueError(f"stream is for {ps.semantics} semantics, config asks "
+                         f"{cfg.radix_semantics}")
     max_batch = cfg.concurrency or (cfg.max_running or 1024)
     svc = service_model(hw, model, cfg.assumptions, int(ps.prompt.mean()), max_batch)
     caps = capacities(cfg, svc.kv_bytes_per_token)
-    t_open = _open_arrivals(store, cfg, ps) if cfg.concurrency is None else np.zeros(0)
+    closed = cfg.concurrency is not None or cfg.sequential
+    t_open = np.zeros(0) if closed else _open_arrivals(store, cfg, ps)
     out = run_kernel(cfg, ps, svc, caps, t_open)
     result = _assemble(cfg, ps, svc, caps, out, hw.price_usd_per_gpu_hour(cfg.price_tier))
     if save:
@@ -361,7 +447,8 @@ def _assemble(cfg, ps, svc, caps, out, price) -> TierReplayResult:  # noqa: ANN0
     summary = {
         "run_id": run_id, "trace": cfg.trace, "hardware": cfg.hardware, "model": cfg.model,
         "arrivals": cfg.arrival_label, "concurrency": cfg.concurrency, "policy": cfg.policy,
-        "write_policy": cfg.write_policy, "page_tokens": ps.page_tokens,
+        "write_policy": cfg.write_policy, "radix_semantics": cfg.radix_semantics,
+        "sequential": cfg.sequential, "page_tokens": ps.page_tokens,
         "device_capacity_tokens": caps[0], "host_capacity_tokens": caps[1],
         "storage_capacity_tokens": caps[2],
         "requests": int(ps.prompt.size), "prompt_tokens": prompt, "output_tokens": output,
@@ -405,11 +492,12 @@ def save_result(store: Store, result: TierReplayResult) -> None:
 def summary_json(result: TierReplayResult) -> dict[str, Any]:
     """The ``--json`` record: the six headline keys first, then the rest (no config)."""
     s = {k: v for k, v in result.summary.items() if k != "config_json"}
-    return {**{k: s[k] for k in SUMMARY_KEYS}, **s}
+    s["gpu_hit_tokens"] = s["device_hit_tokens"]
+    return {**{k: s[k] for k in SUMMARY_KEYS}, **{k: int(s[k]) for k in TOKEN_KEYS}, **s}
 
 
 __all__ = [
-    "UNBOUNDED", "PageStream", "ServiceAssumptions",
+    "SEMANTICS", "UNBOUNDED", "PageStream", "ServiceAssumptions",
     "TierReplayConfig", "TierReplayResult", "capacities", "page_stream", "replay_tiers",
     "save_result", "summary_json",
 ]
