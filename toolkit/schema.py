@@ -243,7 +243,7 @@ ENGRAM_LOOKUPS = pa.schema([
     pa.field("layer", pa.int32(), nullable=False),  # backbone layer id of the Engram module
     pa.field("ngram", pa.int32(), nullable=False),  # N-gram order
     pa.field("head", pa.int32(), nullable=False),
-    pa.field("row", pa.int64(), nullable=False),  # row in this (layer, ngram, head) table
+    pa.field("row", pa.int32(), nullable=False),  # row in this (layer, ngram, head) table
 ])
 
 #: One row per Engram lookup trace: the hashing configuration and what was hashed.

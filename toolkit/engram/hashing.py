@@ -47,6 +47,7 @@ import numpy as np
 REFERENCE_COMMIT = "deepseek-ai/Engram@11a020e54de33c1e83034fd82f7f6eb484019dca engram_demo_v1.py"
 LAYER_SEED_PRIME = 10007  # reference: base_seed = seed + PRIME_1 * layer_id
 REPLACEMENT_CHAR = "\ufffd"
+MAX_TABLE_ROWS = 2**31 - 2**24  # rows are stored as int32; leaves room for the prime search
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 
@@ -84,8 +85,8 @@ class EngramConfig:
             raise ValueError(f"ngram orders must be distinct, ascending and >= 2; got {orders}")
         if self.heads < 1:
             raise ValueError(f"heads must be >= 1; got {self.heads}")
-        if self.table_rows is not None and self.table_rows < 2:
-            raise ValueError(f"table rows must be >= 2; got {self.table_rows}")
+        if self.table_rows is not None and not 2 <= self.table_rows <= MAX_TABLE_ROWS:
+            raise ValueError(f"table rows must be in [2, {MAX_TABLE_ROWS}]; got {self.table_rows}")
         ids = self.layer_ids
         if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
             raise ValueError(f"layer ids must be distinct and >= 0; got {ids}")

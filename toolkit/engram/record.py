@@ -101,7 +101,7 @@ def lookup_batch(trace: str, request_id: int, start: int, rows: np.ndarray,
         "layer": pa.array(np.tile(layer, t_n)),
         "ngram": pa.array(np.tile(order, t_n)),
         "head": pa.array(np.tile(head, t_n)),
-        "row": pa.array(rows.reshape(-1)),
+        "row": pa.array(rows.reshape(-1).astype(np.int32)),  # tables < 2^31 rows (config)
     })
 
 
