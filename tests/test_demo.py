@@ -20,5 +20,8 @@ def test_demo_writes_report_and_summaries(tmp_path):
     # tiers under SGLang radix semantics (the default since issue 16; page: 0.0673 / 0.0787)
     assert "GPU hit 0.0696, host hit 0.0815, overall 0.1512" in out
     assert "0.1566" in out  # HiSparse LRU miss ratio at 2k on the real SmolLM2 trace
+    # serving model: held-out errors over all 300 InferenceX points, then GLM-5.2 $/M
+    assert "leave-one-hardware-out" in out and "│ all      ┆ 300" in out
+    assert "GLM-5.2 $/M tokens from the serving model" in out
     for hw in ("gb200", "gb300", "mi355x"):
         assert hw in out

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, fail, guard, print_record
+from toolkit.commands.common import StoreOpt, cli_store, fail, guard, print_record
 
 app = typer.Typer(
     help="Trace-replay toolkit for KV-cache tiering in sparse-attention LLM serving.",
@@ -36,10 +36,10 @@ def _make_ingest_command(fmt: str, description: str) -> None:
             bool, typer.Option("--replace", help="Overwrite a trace of the same name.")
         ] = False,
     ) -> None:
-        from toolkit.store import open_store
-
-        with open_store(store) as s:
+        with cli_store(store, create=True) as s:
             res = guard(s.ingest, fmt, path, name, replace=replace)
+        for n in res.notes:
+            typer.echo(f"note: {n}", err=True)
         typer.echo(
             f"ingested {res.rows:,} rows from {path} as {res.table}/{res.trace} "
             f"in {res.elapsed_s:.2f} s"
@@ -74,9 +74,8 @@ def replay_prefix_cmd(
 ) -> None:
     """Replay a request timeline's prefix blocks through one cache (see README: semantics)."""
     from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
-    from toolkit.store import open_store
 
-    with open_store(store) as s:
+    with cli_store(store) as s:
         cfg = guard(PrefixReplayConfig, trace, policy, capacity_blocks)
         row = guard(replay_prefix, s, cfg)
     print_record(row, as_json)
@@ -94,16 +93,23 @@ def sql_cmd(
     import duckdb
     import polars as pl
 
-    from toolkit.store import open_store
-
     if fmt not in ("table", "csv", "json"):
         fail(f"--format must be table, csv or json, got {fmt!r}")
-    with open_store(store) as s:
+    if not query.strip():
+        fail("empty query; give a SQL statement, e.g. \"SELECT * FROM requests LIMIT 5\"")
+    with cli_store(store) as s:
         try:
-            df = s.query(query)
+            rel = s.con.sql(query)
+            if rel is None:  # a statement without a result (SET, CREATE on the session)
+                return
+            df = rel.pl()
         except duckdb.Error as e:
-            fail(str(e), code=1)
+            fail(str(e).splitlines()[0], code=1)
     if fmt == "csv":
+        nested = [c for c, t in df.schema.items() if t.is_nested()]
+        if nested:
+            fail(f"column(s) {', '.join(nested)} are nested (lists or structs), which CSV "
+                 "cannot hold; use --format json or table, or select scalar columns")
         sys.stdout.write(df.write_csv())
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")
@@ -115,9 +121,7 @@ def sql_cmd(
 @app.command("info")
 def info_cmd(store: StoreOpt) -> None:
     """List a store's tables and what each holds."""
-    from toolkit.store import open_store
-
-    with open_store(store) as s:
+    with cli_store(store) as s:
         for t in s.tables():
             keys = s.keys(t)
             typer.echo(f"{t}: {len(keys)} key(s)" + (f": {', '.join(keys[:20])}" if keys else ""))

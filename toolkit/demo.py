@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from importlib.resources import files
 from pathlib import Path
 
 import altair as alt
@@ -71,7 +72,7 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
     lru_2k = runs.filter((pl.col("policy") == "lru") & (pl.col("buffer_tokens") == 2 * rows.k))
     run_id = store.query(
         "SELECT run_id FROM selection_runs WHERE trace = 'smollm2' AND policy = 'lru' "
-        f"AND buffer_tokens = {2 * rows.k}").item()
+        "AND buffer_tokens = $n", {"n": 2 * rows.k}).item()
     costs = []
     for hw in HARDWARE:
         for overlap in (False, True):
@@ -92,6 +93,34 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
     return misses_vs_buffer(runs, f"SmolLM2 (real) HiSparse replay: miss ratio (k = {rows.k})")
 
 
+def _serving_part(echo: Callable[[str], None]) -> None:
+    from toolkit.cost.compare import CompareConfig, compare
+    from toolkit.serving import bundled_points_path, predict, read_points
+    from toolkit.serving.params import bundled_params
+
+    cv = Path(str(files("toolkit.serving").joinpath("fitted", "cv")))
+    errors = pl.read_csv(cv / "errors_hardware.csv")
+    echo("\nServing model vs 300 measured InferenceX DeepSeek-R1 points (SemiAnalysis "
+         "InferenceX, Apache-2.0), leave-one-hardware-out (held-out rows only):")
+    echo(str(errors.select(
+        "hardware", "rows",
+        *[pl.col(c).round(3) for c in ("tput_per_gpu_median_err", "tput_per_gpu_spearman",
+                                       "median_tpot_median_err", "median_tpot_spearman",
+                                       "median_ttft_median_err")])))
+    pts = read_points(bundled_points_path())
+    p = predict(pts, bundled_params())
+    err = (p["pred_tput_per_gpu"] / p["tput_per_gpu"] - 1).abs().median()
+    echo(f"(in-sample, fitted on the same rows: throughput median error {err:.3f}; not the "
+         "measure)")
+    cmp = compare(CompareConfig(model="glm-5.2", hardware=tuple(HARDWARE), isl=65536, osl=512,
+                                cached_prefix_fraction=0.95, max_p90_ttft_s=2.0))
+    echo("\nGLM-5.2 $/M tokens from the serving model (agentic mix: 64K prompts, 95% cached "
+         "(assumed), 512 out, p90 TTFT <= 2 s; clamped = the front stops short of the target):")
+    echo(str(cmp.select("hardware", "engine", "interactivity", "clamped",
+                        pl.col("tput_per_gpu").round(0), pl.col("usd_per_mtok_total").round(4),
+                        pl.col("cost_ratio_total_vs_first").round(3), "layout")))
+
+
 def run_demo(
     store_dir: Path, report_dir: Path, traces_dir: Path, echo: Callable[[str], None] = print
 ) -> Path:
@@ -103,6 +132,7 @@ def run_demo(
     ):
         prefix_chart = _requests_part(store, traces_dir, echo)
         selection_chart = _selections_part(store, traces_dir, echo)
+        _serving_part(echo)
     report_dir.mkdir(parents=True, exist_ok=True)
     html = report_dir / "report.html"
     alt.vconcat(prefix_chart, selection_chart).save(html, inline=True)

@@ -2,22 +2,31 @@
 
 Layout of a store directory::
 
-    catalog.duckdb            views only (rebuilt on every open; safe to delete)
+    catalog.duckdb            views only (rewritten only when a view's definition changes)
     requests/<trace>.parquet  one file per ingested request timeline
     replay_runs/<run>.parquet one file per replay run, keyed by its config fingerprint
-    .staging/                 temporary files; a write lands here, then is renamed
+    .staging/tx-<id>/         a write in progress: its files, then a COMMIT marker
 
-Only this module knows that layout. Writes are atomic: the Parquet file is written
-completely under ``.staging/`` and moved into place with ``os.replace``, so a failed
-ingest leaves the store exactly as it was.
+Only this module knows that layout. Every write is a transaction: all its files (a trace
+and its metadata, a run summary and its per-row results) are written completely under
+``.staging/tx-<id>/``; then, under an exclusive lock on the store directory, the names
+are checked once more, a ``COMMIT`` marker listing the files is written and the files are
+renamed into place. A process killed before the marker leaves nothing visible (its staging
+directory is removed on a later open); one killed after it is rolled forward on the next
+open. So a failed or killed write never exposes part of itself, and two writers of the same
+name without ``replace`` cannot both succeed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,8 +46,14 @@ if TYPE_CHECKING:
 
 CATALOG_FILE = "catalog.duckdb"
 STAGING_DIR = ".staging"
+COMMIT_MARKER = "COMMIT"
+#: Age after which an unlocked staging entry is taken to belong to a dead process. Live
+#: writers hold a lock on their staging directory, so the age only guards the instant
+#: between creating it and locking it (and files of older toolkit versions).
+STALE_STAGING_S = 300.0
 ROW_GROUP_BYTES = 32 << 20  # ~32 MB per row group: selective reads of big list columns
-_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+KEY_MAX_CHARS = 128
+_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 _DUCKDB_TYPES = {
     pa.string(): "VARCHAR",
@@ -60,9 +75,14 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
+def _glob_literal(path: str) -> str:
+    """``path`` as a DuckDB glob matching only itself (``s[1]`` must not match ``s1``)."""
+    return re.sub(r"([\[\]*?])", r"[\1]", path)
+
+
 def check_key(key: str, what: str = "trace name") -> str:
     """Refuse names that would escape the store or confuse a glob."""
-    if not _KEY_RE.match(key):
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise StoreError(
             f"invalid {what} {key!r}: use 1-128 letters, digits, '_', '.', '-' "
             "(starting with a letter or digit)"
@@ -70,17 +90,115 @@ def check_key(key: str, what: str = "trace name") -> str:
     return key
 
 
+def bounded_key(key: str) -> str:
+    """A key derived from a valid name (run ids, miss-curve keys) cut to the key limit.
+
+    A long key keeps its first characters and ends with a digest of the whole, so two
+    different derived keys stay different.
+    """
+    if len(key) <= KEY_MAX_CHARS:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return f"{key[:KEY_MAX_CHARS - 13]}-{digest}"
+
+
+class _Transaction:
+    """Files staged for one all-or-nothing write (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.dir = store.root / STAGING_DIR / f"tx-{uuid.uuid4().hex}"
+        self.dir.mkdir(parents=True)
+        # A lock on our own staging directory tells other processes we are alive.
+        self._fd = os.open(self.dir, os.O_RDONLY)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.entries: dict[tuple[str, str], bool] = {}  # (table, key) -> replace
+
+    def stage(self, table: str, key: str, replace: bool) -> Path:
+        """Path to write ``table``/``key`` to; refuses a taken name early."""
+        final = self.store._key_path(table, key)
+        if (table, key) in self.entries:
+            raise StoreError(f"{table} {key!r} is written twice in one transaction")
+        if final.exists() and not replace:
+            raise StoreError(
+                f"{table} {key!r} already exists in {self.store.root}; "
+                "pass --replace to overwrite"
+            )
+        self.entries[(table, key)] = replace
+        (self.dir / table).mkdir(exist_ok=True)
+        return self.dir / table / f"{key}.parquet"
+
+    def commit(self) -> None:
+        if not self.entries:
+            return
+        with self.store._lock(exclusive=True):
+            self.store._recover_locked()
+            for (table, key), replace in self.entries.items():
+                if not replace and self.store._key_path(table, key).exists():
+                    raise StoreError(
+                        f"{table} {key!r} already exists in {self.store.root} (written by "
+                        "another process meanwhile); pass --replace to overwrite"
+                    )
+            marker = self.dir / COMMIT_MARKER
+            tmp = self.dir / (COMMIT_MARKER + ".tmp")
+            tmp.write_text(json.dumps(sorted(self.entries)))
+            os.replace(tmp, marker)  # the commit point
+            _apply(self.store.root, self.dir, sorted(self.entries))
+            marker.unlink()
+
+    def close(self) -> None:
+        """Drop the staging directory, unless it committed but could not finish renaming
+        (then the next open completes it)."""
+        if not (self.dir / COMMIT_MARKER).exists():
+            shutil.rmtree(self.dir, ignore_errors=True)
+        os.close(self._fd)
+
+
+def _apply(root: Path, tx_dir: Path, entries: list[tuple[str, str]]) -> list[str]:
+    """Rename a committed transaction's staged files into place; returns what moved."""
+    moved = []
+    for table, key in entries:
+        staged = tx_dir / table / f"{key}.parquet"
+        if staged.exists():
+            final = root / table / f"{key}.parquet"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, final)
+            moved.append(f"{table}/{key}")
+    return moved
+
+
 class Store:
     """A trace store opened at ``root``. Use :func:`open_store` and a ``with`` block.
 
-    Queries run on an in-memory DuckDB connection whose views read the Parquet files, so
-    an open store never locks anything; ``catalog.duckdb`` holds the same views for the
-    DuckDB CLI and is rewritten after every write.
+    Queries run on an in-memory DuckDB connection whose views read each table's directory
+    (its path escaped, so ``s[1]`` never matches ``s1``); a table holding a file with an
+    invalid name or an unreadable file lists its good files instead. Views are checked when
+    a table directory changes, so a store kept open in a notebook sees other processes'
+    writes. ``catalog.duckdb`` holds the same views for the DuckDB CLI and is rewritten only
+    when a definition changes (a table's first file, a damaged file), not on every write.
+
+    Attributes:
+        problems: what opening or reading found and worked around (an interrupted write
+            completed, stale staging removed, an unreadable file or invalid name left out
+            of the views), one line each; the CLI prints them as warnings.
     """
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, create: bool = True) -> None:
         self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            if self.root.exists():
+                raise StoreError(f"store path {self.root} is not a directory")
+            if not create:
+                raise StoreError(f"no store at {self.root} (nothing has been ingested there)")
+            self.root.mkdir(parents=True)
+        self.problems: list[str] = []
+        self._tx: _Transaction | None = None
+        self._seen: tuple[int, ...] | None = None
+        self._tried: dict[str, str] = {}  # table -> view statement last attempted
+        self._made: dict[str, str] = {}  # table -> view statement in force
+        self._catalog_sha: str | None = None
         self._con: duckdb.DuckDBPyConnection | None = duckdb.connect()
+        self._recover()
         self._refresh_views()
 
     # -- context management -------------------------------------------------------
@@ -99,27 +217,31 @@ class Store:
     def con(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
             raise StoreError(f"store {self.root} is closed")
+        if self._tx is None and self._signature() != self._seen:
+            self._refresh_views()
         return self._con
 
     # -- reading --------------------------------------------------------------------
-    def query(self, sql: str) -> pl.DataFrame:
-        """Run DuckDB SQL against the store's views and return a Polars frame."""
-        return self.con.sql(sql).pl()
+    def query(self, sql: str, params: dict[str, object] | None = None) -> pl.DataFrame:
+        """Run DuckDB SQL against the store's views and return a Polars frame.
 
-    def query_arrow(self, sql: str) -> pa.Table:
+        Pass values (names, run ids) as ``params`` (``$name`` in the SQL), never by
+        formatting them into the text.
+        """
+        return self.con.sql(sql, params=params).pl()
+
+    def query_arrow(self, sql: str, params: dict[str, object] | None = None) -> pa.Table:
         """Like :meth:`query` but returns an Arrow table (keeps exact Arrow types)."""
-        return self.con.sql(sql).to_arrow_table()
+        return self.con.sql(sql, params=params).to_arrow_table()
 
     def tables(self) -> list[str]:
         """Names of the views a query can use."""
         return sorted(schema.TABLES)
 
     def keys(self, table: str) -> list[str]:
-        """Keys (trace names, run ids) present in ``table``."""
-        d = self._table_dir(table)
-        if not d.is_dir():
-            return []
-        return sorted(p.name.removesuffix(".parquet") for p in d.iterdir() if _is_data(p))
+        """Keys (trace names, run ids) present in ``table``; invalid names are left out
+        and noted in :attr:`problems`."""
+        return sorted(self._entries(table))
 
     def traces(self) -> list[str]:
         """Names of the ingested request timelines."""
@@ -127,13 +249,35 @@ class Store:
 
     def read(self, table: str, key: str) -> pa.Table:
         """One key of one table as Arrow, e.g. ``read("requests", "conversation_trace")``."""
+        check_key(key, "key")  # a user's run id must not reach outside the store
         path = self._key_path(table, key)
         if not path.exists():
             known = ", ".join(self.keys(table)) or "none"
             raise StoreError(f"no {table} named {key!r} in store {self.root}; known: {known}")
-        return pq.read_table(path, schema=schema.TABLES[table])
+        try:
+            return pq.read_table(path, schema=schema.TABLES[table])
+        except (OSError, pa.ArrowException) as e:
+            raise StoreError(f"{path}: unreadable Parquet file: {e}") from None
 
     # -- writing --------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes: every :meth:`write`, :meth:`write_many` and :meth:`writer` inside
+        the block lands together when it exits cleanly, and none does if it raises or
+        the process dies. Nested blocks join the outermost one."""
+        if self._tx is not None:
+            yield
+            return
+        tx = _Transaction(self)
+        self._tx = tx
+        try:
+            yield
+            tx.commit()
+        finally:
+            self._tx = None
+            tx.close()
+            self._refresh_views()
+
     def write(self, table: str, key: str, data: pa.Table, *, replace: bool = False) -> Path:
         """Atomically write ``data`` as ``table``/``key``.
 
@@ -147,51 +291,39 @@ class Store:
     ) -> list[Path]:
         """Write several tables under one key (a trace and its metadata) together.
 
-        Every file is fully written under ``.staging/`` before the first rename, so a
-        schema or disk error leaves the store untouched.
+        Every table is conformed to its schema before anything is staged, and all land
+        in one transaction.
         """
         check_key(key, "trace name" if "requests" in tables else "key")
-        finals = {t: self._key_path(t, key) for t in tables}
-        for t, final in finals.items():
-            if final.exists() and not replace:
-                raise StoreError(
-                    f"{t} {key!r} already exists in {self.root}; pass --replace to overwrite"
-                )
+        finals = [self._key_path(t, key) for t in tables]
         conformed = {t: schema.conform(d, schema.TABLES[t]) for t, d in tables.items()}
-        with contextlib.ExitStack() as stack:
-            staged = {t: stack.enter_context(self._staged(finals[t].name)) for t in tables}
+        with self.transaction():
+            assert self._tx is not None
             for t, data in conformed.items():
-                pq.write_table(data, staged[t], compression="zstd",
+                pq.write_table(data, self._tx.stage(t, key, replace), compression="zstd",
                                row_group_size=row_group_rows(data))
-            for t, final in finals.items():
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staged[t], final)
-        self._refresh_views()
-        return list(finals.values())
+        return finals
 
     @contextmanager
     def writer(self, table: str, key: str, *, replace: bool = False) -> Iterator[ParquetSink]:
         """Stream record batches into ``table``/``key``; the file appears atomically when
-        the block exits cleanly and never if it raises (for results larger than memory)."""
+        the block exits cleanly and never if it raises (for results larger than memory).
+        Writes made inside the block join its transaction."""
         check_key(key, "key")
-        final = self._key_path(table, key)
-        if final.exists() and not replace:
-            raise StoreError(
-                f"{table} {key!r} already exists in {self.root}; pass --replace to overwrite"
-            )
-        with self._staged(final.name) as tmp:
-            sink = ParquetSink(tmp, schema.TABLES[table])
+        self._table_dir(table)
+        with self.transaction():
+            assert self._tx is not None
+            sink = ParquetSink(self._tx.stage(table, key, replace), schema.TABLES[table])
             try:
                 yield sink
             finally:
                 sink.close()
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, final)
-        self._refresh_views()
 
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""
-        self._key_path(table, key).unlink(missing_ok=True)
+        check_key(key, "key")
+        with self._lock(exclusive=True):
+            self._key_path(table, key).unlink(missing_ok=True)
         self._refresh_views()
 
     def ingest(
@@ -222,40 +354,198 @@ class Store:
     def _key_path(self, table: str, key: str) -> Path:
         return self._table_dir(table) / f"{key}.parquet"
 
-    @contextmanager
-    def _staged(self, suffix: str) -> Iterator[Path]:
-        staging = self.root / STAGING_DIR
-        staging.mkdir(parents=True, exist_ok=True)
-        tmp = staging / f"{uuid.uuid4().hex}-{suffix}"
-        try:
-            yield tmp
-        finally:
-            if tmp.is_dir():
-                shutil.rmtree(tmp, ignore_errors=True)
-            else:
-                tmp.unlink(missing_ok=True)
+    def _note(self, problem: str) -> None:
+        if problem not in self.problems:
+            self.problems.append(problem)
 
-    def _view_sql(self, table: str) -> str:
+    def _entries(self, table: str) -> dict[str, Path]:
+        """Valid key -> file or directory of ``table``."""
         d = self._table_dir(table)
-        if d.is_dir() and any(_is_data(p) for p in d.iterdir()):
-            glob = _sql_str(str(d / "**" / "*.parquet"))
+        out: dict[str, Path] = {}
+        if not d.is_dir():
+            return out
+        for p in sorted(d.iterdir()):
+            if p.name.startswith("."):
+                continue
+            if p.suffix == ".parquet" and p.is_file():
+                key = p.name.removesuffix(".parquet")
+            elif p.is_dir():
+                key = p.name
+            else:
+                continue
+            if not _KEY_RE.fullmatch(key):
+                self._note(f"{p}: not a valid key name; ignored")
+                continue
+            out[key] = p
+        return out
+
+    @contextmanager
+    def _lock(self, *, exclusive: bool) -> Iterator[None]:
+        """A lock on the store directory: writers commit under LOCK_EX, views are listed
+        under LOCK_SH, so nobody sees half of a commit."""
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def _recover(self) -> None:
+        staging = self.root / STAGING_DIR
+        if staging.is_dir() and any(staging.iterdir()):
+            try:
+                with self._lock(exclusive=True):
+                    self._recover_locked()
+            except OSError as e:  # e.g. a read-only store: report, don't refuse to read
+                self._note(f"{staging}: could not clean up: {e}")
+
+    def _recover_locked(self) -> None:
+        """Roll forward committed transactions of dead processes; remove their stale
+        uncommitted files. Caller holds the exclusive store lock."""
+        staging = self.root / STAGING_DIR
+        if not staging.is_dir():
+            return
+        now = time.time()
+        for entry in sorted(staging.iterdir()):
+            if entry.is_dir() and entry.name.startswith("tx-"):
+                fd = os.open(entry, os.O_RDONLY)
+                try:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue  # a live writer
+                    marker = entry / COMMIT_MARKER
+                    if marker.exists():
+                        entries = [tuple(e) for e in json.loads(marker.read_text())]
+                        moved = _apply(self.root, entry, entries)  # type: ignore[arg-type]
+                        self._note(f"completed a write interrupted after its commit: "
+                                   f"{', '.join(moved) or 'nothing left to move'}")
+                    elif now - entry.stat().st_mtime > STALE_STAGING_S:
+                        self._note(f"removed {entry.relative_to(self.root)}: an interrupted "
+                                   "write that never committed")
+                    else:
+                        continue
+                    shutil.rmtree(entry, ignore_errors=True)
+                finally:
+                    os.close(fd)
+            elif now - entry.lstat().st_mtime > STALE_STAGING_S:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                self._note(f"removed stale {entry.relative_to(self.root)}")
+
+    def _signature(self) -> tuple[int, ...]:
+        sig = []
+        for t in schema.TABLES:
+            try:
+                sig.append((self.root / t).stat().st_mtime_ns)
+            except FileNotFoundError:
+                sig.append(0)
+        return tuple(sig)
+
+    def _view_sql(self, table: str, files: list[Path] | None) -> str:
+        """``files=None``: every Parquet file under the table's directory, found when a query
+        runs (the directory's path escaped so its glob matches only itself)."""
+        if files is None:
+            glob = _sql_str(_glob_literal(str(self._table_dir(table))) + "/**/*.parquet")
             return f"SELECT * FROM read_parquet({glob}, union_by_name = true)"
+        if files:
+            listed = ", ".join(_sql_str(_glob_literal(str(f))) for f in files)
+            return f"SELECT * FROM read_parquet([{listed}], union_by_name = true)"
         cols = ", ".join(
             f"CAST(NULL AS {_duckdb_type(f.type)}) AS {f.name}" for f in schema.TABLES[table]
         )
         return f"SELECT {cols} WHERE false"
 
+    def _view(self, table: str) -> tuple[str, list[Path]]:
+        """The view statement to try first, and the table's files.
+
+        A table whose entries all have valid key names reads its directory by glob, so the
+        statement (and the catalog) does not change when files are added; a table holding
+        an invalid name lists its valid files instead, leaving the stranger out.
+        """
+        d = self._table_dir(table)
+        entries = self._entries(table)
+        files: list[Path] = []
+        for p in entries.values():
+            files.extend(sorted(p.rglob("*.parquet")) if p.is_dir() else [p])
+        if not files:
+            return f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, [])}", files
+        known = {e.name for e in entries.values()}
+        strangers = any(not p.name.startswith(".") and p.name not in known for p in d.iterdir())
+        sql = self._view_sql(table, files if strangers else None)
+        return f"CREATE OR REPLACE VIEW {table} AS {sql}", files
+
+    def _create_view(self, table: str, stmt: str, files: list[Path]) -> str:
+        """Run ``stmt``; if DuckDB cannot read some file, leave it out (noting it by name)
+        so one corrupt file does not break queries on the other tables."""
+        con = self._con
+        assert con is not None
+        try:
+            con.execute(stmt)
+            return stmt
+        except duckdb.Error:
+            pass
+        good = []
+        for f in files:
+            try:
+                pq.read_metadata(f)
+                con.execute(f"DESCRIBE {self._view_sql(table, [f])}")
+                good.append(f)
+            except (OSError, pa.ArrowException, duckdb.Error) as e:
+                self._note(f"{f}: unreadable Parquet file, left out of view {table!r}: "
+                           f"{str(e).splitlines()[0]}")
+        stmt = f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, good)}"
+        try:
+            con.execute(stmt)
+        except duckdb.Error as e:
+            self._note(f"table {table!r}: files do not combine ({str(e).splitlines()[0]}); "
+                       "its view is empty")
+            stmt = f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, [])}"
+            con.execute(stmt)
+        return stmt
+
     def _refresh_views(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        ddl = [f"CREATE OR REPLACE VIEW {t} AS {self._view_sql(t)}" for t in schema.TABLES]
-        for stmt in ddl:
-            self.con.execute(stmt)
+        if self._con is None:
+            return
+        with self._lock(exclusive=False):
+            seen = self._signature()
+            wanted = {t: self._view(t) for t in schema.TABLES}
+        ddl = []
+        for t, (stmt, files) in wanted.items():
+            # a statement that worked last time needs no new bind; after a fallback (a
+            # corrupt file left out) the table is re-listed whenever its directory changes
+            if not self._tried.get(t) == stmt == self._made.get(t):
+                self._made[t] = self._create_view(t, stmt, files)
+                self._tried[t] = stmt
+            ddl.append(self._made[t])
+        self._seen = seen
+        self._write_catalog(ddl)
+
+    def _write_catalog(self, ddl: list[str]) -> None:
+        """Rewrite ``catalog.duckdb`` only when its views would change, so commands that
+        change nothing leave the store byte-identical."""
+        sha = hashlib.sha256("\n".join(ddl).encode()).hexdigest()
+        if sha == self._catalog_sha:
+            return
+        path = self.root / CATALOG_FILE
         # The on-disk catalog is a convenience for `duckdb store/catalog.duckdb`; if
         # another process holds it, our in-memory views still work.
+        with contextlib.suppress(duckdb.Error):
+            if path.exists():
+                with duckdb.connect(str(path), read_only=True) as cat:
+                    row = cat.execute("SELECT sha FROM toolkit_catalog").fetchone()
+                if row and row[0] == sha:
+                    self._catalog_sha = sha
+                    return
         try:
-            with duckdb.connect(str(self.root / CATALOG_FILE)) as cat:
+            with duckdb.connect(str(path)) as cat:
                 for stmt in ddl:
                     cat.execute(stmt)
+                cat.execute("CREATE OR REPLACE TABLE toolkit_catalog AS SELECT $sha AS sha",
+                            {"sha": sha})
+            self._catalog_sha = sha
         except duckdb.Error:
             pass
 
@@ -287,10 +577,7 @@ class ParquetSink:
         self._writer.close()
 
 
-def _is_data(p: Path) -> bool:
-    return not p.name.startswith(".") and (p.suffix == ".parquet" or p.is_dir())
-
-
-def open_store(path: str | Path) -> Store:
-    """Open (creating if needed) the trace store at ``path``."""
-    return Store(path)
+def open_store(path: str | Path, *, create: bool = True) -> Store:
+    """Open the trace store at ``path``; with ``create=False`` a missing store is an
+    error instead of a new empty directory (read-only commands)."""
+    return Store(path, create=create)

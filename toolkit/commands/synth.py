@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, fail, guard
+from toolkit.commands.common import StoreOpt, cli_store, fail, guard
 
 
 def synth_selections_cmd(
@@ -25,13 +25,12 @@ def synth_selections_cmd(
     replace: Annotated[bool, typer.Option("--replace")] = False,
 ) -> None:
     """Generate a SYNTHETIC selection trace (sinks + recency + retained + fresh picks)."""
-    from toolkit.store import open_store
     from toolkit.synth.selections import SyntheticSelectionConfig, generate
 
     cfg = guard(SyntheticSelectionConfig, requests, prompt_tokens, steps, layers, k, sinks,
                  recent_window, step_retention, layer_retention, seed)
     tables = generate(cfg, name)
-    with open_store(store) as s:
+    with cli_store(store, create=True) as s:
         guard(s.write_many, tables, name, replace=replace)
     typer.echo(f"wrote SYNTHETIC selection trace {name!r}: "
                f"{tables['selections'].num_rows:,} rows")
@@ -52,7 +51,6 @@ def synth_agentic_cmd(
     import pyarrow as pa
 
     from toolkit.config import config_json
-    from toolkit.store import open_store
     from toolkit.synth.agentic import PRESETS, generate
 
     if preset not in PRESETS:
@@ -64,6 +62,6 @@ def synth_agentic_cmd(
     meta = pa.table({"trace": [name], "format": ["synth-agentic"],
                      "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
                      "synthetic": [True]})
-    with open_store(store) as s:
+    with cli_store(store, create=True) as s:
         guard(s.write_many, {"requests": table, "request_traces": meta}, name, replace=replace)
     typer.echo(f"wrote SYNTHETIC request timeline {name!r}: {table.num_rows:,} requests")

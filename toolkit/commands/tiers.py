@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import fail
+from toolkit.commands.common import cli_store, fail
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
 
@@ -70,7 +70,6 @@ def tiers_cmd(
         summary_json,
     )
     from toolkit.replay.tiers_service import kv_bytes_per_token
-    from toolkit.store import open_store
 
     try:
         kvb = kv_bytes_per_token(get_model(model))
@@ -86,7 +85,7 @@ def tiers_cmd(
             storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
             write_policy=write_policy, radix_semantics=radix_semantics, sequential=sequential,
         )
-        with open_store(store) as s:
+        with cli_store(store) as s:
             res = replay_tiers(s, cfg)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))

@@ -43,12 +43,12 @@ class ReplayCost:
 
 
 def _replay_rows(store: Store, run_id: str) -> tuple[pl.DataFrame, dict]:
-    run = store.query(f"SELECT * FROM selection_runs WHERE run_id = '{run_id}'")
+    run = store.query("SELECT * FROM selection_runs WHERE run_id = $run", {"run": run_id})
     if run.height == 0:
         raise ToolkitError(f"no selection replay run {run_id!r} in {store.root}")
     rows = store.query(
         "SELECT request_id, step, layer, seq_len, misses FROM selection_replay "
-        f"WHERE run_id = '{run_id}' ORDER BY request_id, step, layer")
+        "WHERE run_id = $run ORDER BY request_id, step, layer", {"run": run_id})
     return rows, run.row(0, named=True)
 
 
@@ -112,8 +112,8 @@ def cost_of_replay(
     })
     if isl_tokens is None:
         isl_tokens = float(store.query(
-            "SELECT avg(prompt_tokens) FROM selection_requests "
-            f"WHERE trace = '{run['trace']}'").item())
+            "SELECT avg(prompt_tokens) FROM selection_requests WHERE trace = $t",
+            {"t": run["trace"]}).item())
     if osl_tokens is None:
         osl_tokens = float(steps.group_by("request_id").len()["len"].mean())
     decode_gpu_s = osl_tokens * float(tpot.mean()) / batch_per_gpu

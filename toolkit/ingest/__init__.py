@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,12 +34,14 @@ class Reader:
         read: ``read(path, trace_name, **options) -> {table: pa.Table}``; raises
             :class:`TraceFormatError`. All returned tables are written together.
         description: one line for ``--help``.
+        directory: the input is a directory (a bundle), not a file.
     """
 
     name: str
     table: str
     read: Callable[..., dict[str, pa.Table]]
     description: str
+    directory: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,19 @@ class IngestResult:
     rows: int
     path: Path
     elapsed_s: float
+    notes: tuple[str, ...] = ()  # what the reader skipped on purpose (extra columns, ...)
 
 
 readers: Registry[Reader] = Registry("reader", entry_point_group="toolkit.readers")
+_notes: ContextVar[list[str] | None] = ContextVar("ingest_notes", default=None)
+
+
+def note(message: str) -> None:
+    """Tell the user about input a reader skips on purpose (shown by the CLI, kept in
+    ``IngestResult.notes``); outside an ingest it is dropped."""
+    notes = _notes.get()
+    if notes is not None and message not in notes:
+        notes.append(message)
 
 
 def ingest_file(
@@ -72,6 +85,9 @@ def ingest_file(
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(path, None, None, "no such file or directory")
+    if path.is_dir() != reader.directory:
+        raise TraceFormatError(path, None, None, "is a directory; expected a file"
+                               if path.is_dir() else "expected a directory")
     trace = check_key(name or path.stem)
     if trace in store.keys(reader.table) and not replace:
         # Refuse before the (possibly long) parse, not only at write time.
@@ -79,13 +95,21 @@ def ingest_file(
             f"{reader.table} {trace!r} already exists in {store.root}; pass --replace to overwrite"
         )
     t0 = time.perf_counter()
-    tables = reader.read(path, trace, **options)
+    notes: list[str] = []
+    token = _notes.set(notes)
+    try:
+        tables = reader.read(path, trace, **options)
+    except OSError as e:  # unreadable file: permissions, a FIFO gone away, I/O errors
+        raise TraceFormatError(path, None, None, f"cannot read: {e.strerror or e}") from None
+    finally:
+        _notes.reset(token)
     if reader.table == "requests":
         tables["request_traces"] = pa.table(
             {"trace": [trace], "format": [fmt], "source": [str(path)], "synthetic": [False]})
     outs = store.write_many(tables, trace, replace=replace)
     rows = tables[reader.table].num_rows
-    return IngestResult(trace, reader.table, rows, outs[0], time.perf_counter() - t0)
+    return IngestResult(trace, reader.table, rows, outs[0], time.perf_counter() - t0,
+                        tuple(notes))
 
 
 def _register_builtins() -> None:

@@ -12,17 +12,20 @@ import re
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
-from toolkit.ingest import Reader
+from toolkit.ingest import Reader, note
 from toolkit.ingest.fields import MonotonicClock, as_count, requests_table
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _TS = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s*(Z|[+-]\d{2}:?\d{2})?$"
+    r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s*(Z|[+-]\d{2}:?\d{2})?$",
+    re.ASCII,  # \d must not accept other scripts' digits
 )
+_COUNT = re.compile(r"\s*-?[0-9]+\s*")  # int() would also take "1_000", "+5" and "١٢"
 
 
 def parse_timestamp(text: str, path: Path, line: int) -> int:
@@ -46,13 +49,25 @@ def parse_timestamp(text: str, path: Path, line: int) -> int:
 
 
 def _count(text: str, path: Path, line: int, field: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
+    if not _COUNT.fullmatch(text):
+        shown = repr(text) if len(text) <= 40 else f"{text[:37]!r}..."
         raise TraceFormatError(
-            path, line, field, f"expected a non-negative integer, got {text!r}"
-        ) from None
-    return as_count(value, path, line, field)
+            path, line, field, f"expected a non-negative integer (ASCII digits), got {shown}"
+        )
+    return as_count(int(text), path, line, field)
+
+
+def _text_lines(path: Path, f: BinaryIO, at: list[int]) -> Iterator[str]:
+    """Decode line by line so a bad byte is reported on its own line; ``at[0]`` is the
+    physical line last read (csv's line_num counts records' lines the same way)."""
+    for lineno, raw in enumerate(f, start=1):
+        at[0] = lineno
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, lineno, None, f"not UTF-8 text: {e.reason} at byte "
+                                   f"{e.start} of the line") from None
+        yield text.removeprefix("\ufeff") if lineno == 1 else text
 
 
 def read(path: Path, trace: str) -> dict[str, pa.Table]:
@@ -61,15 +76,13 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
     inp: list[int] = []
     out: list[int] = []
     clock = MonotonicClock(path, "TIMESTAMP")
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        rows = csv.reader(f)
+    at = [0]
+    with open(path, "rb") as f:
+        rows = csv.reader(_text_lines(path, f, at))
         try:
             _read_rows(path, rows, clock, arrival_ns, inp, out)
-        except UnicodeDecodeError as e:
-            raise TraceFormatError(path, rows.line_num + 1, None,
-                                   f"not UTF-8 text: {e.reason}") from None
         except csv.Error as e:
-            raise TraceFormatError(path, rows.line_num, None, f"malformed CSV: {e}") from None
+            raise TraceFormatError(path, at[0], None, f"malformed CSV: {e}") from None
     if not arrival_ns:
         raise TraceFormatError(path, None, None, "no requests in file")
     t0 = arrival_ns[0]
@@ -88,6 +101,10 @@ def _read_rows(path: Path, rows: Iterator[list[str]], clock: MonotonicClock,
         if col not in header:
             raise TraceFormatError(path, 1, col, f"missing column; header is {header}")
     idx = [header.index(c) for c in COLUMNS]
+    extra = [h for h in header if h not in COLUMNS]
+    if extra:
+        note(f"{path}: ignoring column(s) {', '.join(map(repr, extra))} "
+             f"(reads only {', '.join(COLUMNS)})")
     for row in rows:
         line = rows.line_num
         if not row or all(not c.strip() for c in row):

@@ -16,21 +16,31 @@ import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader
-from toolkit.ingest.fields import as_count, jsonl_objects, require
+from toolkit.ingest.fields import INT64_MAX, as_count, jsonl_records, require
 from toolkit.ingest.selections import SelectionColumns, SelectionError, TraceMeta, build_tables
 
 EVENT = "dsa_topk"
 FIELDS = ("request_id", "layer_id", "step_idx", "seq_len_current", "selected_token_pos")
 
 
-def _positions(value: object, path: Path, line: int) -> np.ndarray:
+def _positions(value: object, path: Path, line: int, maybe_bool: bool) -> np.ndarray:
     field = "selected_token_pos"
     if not isinstance(value, list):
         raise TraceFormatError(path, line, field, f"expected a list of integers, got {value!r}")
-    arr = np.asarray(value) if value else np.zeros(0, dtype=np.int64)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        bad = next((x for x in value if isinstance(x, bool) or not isinstance(x, int)), value)
-        raise TraceFormatError(path, line, field, f"expected integers, got {bad!r}")
+    # NumPy turns JSON true/false into 1/0; only a line containing them needs the (C-speed,
+    # but not free) per-element type check
+    only_ints = not maybe_bool or set(map(type, value)) <= {int}
+    try:
+        arr = np.asarray(value) if value and only_ints else np.zeros(0, dtype=np.int64)
+    except ValueError:  # ragged nested lists
+        arr = np.zeros((0, 0))
+    if not only_ints or arr.ndim != 1 or arr.dtype.kind != "i":
+        # error path only: name the first element that is not an int64
+        bad = next((x for x in value if isinstance(x, bool) or not isinstance(x, int)
+                    or not -INT64_MAX - 1 <= x <= INT64_MAX), value)
+        what = "integers" if isinstance(bad, bool) or not isinstance(bad, int) else \
+            "an integer that fits in int64"
+        raise TraceFormatError(path, line, field, f"expected {what}, got {bad!r}")
     return arr.astype(np.int64)
 
 
@@ -40,7 +50,7 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
     cols: dict[str, list[int]] = {"request_id": [], "step": [], "layer": [], "seq_len": []}
     lists: list[np.ndarray] = []
     lines: list[int] = []
-    for lineno, rec in jsonl_objects(path):
+    for lineno, rec, raw in jsonl_records(path):
         if rec.get("event") != EVENT:
             continue
         require(rec, FIELDS, path, lineno)
@@ -54,7 +64,8 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
         cols["step"].append(as_count(rec["step_idx"], path, lineno, "step_idx"))
         seq_len = as_count(rec["seq_len_current"], path, lineno, "seq_len_current")
         cols["seq_len"].append(seq_len)
-        lists.append(_positions(rec["selected_token_pos"], path, lineno))
+        lists.append(_positions(rec["selected_token_pos"], path, lineno,
+                                b"true" in raw or b"false" in raw))
         lines.append(lineno)
     if not lists:
         raise TraceFormatError(path, None, None, f"no {EVENT!r} events in file")
@@ -69,7 +80,8 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
              "topk": "selected_token_pos"}
 
     def locate(e: SelectionError) -> TraceFormatError:
-        return TraceFormatError(path, lines[e.row], names.get(e.field, e.field), e.message)
+        line = lines[e.row] if e.row >= 0 else None
+        return TraceFormatError(path, line, names.get(e.field, e.field), e.message)
 
     meta = TraceMeta(source=f"ingested from {path.name} (dsa-jsonl)", **options)  # type: ignore[arg-type]
     external = [str(r) for r in ids]

@@ -28,15 +28,22 @@ def as_count(value: object, path: Path, line: int, field: str) -> int:
     if value < 0:
         raise TraceFormatError(path, line, field, f"must be >= 0, got {value}")
     if value > INT64_MAX:
-        raise TraceFormatError(path, line, field, f"{value} does not fit in int64")
+        shown = str(value) if value < 10**40 else f"a {len(str(value))}-digit number"
+        raise TraceFormatError(path, line, field, f"{shown} does not fit in int64")
     return value
 
 
 def as_time(value: object, path: Path, line: int, field: str) -> float:
-    """A finite number (int or float)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TraceFormatError(path, line, field, f"expected a finite number, got {value!r}")
-    return float(value)
+    """A finite number (int or float) that a float64 can hold."""
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, int | float) \
+            and math.isfinite(float(value))
+    except OverflowError:  # an integer beyond float64's range (e.g. 400 digits)
+        ok = False
+    if not ok:
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+        raise TraceFormatError(path, line, field, f"expected a finite number, got {shown}")
+    return float(value)  # type: ignore[arg-type]
 
 
 def as_hash_list(value: object, path: Path, line: int, field: str) -> list[int]:
@@ -54,6 +61,13 @@ def as_hash_list(value: object, path: Path, line: int, field: str) -> list[int]:
 def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for every non-blank line; a line that is not a JSON
     object stops the read with its line number."""
+    for lineno, rec, _ in jsonl_records(path):
+        yield lineno, rec
+
+
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict, bytes]]:
+    """Like :func:`jsonl_objects`, also yielding each line's raw bytes (a reader can then
+    skip a costly check when the text shows it cannot apply, e.g. no ``true``/``false``)."""
     with open(path, "rb") as f:  # bytes: a bad UTF-8 sequence is reported at its line
         for lineno, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -64,9 +78,11 @@ def jsonl_objects(path: Path) -> Iterator[tuple[int, dict]]:
                 raise TraceFormatError(path, lineno, None, f"not UTF-8 text: {e.reason}") from None
             except json.JSONDecodeError as e:
                 raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}") from None
+            except ValueError as e:  # e.g. an integer of more than 4300 digits
+                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e}") from None
             if not isinstance(rec, dict):
                 raise TraceFormatError(path, lineno, None, "expected a JSON object")
-            yield lineno, rec
+            yield lineno, rec, raw
 
 
 def require(rec: dict, fields: tuple[str, ...], path: Path, line: int) -> None:

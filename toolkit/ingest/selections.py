@@ -16,6 +16,17 @@ import pyarrow as pa
 from toolkit import schema
 from toolkit.errors import TraceFormatError
 
+INT16_MAX = (1 << 15) - 1
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+ORDERS = ("score", "position")
+#: Largest value each column may hold: the store's type, so nothing wraps on the way in.
+#: ``layer`` stops one short of int16's maximum so that ``n_layers`` (int16) fits too.
+LIMITS = {"request_id": INT64_MAX, "step": INT32_MAX, "layer": INT16_MAX - 1,
+          "seq_len": INT32_MAX}
+#: Positions per Arrow list chunk: list<int32> offsets must stay below 2^31.
+_CHUNK_VALUES = 1 << 30
+
 
 @dataclass(frozen=True)
 class SelectionColumns:
@@ -41,8 +52,24 @@ class TraceMeta:
     source: str = ""
 
 
+def as_int64(values: np.ndarray, field: str) -> np.ndarray:
+    """An integer column as int64, refusing (not wrapping) unsigned values above int64.
+
+    Raises:
+        SelectionError: at the first row holding a non-integer or too large value.
+    """
+    values = np.asarray(values)
+    if values.dtype.kind not in "iu":
+        raise SelectionError(-1, field, f"expected integers, got {values.dtype}")
+    if values.dtype.kind == "u" and values.dtype.itemsize >= 8 and values.size:
+        if (r := _first(values > INT64_MAX)) is not None:
+            raise SelectionError(r, field, f"{int(values[r])} does not fit in int64")
+    return values.astype(np.int64)
+
+
 class SelectionError(ValueError):
-    """A row violates the selection schema; ``row`` is 0-based in reader order."""
+    """A row violates the selection schema; ``row`` is 0-based in reader order, or -1 when
+    the whole trace or its metadata is at fault (no row to name)."""
 
     def __init__(self, row: int, field: str, message: str) -> None:
         self.row, self.field, self.message = row, field, message
@@ -65,6 +92,10 @@ def validate(cols: SelectionColumns, k: int | None) -> tuple[np.ndarray, np.ndar
         SelectionError: the first violated rule, at its first offending row.
     """
     n = cols.request_id.size
+    if n == 0:
+        raise SelectionError(-1, "topk", "no selection rows (zero steps, layers or requests)")
+    if k is not None and not 1 <= k <= INT32_MAX:
+        raise SelectionError(-1, "k", f"k must be in [1, {INT32_MAX}], got {k}")
     lengths = np.diff(cols.offsets)
     row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
     if (r := _first(cols.seq_len < 1)) is not None:
@@ -72,6 +103,11 @@ def validate(cols: SelectionColumns, k: int | None) -> tuple[np.ndarray, np.ndar
     for name, arr in (("step", cols.step), ("layer", cols.layer), ("request_id", cols.request_id)):
         if (r := _first(arr < 0)) is not None:
             raise SelectionError(r, name, f"must be >= 0, got {arr[r]}")
+    for name, limit in LIMITS.items():
+        arr = getattr(cols, name)
+        if (r := _first(arr > limit)) is not None:
+            raise SelectionError(r, name, f"{arr[r]} is larger than {limit}, the most the "
+                                 "store's column holds")
     v = cols.values
     bad = (v < -1) | (v >= cols.seq_len[row_of])
     if (i := _first(bad)) is not None:
@@ -85,6 +121,8 @@ def validate(cols: SelectionColumns, k: int | None) -> tuple[np.ndarray, np.ndar
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(new_len, out=offsets[1:])
     k_eff = int(new_len.max(initial=0)) if k is None else int(k)
+    if k_eff == 0:
+        raise SelectionError(-1, "topk", "every top-k list is empty (k = 0)")
     if (r := _first(new_len > k_eff)) is not None:
         raise SelectionError(r, "topk", f"{new_len[r]} positions, more than k={k_eff}")
     order = np.lexsort((values, rows))
@@ -105,6 +143,24 @@ def validate(cols: SelectionColumns, k: int | None) -> tuple[np.ndarray, np.ndar
             f"(row {prev}) for request {cols.request_id[r]}, layer {cols.layer[r]}",
         )
     return offsets, values, k_eff
+
+
+def _topk_column(offsets: np.ndarray, values: np.ndarray) -> pa.ChunkedArray:
+    """``list<int32>`` in chunks of at most ``_CHUNK_VALUES`` positions, so the int32 list
+    offsets never wrap however large the trace."""
+    n = offsets.size - 1
+    starts = [0]
+    while starts[-1] < n:
+        limit = offsets[starts[-1]] + _CHUNK_VALUES
+        end = int(np.searchsorted(offsets, limit, side="right")) - 1
+        starts.append(max(end, starts[-1] + 1))
+    chunks = []
+    for a, b in zip(starts[:-1], starts[1:], strict=True):
+        base = offsets[a]
+        chunks.append(pa.ListArray.from_arrays(
+            pa.array(offsets[a:b + 1] - base).cast(pa.int32()),
+            pa.array(values[base:offsets[b]]).cast(pa.int32())))
+    return pa.chunked_array(chunks, pa.list_(pa.int32()))
 
 
 def _is_position_ordered(offsets: np.ndarray, values: np.ndarray) -> bool:
@@ -132,22 +188,23 @@ def build_tables(
         locate: turns a :class:`SelectionError` into the reader's own error location.
         external_ids: the engine's request id per dense ``request_id`` (optional).
     """
+    if meta.order not in (None, *ORDERS):
+        raise locate(SelectionError(-1, "order", f"must be 'score' or 'position', got "
+                                    f"{meta.order!r}"))
     try:
         offsets, values, k = validate(cols, meta.k)
     except SelectionError as e:
         raise locate(e) from None
     n = cols.request_id.size
-    topk = pa.ListArray.from_arrays(
-        pa.array(offsets.astype(np.int32)), pa.array(values.astype(np.int32))
-    )
     selections = pa.table(
         {
             "trace": pa.array([trace] * n, pa.string()),
-            "request_id": cols.request_id,
-            "step": cols.step.astype(np.int32),
-            "layer": cols.layer.astype(np.int16),
-            "seq_len": cols.seq_len.astype(np.int32),
-            "topk": topk,
+            "request_id": pa.array(cols.request_id, pa.int64()),
+            # validated above; a safe cast would still refuse anything that wraps
+            "step": pa.array(cols.step).cast(pa.int32()),
+            "layer": pa.array(cols.layer).cast(pa.int16()),
+            "seq_len": pa.array(cols.seq_len).cast(pa.int32()),
+            "topk": _topk_column(offsets, values),
         },
         schema=schema.SELECTIONS,
     )
@@ -171,7 +228,7 @@ def build_tables(
         {
             "trace": [trace] * req_ids.size,
             "request_id": req_ids,
-            "prompt_tokens": prompt.astype(np.int32),
+            "prompt_tokens": pa.array(prompt).cast(pa.int32()),
             "source_text": pa.nulls(req_ids.size, pa.string()),
             "external_id": pa.array(
                 [external_ids[r] for r in req_ids] if external_ids else [None] * req_ids.size,

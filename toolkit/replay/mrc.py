@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from toolkit.policies import as_segments, check_keys
-from toolkit.store import Store
+from toolkit.store import Store, bounded_key
 
 
 @nb.njit(cache=True, nogil=True)
@@ -114,5 +114,5 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
         "miss_ratio": misses / n if n else np.zeros(misses.size),
     })
     if save:
-        store.write("miss_curves", f"{kind}-{trace}", table, replace=True)
+        store.write("miss_curves", bounded_key(f"{kind}-{trace}"), table, replace=True)
     return table

@@ -22,7 +22,7 @@ from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
 from toolkit.replay.keys import dense_ids
-from toolkit.store import Store
+from toolkit.store import Store, bounded_key
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class PrefixReplayConfig:
     @property
     def run_id(self) -> str:
         cap = "inf" if self.capacity_blocks is None else str(self.capacity_blocks)
-        return f"prefix-{self.trace}-{self.policy}-{cap}-{fingerprint(self)[:8]}"
+        return bounded_key(f"prefix-{self.trace}-{self.policy}-{cap}-{fingerprint(self)[:8]}")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
-from toolkit.store import Store
+from toolkit.store import Store, bounded_key
 
 MODES = ("plain", "hisparse")
 DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope), BRIEF §2
@@ -84,7 +84,8 @@ class SelectionReplayConfig:
             raise ValueError("IndexShare (full_layers) applies to mode='hisparse' only")
 
     def run_id(self, buffer_tokens: int) -> str:
-        return f"sel-{self.trace}-{self.mode}-{self.policy}-{buffer_tokens}-{fingerprint(self)[:8]}"
+        return bounded_key(
+            f"sel-{self.trace}-{self.mode}-{self.policy}-{buffer_tokens}-{fingerprint(self)[:8]}")
 
 
 @dataclass(frozen=True)

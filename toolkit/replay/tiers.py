@@ -57,7 +57,7 @@ from toolkit.replay.tiers_service import (
     service_model,
 )
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
-from toolkit.store import Store
+from toolkit.store import Store, bounded_key
 
 UNBOUNDED = -1  # a capacity of -1 tokens means "never evicts"
 SUMMARY_KEYS = (
@@ -152,7 +152,7 @@ class TierReplayConfig:
     def run_id(self) -> str:
         load = f"c{self.concurrency}" if self.concurrency else self.arrivals.replace(":", "")
         load = "seq" if self.sequential else load
-        return f"tiers-{self.trace}-{self.hardware}-{load}-{fingerprint(self)[:8]}"
+        return bounded_key(f"tiers-{self.trace}-{self.hardware}-{load}-{fingerprint(self)[:8]}")
 
 
 @dataclass(frozen=True)

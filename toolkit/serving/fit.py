@@ -1,8 +1,8 @@
 """Fit the serving model's efficiency terms to measured points (least squares in log space).
 
-The objective is the sum of squared log errors of median TPOT and of ``tput_per_gpu`` (each
-row counts once per target it has), median TTFT at half weight, plus a ridge pull of every
-non-global term toward zero.
+The objective is the sum of robust (soft-L1) log errors of median TPOT and of
+``tput_per_gpu`` (each row counts once per target it has), median TTFT at half weight, plus a
+ridge pull of every non-global term toward zero.
 Log errors make a 2x miss cost the same at 10 and at 10,000 tokens/s, and times can move in
 both directions: nothing is clamped to the unfitted value.
 """
@@ -23,6 +23,11 @@ from toolkit.serving.predict import levels
 TARGETS = {"median_tpot": "median_tpot_s", "tput_per_gpu": "tput_per_gpu",
            "median_ttft": "median_ttft_s"}
 """Measured column -> model output the fit matches."""
+ROBUST_SCALE = 0.3
+"""Soft-L1 loss: log errors beyond ~30% count linearly, not squared, so a few pathological
+rows (TTFT of minutes in an overloaded queue) cannot drag the shared terms. Chosen after
+comparing plain least squares, TTFT weight 0.25 and this loss on the same cross-validation
+(RESULTS.md), so the held-out figures are mildly optimistic by that one choice."""
 WEIGHTS = {"median_tpot": 1.0, "tput_per_gpu": 1.0, "median_ttft": 0.5}
 """TTFT counts half: it carries the engines' queueing behaviour, which the model only sketches,
 and should not pull the decode terms that TPOT and throughput pin down."""
@@ -92,7 +97,8 @@ def fit(df: pl.DataFrame, *, fitted_on: str = "", start: ServingParams | None = 
         return np.concatenate(parts)
 
     res = least_squares(residuals, x0, method="trf", x_scale=1.0, diff_step=1e-3,
-                        max_nfev=max_nfev, jac_sparsity=_sparsity(names, lv, ok, mtp_rows))
+                        max_nfev=max_nfev, jac_sparsity=_sparsity(names, lv, ok, mtp_rows),
+                        loss="soft_l1", f_scale=ROBUST_SCALE)
     terms = dict(zip(names, (float(v) for v in res.x), strict=True))
     params = ServingParams(terms)
     out = solve(d, params.row_values(lv))

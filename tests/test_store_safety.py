@@ -1,0 +1,362 @@
+"""Store safety (issue 10, points 2 and 3): no SQL injection or glob surprises, writes that
+are all-or-nothing across tables even when the process dies, one winner among concurrent
+writers, stale staging cleaned up, corrupt files reported by name, no needless rewrites."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+import toolkit
+from toolkit.cli import app
+from toolkit.errors import StoreError
+from toolkit.store import KEY_MAX_CHARS, STAGING_DIR, STALE_STAGING_S, bounded_key, check_key
+
+from .conftest import MOONCAKE, snapshot
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def dsa_file(path: Path) -> Path:
+    """A 4-row selection trace (2 requests x 2 layers x 1 step, k = 2)."""
+    lines = [json.dumps({"event": "dsa_topk", "request_id": r, "layer_id": la, "step_idx": 0,
+                         "seq_len_current": 4, "selected_token_pos": [la, 3]})
+             for r in (0, 1) for la in (0, 1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def mooncake_head(path: Path, n: int = 50) -> Path:
+    with MOONCAKE.open() as f:
+        path.write_text("".join(next(f) for _ in range(n)))
+    return path
+
+
+def full_snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file (staging included) with its bytes and mtime: 'unchanged' means literally."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+class TestKeys:
+    @pytest.mark.parametrize("key", ["abc\n", "a b", "a'b", "", "-a", "x" * 129, "a/b", "a[1]"])
+    def test_check_key_refuses(self, key):
+        """fullmatch: a trailing newline no longer slips through."""
+        with pytest.raises(StoreError, match="invalid"):
+            check_key(key)
+
+    def test_bounded_key_keeps_limit_and_distinctness(self):
+        """Derived keys of a 128-character name fit the limit and stay distinct."""
+        a, b = bounded_key("prefix-" + "x" * 128 + "-lru-1"), bounded_key("prefix-" + "x" * 128
+                                                                          + "-lru-2")
+        assert len(a) == len(b) == KEY_MAX_CHARS and a != b
+        assert check_key(a) == a and bounded_key("short") == "short"
+
+    @pytest.mark.parametrize("key", ["../requests/x", "/etc/passwd", "a\n"])
+    def test_read_and_delete_refuse_keys_outside_the_store(self, store, key):
+        with pytest.raises(StoreError, match="invalid key"):
+            store.read("selection_runs", key)
+        with pytest.raises(StoreError, match="invalid key"):
+            store.delete("selection_runs", key)
+
+    def test_invalid_names_on_disk_are_ignored_and_reported(self, store, tmp_path):
+        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        evil = store.root / "selections" / "a'; COPY (SELECT 42) TO 'pwned.csv'; --.parquet"
+        evil.write_bytes((store.root / "selections" / "t.parquet").read_bytes())
+        with toolkit.open_store(store.root) as s:
+            assert s.keys("selections") == ["t"]
+            assert s.query("SELECT count(*) AS n FROM selections")["n"][0] == 4
+            assert any("not a valid key name" in p and "pwned" in p for p in s.problems)
+
+
+class TestNoInjection:
+    def test_injected_file_name_writes_nothing(self, tmp_path, monkeypatch):
+        """The issue's attack: a Parquet file named as SQL, then replay with --model."""
+        monkeypatch.chdir(tmp_path)
+        root = tmp_path / "s"
+        res = runner.invoke(app, ["ingest", "selections", str(dsa_file(tmp_path / "t.jsonl")),
+                                  "--format", "dsa-jsonl", "--store", str(root)])
+        assert res.exit_code == 0, res.output
+        name = "a'; COPY (SELECT 42) TO 'pwned.csv'; --"
+        (root / "selections" / f"{name}.parquet").write_bytes(
+            (root / "selections" / "t.parquet").read_bytes())
+        res = runner.invoke(app, ["replay", "selections", "--store", str(root), "--trace", name,
+                                  "--model", "glm-5.2"])
+        assert res.exit_code == 2 and "no selection trace" in res.output
+        res = runner.invoke(app, ["replay", "selections", "--store", str(root), "--trace", "t",
+                                  "--model", "glm-5.2", "--json"])
+        assert res.exit_code == 0, res.output
+        assert not list(tmp_path.rglob("pwned.csv"))
+
+    def test_run_id_is_a_bound_parameter(self, tmp_path):
+        """A run id that is SQL matches no run (an f-string would have matched every run)."""
+        from toolkit.cost.from_replay import cost_of_replay
+        from toolkit.hardware import get_hardware
+        from toolkit.models import get_model
+        from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+
+        with toolkit.open_store(tmp_path / "s") as s:
+            s.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+            replay_selections(s, SelectionReplayConfig("t", "lru", 2))
+            with pytest.raises(toolkit.errors.ToolkitError, match="no selection replay run"):
+                cost_of_replay(s, "x' OR '1'='1", get_model("glm-5.2"), get_hardware("gb200"))
+
+
+class TestGlobCharacters:
+    def test_store_path_with_brackets_reads_only_its_own_files(self, tmp_path):
+        """`s[1]` used to glob-match `s1` and read the other store's data."""
+        with toolkit.open_store(tmp_path / "s1") as s:
+            s.ingest("mooncake", mooncake_head(tmp_path / "a.jsonl", 30), "other")
+        with toolkit.open_store(tmp_path / "s[1]") as s:
+            s.ingest("mooncake", mooncake_head(tmp_path / "b.jsonl", 20), "own")
+        with toolkit.open_store(tmp_path / "s[1]") as s:
+            assert s.query("SELECT trace, count(*) AS n FROM requests GROUP BY trace").rows() \
+                == [("own", 20)]
+
+
+class TestLongNames:
+    def test_128_character_name_replays(self, store, tmp_path):
+        """Run ids and miss-curve keys derived from a maximal name stay within the limit."""
+        from toolkit.replay.mrc import miss_curve_table
+        from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
+
+        name = "n" * 128
+        store.ingest("mooncake", mooncake_head(tmp_path / "m.jsonl"), name)
+        row = replay_prefix(store, PrefixReplayConfig(name, "lru", 64))
+        assert len(row["run_id"]) <= KEY_MAX_CHARS
+        assert store.keys("replay_runs") == [row["run_id"]]
+        miss_curve_table(store, name, "prefix", 8)
+        assert len(store.keys("miss_curves")) == 1
+
+
+# A child process that ingests a 3-table selection trace and dies (os._exit, no cleanup) at
+# the n-th step of the commit: 1 = writing the COMMIT marker, 2..4 = the three renames,
+# 5 = removing the marker.
+_DIE_AT = """
+import os, sys
+import toolkit.store as st
+real, calls = os.replace, [0]
+def replace(a, b):
+    calls[0] += 1
+    if calls[0] == int(sys.argv[3]):
+        os._exit(9)
+    real(a, b)
+st.os.replace = replace
+real_unlink = st.Path.unlink
+def unlink(self, *a, **k):
+    if self.name == st.COMMIT_MARKER:
+        replace(None, None)  # call 5: after the last rename, before the marker goes
+    real_unlink(self, *a, **k)
+st.Path.unlink = unlink
+with st.open_store(sys.argv[1]) as s:
+    s.ingest("dsa-jsonl", sys.argv[2], "t")
+"""
+
+
+class TestCrashWindows:
+    def test_death_at_every_point_of_a_commit(self, tmp_path):
+        """Killed before the marker: nothing visible, then cleaned once stale. Killed after
+        it (between renames, too): the next open completes the write and says so."""
+        src = dsa_file(tmp_path / "t.jsonl")
+        procs = {}
+        for n in range(1, 6):
+            root = tmp_path / f"s{n}"
+            toolkit.open_store(root).close()
+            procs[n] = subprocess.Popen([sys.executable, "-c", _DIE_AT, str(root), str(src),
+                                         str(n)], cwd=ROOT)
+        for n, p in procs.items():
+            p.wait(timeout=120)
+            root = tmp_path / f"s{n}"
+            with toolkit.open_store(root) as s:
+                counts = [s.query(f"SELECT count(*) AS n FROM {t}")["n"][0]
+                          for t in ("selections", "selection_traces", "selection_requests")]
+                if n == 1:
+                    assert p.returncode == 9 and counts == [0, 0, 0]
+                    assert list((root / STAGING_DIR).iterdir())  # young: left alone
+                else:
+                    assert p.returncode == 9 and counts == [4, 1, 2], n
+                    assert any("interrupted after its commit" in x for x in s.problems)
+                    assert not list((root / STAGING_DIR).iterdir())
+            if n == 1:
+                for tx in (root / STAGING_DIR).iterdir():
+                    old = time.time() - STALE_STAGING_S - 10
+                    os.utime(tx, (old, old))
+                with toolkit.open_store(root) as s:
+                    assert any("never committed" in x for x in s.problems)
+                    assert not list((root / STAGING_DIR).iterdir())
+                    s.ingest("dsa-jsonl", src, "t")  # the name is free
+
+    def test_live_writer_staging_is_kept(self, store):
+        """An old staging directory still locked by its (live) writer is not removed."""
+        tx = store.root / STAGING_DIR / "tx-live"
+        tx.mkdir(parents=True)
+        (tx / "part").write_bytes(b"x")
+        old = time.time() - STALE_STAGING_S - 10
+        os.utime(tx, (old, old))
+        fd = os.open(tx, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with toolkit.open_store(store.root) as s:
+                assert (tx / "part").exists() and not s.problems
+        finally:
+            os.close(fd)
+        with toolkit.open_store(store.root) as s:
+            assert not tx.exists() and s.problems
+
+    def test_summary_and_per_row_results_land_together(self, store, tmp_path):
+        """A failure after the per-row stream leaves neither table (one transaction)."""
+        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        with pytest.raises(RuntimeError), store.writer("selection_replay", "run") as sink:
+            sink.write(pa.table({"run_id": ["run"], "trace": ["t"], "request_id": [0],
+                                 "step": [0], "layer": [0], "seq_len": [4], "accesses": [2],
+                                 "hits": [0], "misses": [2], "bytes_h2d": [2],
+                                 "fast_path": [False]}))
+            store.write("miss_curves", "run", pa.table({
+                "trace": ["t"], "kind": ["selections"], "capacity": [0], "accesses": [1],
+                "misses": [1], "miss_ratio": [1.0]}))
+            raise RuntimeError("dies before the summary")
+        assert store.keys("selection_replay") == [] and store.keys("miss_curves") == []
+
+
+class TestConcurrentWriters:
+    def test_commit_rechecks_the_name(self, tmp_path):
+        """Both passed the early check; the second to commit is refused, the first kept."""
+        src = mooncake_head(tmp_path / "m.jsonl", 10)
+        other = mooncake_head(tmp_path / "o.jsonl", 12)
+        with toolkit.open_store(tmp_path / "s") as a, toolkit.open_store(tmp_path / "s") as b:
+            with pytest.raises(StoreError, match="another process meanwhile"), a.transaction():
+                a.ingest("mooncake", src, "x")
+                b.ingest("mooncake", other, "x")
+            assert b.query("SELECT count(*) AS n FROM requests")["n"][0] == 12
+            assert not list((tmp_path / "s" / STAGING_DIR).iterdir())
+
+    def test_two_processes_one_winner(self, tmp_path):
+        """Two concurrent CLI ingests of one name without --replace: exactly one succeeds."""
+        src = mooncake_head(tmp_path / "m.jsonl", 200)
+        cmd = [str(Path(sys.executable).with_name("toolkit")), "ingest", "mooncake", str(src),
+               "--name", "x", "--store", str(tmp_path / "s")]
+        procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        err = "".join(p.communicate(timeout=120)[1] for p in procs)
+        assert sorted(p.returncode for p in procs) == [0, 2], err
+        assert "already exists" in err
+        with toolkit.open_store(tmp_path / "s") as s:
+            assert s.keys("requests") == ["x"] and s.keys("request_traces") == ["x"]
+
+
+class TestCorruptFiles:
+    def test_truncated_file_is_reported_and_other_tables_work(self, store, tmp_path):
+        store.ingest("mooncake", mooncake_head(tmp_path / "m.jsonl", 10), "good")
+        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        good = store.root / "requests" / "good.parquet"
+        (store.root / "requests" / "cut.parquet").write_bytes(good.read_bytes()[:-40])
+        (store.root / "selections" / "junk.parquet").write_bytes(b"PAR1 not parquet")
+        with toolkit.open_store(store.root) as s:
+            assert s.query("SELECT count(*) AS n FROM requests")["n"][0] == 10
+            assert s.query("SELECT count(*) AS n FROM selections")["n"][0] == 4
+            assert s.query("SELECT count(*) AS n FROM selection_traces")["n"][0] == 1
+            assert sum("cut.parquet" in p for p in s.problems) == 1
+            assert sum("junk.parquet" in p for p in s.problems) == 1
+            with pytest.raises(StoreError, match="cut.parquet"):
+                s.read("requests", "cut")
+
+    def test_cli_prints_problems_as_warnings(self, store, tmp_path):
+        (store.root / "requests").mkdir()
+        (store.root / "requests" / "bad.parquet").write_bytes(b"")
+        res = runner.invoke(app, ["sql", "SELECT count(*) AS n FROM requests",
+                                  "--store", str(store.root), "--format", "csv"])
+        assert res.exit_code == 0
+        assert res.stdout == "n\n0\n"
+        assert "warning:" in res.stderr and "bad.parquet" in res.stderr
+
+
+class TestNothingChangesWithoutAChange:
+    def test_failed_ingest_info_and_sql_leave_the_store_byte_identical(self, tmp_path):
+        root = tmp_path / "s"
+        src = mooncake_head(tmp_path / "m.jsonl", 10)
+        assert runner.invoke(app, ["ingest", "mooncake", str(src), "--store", str(root),
+                                   "--name", "a"]).exit_code == 0
+        before = full_snapshot(root)
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(src.read_text() + "{not json\n")
+        for args in (["ingest", "mooncake", str(bad), "--name", "b"],
+                     ["ingest", "mooncake", str(src), "--name", "a"],
+                     ["info"], ["sql", "SELECT count(*) FROM requests"]):
+            res = runner.invoke(app, [*args, "--store", str(root)])
+            assert res.exit_code in (0, 2), res.output
+            assert full_snapshot(root) == before, args
+        assert snapshot(root)  # the helper still sees the data files
+
+
+class TestMissingStore:
+    @pytest.mark.parametrize("args", [
+        ["sql", "SELECT 1"], ["info"], ["replay", "prefix", "--trace", "x"],
+        ["replay", "selections", "--trace", "x"],
+        ["replay", "mrc", "--trace", "x", "--max-capacity", "4"],
+        ["replay", "tiers", "--trace", "x"],
+    ])
+    def test_read_only_commands_do_not_create_it(self, tmp_path, args):
+        root = tmp_path / "nope"
+        res = runner.invoke(app, [*args, "--store", str(root)])
+        assert res.exit_code == 2, res.output
+        assert "no store at" in res.output and not root.exists()
+
+    def test_failed_first_ingest_leaves_no_store(self, tmp_path):
+        bad = tmp_path / "b.jsonl"
+        bad.write_text("{bad\n")
+        res = runner.invoke(app, ["ingest", "mooncake", str(bad), "--store",
+                                  str(tmp_path / "new")])
+        assert res.exit_code == 2 and not (tmp_path / "new").exists()
+
+    def test_a_file_as_store_is_refused(self, tmp_path):
+        f = tmp_path / "file"
+        f.write_text("x")
+        res = runner.invoke(app, ["info", "--store", str(f)])
+        assert res.exit_code == 2 and "not a directory" in res.output
+
+
+class TestFailedRename:
+    def test_rename_error_after_commit_is_completed_on_next_open(self, store, tmp_path,
+                                                               monkeypatch):
+        """An OSError between renames (not a death) also leaves a write the next open
+        finishes, never half of one."""
+        import toolkit.store as st
+
+        real, calls = os.replace, [0]
+
+        def flaky(a, b):
+            calls[0] += 1
+            if calls[0] == 3:  # marker, first rename, then fail
+                raise OSError(5, "I/O error")
+            real(a, b)
+
+        monkeypatch.setattr(st.os, "replace", flaky)
+        with pytest.raises(OSError):
+            store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        monkeypatch.setattr(st.os, "replace", real)
+        with toolkit.open_store(store.root) as s:
+            assert s.keys("selections") == s.keys("selection_traces") == ["t"]
+            assert s.keys("selection_requests") == ["t"]
+            assert any("interrupted after its commit" in p for p in s.problems)
+
+
+class TestCatalogStability:
+    def test_more_files_in_a_table_do_not_rewrite_the_catalog(self, store, tmp_path):
+        """Views read directories, so only a table's first file changes the catalog; an
+        open store still sees a file another process adds."""
+        store.ingest("mooncake", mooncake_head(tmp_path / "a.jsonl", 3), "a")
+        cat = store.root / "catalog.duckdb"
+        before = (cat.read_bytes(), cat.stat().st_mtime_ns)
+        with toolkit.open_store(store.root) as other:
+            other.ingest("mooncake", mooncake_head(tmp_path / "b.jsonl", 4), "b")
+        assert (cat.read_bytes(), cat.stat().st_mtime_ns) == before
+        assert store.query("SELECT count(*) AS n FROM requests")["n"][0] == 7
