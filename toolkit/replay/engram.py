@@ -202,7 +202,7 @@ def reuse_shares(dense: np.ndarray, n_distinct: int,
 def replay_engram(store: Store, cfg: EngramReplayConfig, *, save: bool = True
                   ) -> dict[str, Any]:
     """Replay, price the placement, and (``save``) write one ``engram_runs`` row."""
-    from toolkit.cost.engram import EngramPlacement, price_placements
+    from toolkit.cost.engram import SSD_IO_BYTES, EngramPlacement, price_placements
     from toolkit.hardware import get_hardware
     from toolkit.models import get_model
 
@@ -224,7 +224,7 @@ def replay_engram(store: Store, cfg: EngramReplayConfig, *, save: bool = True
     misses = n - hits
     hit_ratio = hits / n if n else 0.0
     tokens = max(stream.tokens, 1)
-    read_bytes = stream.row_bytes if cfg.backing == "dram" else max(stream.row_bytes, 4096)
+    read_bytes = stream.row_bytes if cfg.backing == "dram" else max(stream.row_bytes, SSD_IO_BYTES)
     placement = EngramPlacement(
         model, hw, stream.row_bytes, stream.lookups_per_token_layer,
         tuple(i for i in stream.layer_ids), hit_ratio, cfg.hbm_cache_bytes,
