@@ -159,13 +159,18 @@ def demo_cmd(
 
 
 def _mount_commands() -> None:
-    from toolkit.commands import cost, selections, serving, synth, tiers
+    from toolkit.commands import cost, engram, selections, serving, synth, tiers
 
     ingest_app.command("selections")(selections.ingest_selections_cmd)
     replay_app.command("selections")(selections.replay_selections_cmd)
     replay_app.command("mrc")(selections.replay_mrc_cmd)
     replay_app.command("tiers")(tiers.tiers_cmd)
-    app.command("record")(selections.record_cmd)
+    record_app = typer.Typer(cls=engram.DefaultSelectionsGroup, no_args_is_help=True,
+                             help="Record traces: selections (default) or engram lookups.")
+    record_app.command("selections")(selections.record_cmd)
+    record_app.command("engram")(engram.record_engram_cmd)
+    app.add_typer(record_app, name="record")
+    replay_app.command("engram")(engram.replay_engram_cmd)
     synth_app.command("selections")(synth.synth_selections_cmd)
     synth_app.command("agentic")(synth.synth_agentic_cmd)
     app.add_typer(cost.hardware_app, name="hardware")

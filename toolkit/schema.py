@@ -238,6 +238,67 @@ TIER_REQUESTS = pa.schema([
     pa.field("host_used_tokens", pa.int64(), nullable=False),
 ])
 
+#: One row per token position x Engram layer x n-gram order x hash head: the table row read.
+ENGRAM_LOOKUPS = pa.schema([
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("request_id", pa.int64(), nullable=False),  # index of the text
+    pa.field("position", pa.int64(), nullable=False),  # token position in the text
+    pa.field("layer", pa.int32(), nullable=False),  # backbone layer id of the Engram module
+    pa.field("ngram", pa.int32(), nullable=False),  # N-gram order
+    pa.field("head", pa.int32(), nullable=False),
+    pa.field("row", pa.int32(), nullable=False),  # row in this (layer, ngram, head) table
+])
+
+#: One row per Engram lookup trace: the hashing configuration and what was hashed.
+ENGRAM_TRACES = pa.schema([
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("sources_json", pa.string(), nullable=False),  # text files, one per request
+    pa.field("requests", pa.int64(), nullable=False),
+    pa.field("tokens", pa.int64(), nullable=False),
+    pa.field("lookups", pa.int64(), nullable=False),
+    pa.field("config_json", pa.string(), nullable=False),
+    pa.field("compressed_vocab", pa.int64(), nullable=False),
+    pa.field("backbone_vocab", pa.int64(), nullable=False),
+    pa.field("table_rows", pa.int64(), nullable=False),  # lower bound of each prime table
+    pa.field("total_rows", pa.int64(), nullable=False),  # all tables of all layers
+    pa.field("row_bytes", pa.int64(), nullable=False),
+    pa.field("primes_json", pa.string(), nullable=False),  # [layer][order][head]
+    pa.field("multipliers_json", pa.string(), nullable=False),  # [layer][k]
+    pa.field("pad_compressed", pa.int64(), nullable=False),
+    pa.field("synthetic", pa.bool_(), nullable=False),
+])
+
+#: One row per Engram replay: cache outcome, reuse, bytes per tier and the priced placement.
+ENGRAM_RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("policy", pa.string(), nullable=False),
+    pa.field("backing", pa.string(), nullable=False),  # dram | ssd
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("hbm_cache_bytes", pa.float64(), nullable=False),
+    pa.field("capacity_rows", pa.int64(), nullable=False),
+    pa.field("row_bytes", pa.int64(), nullable=False),
+    pa.field("tokens", pa.int64(), nullable=False),
+    pa.field("lookups", pa.int64(), nullable=False),
+    pa.field("hits", pa.int64(), nullable=False),
+    pa.field("misses", pa.int64(), nullable=False),
+    pa.field("hit_ratio", pa.float64(), nullable=False),
+    pa.field("distinct_rows", pa.int64(), nullable=False),
+    pa.field("hottest_1pct_share", pa.float64(), nullable=False),
+    pa.field("hottest_10pct_share", pa.float64(), nullable=False),
+    pa.field("hbm_bytes_per_token", pa.float64(), nullable=False),
+    pa.field("backing_bytes_per_token", pa.float64(), nullable=False),  # useful row bytes
+    pa.field("backing_read_bytes_per_token", pa.float64(), nullable=False),  # incl. SSD block
+    pa.field("tokens_per_s_per_gpu_overlapped", pa.float64(), nullable=False),
+    pa.field("tokens_per_s_per_gpu_sync", pa.float64(), nullable=False),
+    pa.field("tokens_per_usd_overlapped", pa.float64(), nullable=False),
+    pa.field("tokens_per_usd_sync", pa.float64(), nullable=False),
+    pa.field("tokens_per_usd_hbm", pa.float64(), nullable=False),  # same model, table in HBM
+    pa.field("config_json", pa.string(), nullable=False),
+    pa.field("elapsed_s", pa.float64(), nullable=False),
+])
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -251,6 +312,9 @@ TABLES: dict[str, pa.Schema] = {
     "miss_curves": MISS_CURVES,
     "tier_runs": TIER_RUNS,
     "tier_requests": TIER_REQUESTS,
+    "engram_lookups": ENGRAM_LOOKUPS,
+    "engram_traces": ENGRAM_TRACES,
+    "engram_runs": ENGRAM_RUNS,
 }
 
 

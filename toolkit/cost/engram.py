@@ -1,0 +1,193 @@
+"""Price an Engram table placement: in HBM, in host DRAM or on NVMe, behind an HBM row cache.
+
+The backbone step comes from the first-order decode-step model (:mod:`toolkit.cost.decode`,
+every term sourced or labelled there; the serving model's fitted terms need a validated
+deployment row, which no Engram model has). Engram adds, per decode step:
+
+* **Capacity.** Table in HBM: each GPU holds ``table_bytes / gpus_per_replica`` (sharded
+  over the replica; assumed), which comes out of the KV budget and lowers the batch.
+  Offloaded: only the HBM row cache (``hbm_cache_bytes``) does; the table must fit in host
+  DRAM (one copy per host-memory domain) or on the node's NVMe.
+* **Fetches.** Misses of the row cache are gathered per Engram layer: from DRAM over the host
+  link with the SM gather kernel (:func:`toolkit.cost.transfer.transfer_path`, all GPUs
+  loading at once); from NVMe as one ``ssd_io_bytes`` random read per row, bounded by the
+  drive's IOPS and bandwidth plus one access latency, then over the host link.
+* **Prefetch.** Rows depend only on token ids, so a step's fetches can be issued when the
+  step starts and overlap the layers before each Engram layer (``overlapped``); or each
+  Engram layer waits for its own fetch (``sync``).
+* Engram's own FLOPs (projections, gating, short conv) are not modelled; they are equal in
+  every placement, so they do not change the ranking.
+
+SSD tier assumptions (per GPU, one drive per GPU as in the MLC node layouts of hardware.md
+§1.10): bandwidth = the spec's ``nvme_read_bytes_per_s_per_gpu`` (sourced there); 4 KiB random
+read IOPS 2.5 M (Samsung PM1743, hardware.md §1.10 [R]); access latency 80 µs
+(**assumed**: typical enterprise NVMe 4K random-read latency, not in the references); read
+granularity 4 KiB (**assumed**: one row per I/O, no coalescing of neighbouring rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from toolkit.cost.capacity import hbm_budget
+from toolkit.cost.decode import DecodeScenario, decode_step
+from toolkit.cost.transfer import transfer_path
+from toolkit.hardware import HardwareSpec
+from toolkit.models import ModelSpec
+
+SSD_IOPS_PER_GPU = 2.5e6  # PM1743 4K random read, hardware.md §1.10 [R]; 1 drive per GPU
+SSD_LATENCY_S = 80e-6  # assumed
+SSD_IO_BYTES = 4096  # assumed read granularity
+# pulse.bot summary of arXiv 2601.07372: "a 100-billion-parameter table offloaded to host
+# memory added under 3% overhead"; bf16 rows (assumed) -> 200 GB
+DEFAULT_TABLE_BYTES = 100e9 * 2
+
+
+@dataclass(frozen=True)
+class EngramPlacement:
+    """One deployment with an Engram table (per GPU unless named otherwise).
+
+    Attributes:
+        lookups_per_token_layer: rows a token reads per Engram layer (orders x heads).
+        engram_layers: backbone layer indices with an Engram module.
+        hit_ratio: HBM row-cache hit ratio (measured by an Engram replay).
+        table_bytes: all Engram tables of the model (assumed size; see module docstring).
+        max_batch_per_gpu: batch cap (latency target; assumed 256).
+    """
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    row_bytes: int
+    lookups_per_token_layer: int
+    engram_layers: tuple[int, ...]
+    hit_ratio: float
+    hbm_cache_bytes: float
+    table_bytes: float = DEFAULT_TABLE_BYTES
+    context_tokens: int = 8192
+    gpus_per_replica: int = 8
+    max_batch_per_gpu: int = 256
+    price_tier: str = "hyperscaler"
+    ssd_iops_per_gpu: float = SSD_IOPS_PER_GPU
+    ssd_latency_s: float = SSD_LATENCY_S
+    ssd_io_bytes: int = SSD_IO_BYTES
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.hit_ratio <= 1.0:
+            raise ValueError(f"hit ratio must be in [0, 1]; got {self.hit_ratio}")
+        bad = [i for i in self.engram_layers if not 0 <= i < self.model.num_layers]
+        if bad:
+            raise ValueError(f"Engram layers {bad} outside {self.model.name}'s "
+                             f"{self.model.num_layers} layers")
+
+
+def _batch(p: EngramPlacement, hbm_engram_bytes: float) -> int:
+    b = hbm_budget(p.model, p.hardware, p.context_tokens, gpus_per_replica=p.gpus_per_replica)
+    free = b.kv_budget_bytes - hbm_engram_bytes
+    return max(0, min(p.max_batch_per_gpu, int(free // b.bytes_per_request_full)))
+
+
+def _fetch_s(p: EngramPlacement, backing: str, rows: float) -> float:
+    """Seconds to bring ``rows`` missed rows of one Engram layer into HBM."""
+    if rows <= 0:
+        return 0.0
+    link = float(transfer_path(p.hardware, "sm_kernel", concurrent=True).time_s(rows, p.row_bytes))
+    if backing == "dram":
+        return link
+    ssd = p.ssd_latency_s + max(rows / p.ssd_iops_per_gpu,
+                                rows * p.ssd_io_bytes / p.hardware.nvme_read_bytes_per_s_per_gpu)
+    return ssd + link
+
+
+def _step(p: EngramPlacement, batch: int, backing: str | None) -> dict[str, float]:
+    base = decode_step(DecodeScenario(p.model, p.hardware, batch, p.context_tokens,
+                                      gpus_per_replica=p.gpus_per_replica,
+                                      price_tier=p.price_tier))
+    layer_s = base.layers["t_layer_s"].to_list()
+    rows = batch * p.lookups_per_token_layer * (1.0 - p.hit_ratio)
+    f = _fetch_s(p, backing, rows) if backing else 0.0
+    sync = base.tpot_s + f * len(p.engram_layers)
+    # overlapped: every fetch issued at step start on one queue; layer e waits for fetch e
+    clock = queue = 0.0
+    engram = set(p.engram_layers)
+    for i, t in enumerate(layer_s):
+        if i in engram:
+            queue += f
+            clock = max(clock, queue)
+        clock += t
+    price = base.usd_per_gpu_hour
+    out = {"batch_per_gpu": float(batch), "base_tpot_s": base.tpot_s,
+           "fetch_s_per_layer": f, "usd_per_gpu_hour": price}
+    for name, tpot in (("sync", sync), ("overlapped", clock)):
+        tps = batch / tpot if batch else 0.0
+        out[f"tpot_s_{name}"] = tpot
+        out[f"tokens_per_s_per_gpu_{name}"] = tps
+        out[f"tokens_per_usd_{name}"] = tps * 3600.0 / price
+    return out
+
+
+def price_placements(p: EngramPlacement) -> dict[str, dict[str, float]]:
+    """tokens/s/GPU and tokens per dollar for the table in HBM, in DRAM and on SSD."""
+    hbm_share = p.table_bytes / p.gpus_per_replica
+    res: dict[str, dict[str, float]] = {}
+    batch = _batch(p, hbm_share)
+    res["hbm"] = _step(p, max(batch, 1), None)
+    if batch == 0:
+        res["hbm"].update({k: 0.0 for k in res["hbm"]
+                           if k.startswith(("tokens_per_s", "tokens_per_usd"))})
+    res["hbm"].update(hbm_engram_bytes=hbm_share, fits=float(batch > 0))
+    host_need = p.table_bytes / p.hardware.host_mem_gpus_sharing
+    for backing in ("dram", "ssd"):
+        stored = backing == "ssd" or host_need <= p.hardware.host_mem_bytes_per_gpu
+        batch = _batch(p, p.hbm_cache_bytes)
+        fits = stored and batch > 0
+        row = _step(p, max(batch, 1), backing)
+        if not fits:
+            row.update({k: 0.0 for k in row if k.startswith(("tokens_per_s", "tokens_per_usd"))})
+        row.update(hbm_engram_bytes=p.hbm_cache_bytes, fits=float(fits))
+        res[backing] = row
+    return res
+
+
+def placement_rows(p: EngramPlacement) -> list[dict[str, Any]]:
+    """:func:`price_placements` flattened: one row per placement x fetch mode."""
+    out = []
+    for placement, r in price_placements(p).items():
+        modes = ("overlapped",) if placement == "hbm" else ("overlapped", "sync")
+        for mode in modes:
+            out.append({"hardware": p.hardware.name, "model": p.model.name,
+                        "placement": placement, "fetch": mode if placement != "hbm" else "none",
+                        "hit_ratio": p.hit_ratio, "batch_per_gpu": r["batch_per_gpu"],
+                        "tokens_per_s_per_gpu": r[f"tokens_per_s_per_gpu_{mode}"],
+                        "tokens_per_usd": r[f"tokens_per_usd_{mode}"],
+                        "fetch_s_per_layer": r["fetch_s_per_layer"],
+                        "tpot_s": r[f"tpot_s_{mode}"], "fits": bool(r["fits"])})
+    return out
+
+
+def with_hit_ratio(p: EngramPlacement, hit_ratio: float) -> EngramPlacement:
+    return replace(p, hit_ratio=hit_ratio)
+
+
+def ssd_read_s_per_row(hw: HardwareSpec, iops: float = SSD_IOPS_PER_GPU,
+                       io_bytes: int = SSD_IO_BYTES) -> float:
+    """Steady-state NVMe time per missed row: IOPS- or bandwidth-bound, whichever is slower."""
+    return max(1.0 / iops, io_bytes / hw.nvme_read_bytes_per_s_per_gpu)
+
+
+def missed_rows_per_token_for(hw: HardwareSpec, dram_tokens_per_usd: float,
+                              ssd_tokens_per_usd: float, tier: str = "hyperscaler",
+                              overlapped: bool = False) -> float:
+    """Missed rows per token that make an SSD placement reach ``ssd_tokens_per_usd`` when the
+    DRAM placement reaches ``dram_tokens_per_usd`` on ``hw`` (throughput-level inversion).
+
+    Sync: every token pays its SSD reads on top of the DRAM-placement time per token.
+    Overlapped: the SSD is the bottleneck, ``tokens/s = 1 / (rows x time per row)``.
+    """
+    price = hw.price_usd_per_gpu_hour(tier)
+    t_dram = dram_tokens_per_usd * price / 3600.0
+    t_ssd = ssd_tokens_per_usd * price / 3600.0
+    per_row = ssd_read_s_per_row(hw)
+    if overlapped:
+        return 1.0 / (t_ssd * per_row)
+    return (1.0 / t_ssd - 1.0 / t_dram) / per_row
