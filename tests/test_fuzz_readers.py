@@ -179,20 +179,27 @@ def mooncake_expected(data: bytes) -> list[tuple] | None:
         if not isinstance(h, list) or any(isinstance(x, bool) or not isinstance(x, int)
                                           or not INT64[0] <= x <= INT64[1] for x in h):
             return None
+        if len(h) != math.ceil(int(r["input_length"]) / 512):  # issue 14: strict geometry
+            return None
     t0 = float(recs[0]["timestamp"])
     return [((float(r["timestamp"]) - t0) / 1000.0, int(r["input_length"]),
              int(r["output_length"]), r["hash_ids"]) for r in recs]
 
 
-mooncake_record = st.fixed_dictionaries({
-    "timestamp": st.integers(0, 10**6), "input_length": st.integers(0, 10**5),
-    "output_length": st.integers(0, 10**3),
-    "hash_ids": st.lists(st.integers(INT64[0], INT64[1]), max_size=4)})
+@st.composite
+def mooncake_record(draw) -> dict:
+    """A valid record: ceil(input_length / 512) ids; sometimes one id too many or few."""
+    inp = draw(st.integers(0, 4 * 512))
+    n = -(-inp // 512) + draw(st.sampled_from([0, 0, 0, 0, 1, -1]))
+    return {"timestamp": draw(st.integers(0, 10**6)), "input_length": inp,
+            "output_length": draw(st.integers(0, 10**3)),
+            "hash_ids": draw(st.lists(st.integers(INT64[0], INT64[1]), min_size=max(n, 0),
+                                      max_size=max(n, 0)))}
 
 
 @st.composite
 def mooncake_file(draw) -> bytes:
-    recs = draw(st.lists(mooncake_record, min_size=1, max_size=5))
+    recs = draw(st.lists(mooncake_record(), min_size=1, max_size=5))
     recs.sort(key=lambda r: r["timestamp"])
     if draw(st.booleans()):  # a type swap, boundary value or missing field in one record
         r = draw(st.sampled_from(recs))

@@ -98,7 +98,7 @@ class TestBadInput:
     def test_corrupt_line_in_middle_of_large_file(self, store, tmp_path):
         """200,000 lines with one bad record at line 100,001: error there, nothing written."""
         path = tmp_path / "big.jsonl"
-        good = _mooncake_line(ts=7, hashes=range(4))
+        good = _mooncake_line(ts=7, inp=2048, hashes=range(4))
         with path.open("w") as f:
             for i in range(200_000):
                 f.write(_mooncake_line(ts=7, inp=-1) if i == 100_000 else good)
