@@ -24,6 +24,8 @@ from .conftest import AZURE, MOONCAKE
 
 DATA = Path(__file__).resolve().parent / "data"
 BAILIAN = DATA / "bailian_sample.jsonl"
+BURST = DATA / "burstgpt_sample.csv"
+BURST_SESSIONS = DATA / "burstgpt_sessions_sample.csv"
 runner = CliRunner()
 
 
@@ -212,10 +214,77 @@ class TestBailian:
         assert "mooncake" in str(e)
 
 
+# -- BurstGPT ---------------------------------------------------------------------------
+BURST_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+class TestBurstGPT:
+    def test_sample_lands_exactly(self, store):
+        res = store.ingest("burstgpt", BURST, "g")
+        t = store.read("requests", "g").to_pydict()
+        assert t["arrival_s"] == [0.0, 40.0, 113.0, 113.0, 246.5]  # Timestamp - 5
+        assert t["input_tokens"] == [472, 1087, 417, 1360, 85]
+        assert t["output_tokens"] == [18, 0, 217, 0, 12]
+        assert t["block_hashes"] == [[]] * 5 and t["session_id"] == [None] * 5
+        assert res.notes == (f"{BURST}: kept 2 failed request(s) (0 response tokens) of 5",)
+
+    def test_labels_filter_in_a_query(self, store):
+        store.ingest("burstgpt", BURST, "g")
+        n, tokens = store.query(
+            "SELECT count(*), sum(input_tokens)::BIGINT FROM requests "
+            "JOIN request_labels USING (trace, request_id) "
+            "WHERE model = 'GPT-4' AND log_type = 'API log'").row(0)
+        assert (n, tokens) == (1, 417)
+
+    def test_model_option_keeps_one_model(self, store):
+        res = store.ingest("burstgpt", BURST, "g4", model="GPT-4")
+        t = store.read("requests", "g4").to_pydict()
+        assert t["request_id"] == [2, 4]  # positions in the file
+        assert t["arrival_s"] == [0.0, 133.5]  # from the first kept row
+        assert any("kept 2 'GPT-4' row(s) of 5" in n for n in res.notes)
+        assert not any("failed" in n for n in res.notes)
+
+    def test_model_option_unknown_model(self, kept):
+        refused(kept, "burstgpt", BURST, None, "Model", "'ChatGPT', 'GPT-4'", model="gpt-5")
+
+    def test_cli_model_option(self, tmp_path):
+        res = runner.invoke(app, ["ingest", "burstgpt", str(BURST), "--store",
+                                  str(tmp_path / "s"), "--model", "ChatGPT"])
+        assert res.exit_code == 0, res.output
+        assert "ingested 3 rows" in res.output and "2 failed" in res.output
+
+    def test_sessions_and_extra_column(self, store):
+        res = store.ingest("burstgpt", BURST_SESSIONS, "gs")
+        t = store.read("requests", "gs").to_pydict()
+        assert t["session_id"] == [12, 13, 12, None]
+        assert t["turn"] == [0, 0, 1, None]
+        assert any("'Elapsed time'" in n for n in res.notes)
+
+    @pytest.mark.parametrize(("row", "field", "msg"), [
+        ("x,ChatGPT,1,1,2,API log", "Timestamp", "non-negative decimal"),
+        ("3,ChatGPT,1,1,3,API log", "Total tokens", "is not Request tokens + Response"),
+        ("3,ChatGPT,-1,1,0,API log", "Request tokens", "must be >= 0"),
+        ("3,ChatGPT,1e3,1,0,API log", "Request tokens", "non-negative integer"),
+        ("3,,1,1,2,API log", "Model", "empty"),
+        ("3,ChatGPT,1,1,2, ", "Log Type", "empty"),
+        ("1,ChatGPT,1,1,2,API log", "Timestamp", "earlier than"),
+    ])
+    def test_refused(self, kept, tmp_path, row, field, msg):
+        p = tmp_path / "g.csv"
+        p.write_text(BURST_HEADER + "2,ChatGPT,1,1,2,API log\n" + row + "\n")
+        refused(kept, "burstgpt", p, 3, field, msg)
+
+    def test_azure_file_hint_both_ways(self, kept):
+        e = refused(kept, "burstgpt", AZURE, 1, "Timestamp", "missing column")
+        assert "azure" in str(e)
+        e = refused(kept, "azure", BURST, 1, "TIMESTAMP", "missing column")
+        assert "toolkit ingest burstgpt" in str(e)
+
+
 def test_cli_lists_new_readers():
     res = runner.invoke(app, ["ingest", "--help"])
     assert res.exit_code == 0
-    assert "bailian" in res.output
+    assert "bailian" in res.output and "burstgpt" in res.output
 
 
 def test_open_store_smoke(tmp_path):

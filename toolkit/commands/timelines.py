@@ -50,5 +50,18 @@ def ingest_mooncake_cmd(
                time_unit=time_unit)
 
 
+def ingest_burstgpt_cmd(
+    path: PathArg,
+    store: StoreOpt,
+    name: NameOpt = None,
+    replace: ReplaceOpt = False,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Keep only this Model's rows (e.g. GPT-4).")
+    ] = None,
+) -> None:
+    """BurstGPT CSV (second timestamps, Model and Log Type labels, no prefix hashes)."""
+    run_ingest("burstgpt", path, store, name, replace, model=model)
+
+
 #: format name -> command, for the formats whose command is not the generic one.
-COMMANDS = {"mooncake": ingest_mooncake_cmd}
+COMMANDS = {"mooncake": ingest_mooncake_cmd, "burstgpt": ingest_burstgpt_cmd}

@@ -117,9 +117,18 @@ def ingest_file(
 
 
 def _register_builtins() -> None:
-    from toolkit.ingest import azure, bailian, bundle, dsa_jsonl, mooncake, npz, parquet
+    from toolkit.ingest import (
+        azure,
+        bailian,
+        bundle,
+        burstgpt,
+        dsa_jsonl,
+        mooncake,
+        npz,
+        parquet,
+    )
 
-    for mod in (mooncake, azure, bailian, dsa_jsonl, npz, parquet, bundle):
+    for mod in (mooncake, azure, bailian, burstgpt, dsa_jsonl, npz, parquet, bundle):
         readers.register(mod.READER.name, mod.READER)
 
 
