@@ -26,6 +26,7 @@ DATA = Path(__file__).resolve().parent / "data"
 BAILIAN = DATA / "bailian_sample.jsonl"
 BURST = DATA / "burstgpt_sample.csv"
 BURST_SESSIONS = DATA / "burstgpt_sessions_sample.csv"
+AGENTIC = DATA / "agentic_sample.jsonl"
 runner = CliRunner()
 
 
@@ -281,10 +282,91 @@ class TestBurstGPT:
         assert "toolkit ingest burstgpt" in str(e)
 
 
+# -- Agentic sessions (Weka trace format) ------------------------------------------------
+def agentic_session(**over) -> dict:
+    rec = {"id": "s", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
+           "requests": [{"t": 0.0, "type": "n", "model": "m", "in": 64, "out": 1,
+                         "hash_ids": [0]}]}
+    rec.update(over)
+    return rec
+
+
+class TestAgentic:
+    def test_sample_lands_exactly(self, store):
+        res = store.ingest("agentic", AGENTIC, "a")
+        t = store.read("requests", "a").to_pydict()
+        assert t["arrival_s"] == [0.0, 3.0, 4.0, 6.0, 0.0, 2.5]  # session B starts at t=10
+        assert t["input_tokens"] == [200, 128, 192, 300, 64, 130]
+        assert t["output_tokens"] == [30, 10, 12, 40, 5, 6]
+        assert t["session_id"] == [0, 0, 0, 0, 1, 1]
+        assert t["turn"] == [0, 1, 2, 3, 0, 1]
+        assert t["block_tokens"] == [64] * 6
+        # local ids renumbered: session A's 0..6 stay 0..6, session B's 0..2 become 7..9
+        assert t["block_hashes"] == [[0, 1, 2, 3], [0, 5], [0, 5, 6], [0, 1, 2, 3, 4], [7],
+                                     [7, 8, 9]]
+        lab = store.read("request_labels", "a").to_pydict()
+        assert lab["model"] == ["claude-x", "claude-y", "claude-y", "claude-x", "claude-x",
+                                "claude-x"]
+        assert lab["request_type"] == ["n", "subagent:Explore/n", "subagent:Explore/s", "s",
+                                       "n", "n"]
+        assert any("'user_tag'" in n for n in res.notes)
+        assert any("not stored: api_time, think_time, ttft" in n for n in res.notes)
+
+    def test_prefix_replay_keeps_sessions_apart(self, store):
+        """Unbounded LRU in arrival order A0, B0, B1, A1, A2, A3 (ties by request id):
+        lookups 4+1+3+2+3+5 = 18; hits 0, 0, 1 (B's 7), 1 (0), 2 (0, 5), 4 (0..3) = 8,
+        all leading. Without renumbering B0's id 0 would hit A's block 0."""
+        store.ingest("agentic", AGENTIC, "a")
+        row = replay_prefix(store, PrefixReplayConfig("a", "lru", None), save=False)
+        assert (row["block_lookups"], row["block_hits"], row["prefix_hit_blocks"]) == (18, 8, 8)
+
+    def test_replay_tiers_runs_the_sessions(self, store):
+        """`replay tiers` runs closed-loop over the ingested sessions (one user at a time:
+        the six calls in session order)."""
+        from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+
+        store.ingest("agentic", AGENTIC, "a")
+        res = replay_tiers(store, TierReplayConfig("a", concurrency=1), save=False)
+        got = res.requests.to_pydict()
+        assert sorted(zip(got["session_id"], got["turn"], strict=True)) == \
+            [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]
+        assert res.summary["requests"] == 6
+
+    def test_pretty_printed_single_session(self, store, tmp_path):
+        p = tmp_path / "one.json"
+        p.write_text(json.dumps(agentic_session(), indent=2))
+        assert store.ingest("agentic", p).rows == 1
+
+    @pytest.mark.parametrize(("over", "field", "msg"), [
+        ({"hash_id_scope": "global"}, "hash_id_scope", "expected 'local'"),
+        ({"block_size": 0}, "block_size", "must be 1..2^31-1"),
+        ({"id": 5}, "id", "expected a string"),
+        ({"requests": {}}, "requests", "expected a list"),
+        ({"requests": [{"t": 0, "type": "x"}]}, "requests[0].type", "'n', 's' or 'subagent'"),
+        ({"requests": [{"t": 0, "type": "n", "model": "m", "in": 1}]}, "requests[0].out",
+         "missing"),
+        ({"requests": [{"t": 0, "type": "n", "model": "m", "in": 1, "out": 1,
+                        "hash_ids": [1, "a"]}]}, "requests[0].hash_ids[1]", "int64 block id"),
+        ({"requests": [{"t": 0, "type": "subagent", "agent_id": "a", "subagent_type": "E",
+                        "status": "completed", "models": [], "requests": [
+                            {"t": 0, "type": "subagent"}]}]},
+         "requests[0].requests[0].type", "expected 'n' or 's'"),
+        ({"requests": [{"t": None, "type": "n", "model": "m", "in": 1, "out": 1}]},
+         "requests[0].t", "finite number"),
+    ])
+    def test_refused(self, kept, tmp_path, over, field, msg):
+        p = write_jsonl(tmp_path / "a.jsonl", [agentic_session(), agentic_session(**over)])
+        refused(kept, "agentic", p, 2, field, msg)
+
+    def test_bailian_file_hint(self, kept):
+        e = refused(kept, "agentic", BAILIAN, 1, "id", "missing")
+        assert "toolkit ingest bailian" in str(e)
+
+
 def test_cli_lists_new_readers():
     res = runner.invoke(app, ["ingest", "--help"])
     assert res.exit_code == 0
-    assert "bailian" in res.output and "burstgpt" in res.output
+    assert all(f in res.output for f in ("bailian", "burstgpt", "agentic"))
 
 
 def test_open_store_smoke(tmp_path):

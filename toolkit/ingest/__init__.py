@@ -118,6 +118,7 @@ def ingest_file(
 
 def _register_builtins() -> None:
     from toolkit.ingest import (
+        agentic,
         azure,
         bailian,
         bundle,
@@ -128,7 +129,7 @@ def _register_builtins() -> None:
         parquet,
     )
 
-    for mod in (mooncake, azure, bailian, burstgpt, dsa_jsonl, npz, parquet, bundle):
+    for mod in (mooncake, azure, bailian, burstgpt, agentic, dsa_jsonl, npz, parquet, bundle):
         readers.register(mod.READER.name, mod.READER)
 
 
