@@ -363,6 +363,16 @@ class TestAgentic:
         assert "toolkit ingest bailian" in str(e)
 
 
+def test_dsa_jsonl_notes_extra_keys_and_names_a_timeline_file(kept, tmp_path):
+    p = write_jsonl(tmp_path / "d.jsonl", [
+        {"event": "dsa_topk", "request_id": 0, "layer_id": 0, "step_idx": 0,
+         "seq_len_current": 4, "selected_token_pos": [1, 2], "ts_ns": 5}])
+    res = kept.ingest("dsa-jsonl", p, "d")
+    assert len(res.notes) == 1 and "'ts_ns'" in res.notes[0]
+    e = refused(kept, "dsa-jsonl", BAILIAN, None, None, "no 'dsa_topk' events")
+    assert "toolkit ingest bailian" in str(e)
+
+
 def test_cli_lists_new_readers():
     res = runner.invoke(app, ["ingest", "--help"])
     assert res.exit_code == 0
