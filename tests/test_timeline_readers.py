@@ -341,6 +341,8 @@ class TestAgentic:
         ({"hash_id_scope": "global"}, "hash_id_scope", "expected 'local'"),
         ({"block_size": 0}, "block_size", "must be 1..2^31-1"),
         ({"id": 5}, "id", "expected a string"),
+        ({"models": "m"}, "models", "list of strings"),
+        ({"tool_tokens": -1}, "tool_tokens", "must be >= 0"),
         ({"requests": {}}, "requests", "expected a list"),
         ({"requests": [{"t": 0, "type": "x"}]}, "requests[0].type", "'n', 's' or 'subagent'"),
         ({"requests": [{"t": 0, "type": "n", "model": "m", "in": 1}]}, "requests[0].out",

@@ -65,6 +65,18 @@ class _Session:
         self.kinds: list[str] = []
 
 
+def _strings(value: object, path: Path, line: int, field: str) -> None:
+    """Refuse anything but a list of strings (``models``)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:37]}..."
+        raise TraceFormatError(path, line, field, f"expected a list of strings, got {shown}")
+
+
+def _text(value: object, path: Path, line: int, field: str) -> None:
+    if not isinstance(value, str):
+        raise TraceFormatError(path, line, field, f"expected a string, got {value!r}")
+
+
 def _objects(path: Path):
     """JSONL sessions, or one pretty-printed session object (a per-session .json file)."""
     try:
@@ -96,8 +108,11 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
                                        "missing" + hint(looks_like(rec, not_="agentic")))
         extra["session"].update(k for k in rec
                                 if k not in SESSION_FIELDS and k not in SESSION_OPTIONAL)
-        if not isinstance(rec["id"], str):
-            raise TraceFormatError(path, lineno, "id", f"expected a string, got {rec['id']!r}")
+        _text(rec["id"], path, lineno, "id")
+        _strings(rec["models"], path, lineno, "models")
+        for f in ("tool_tokens", "system_tokens"):
+            if f in rec:
+                as_count(rec[f], path, lineno, f)
         if rec["hash_id_scope"] != "local":
             raise TraceFormatError(path, lineno, "hash_id_scope",
                                    f"expected 'local' (the only scope the format defines), "
@@ -168,9 +183,9 @@ def _calls(path: Path, line: int, value: object, where: str, s: _Session,
             extra["subagent"].update(k for k in req if k not in SUBAGENT_FIELDS
                                      and k not in SUBAGENT_OPTIONAL)
             label = req["subagent_type"]
-            if not isinstance(label, str):
-                raise TraceFormatError(path, line, f"{at}.subagent_type",
-                                       f"expected a string, got {label!r}")
+            for f in ("agent_id", "subagent_type", "status"):
+                _text(req[f], path, line, f"{at}.{f}")
+            _strings(req["models"], path, line, f"{at}.models")
             as_time(req["t"], path, line, f"{at}.t")
             _calls(path, line, req["requests"], f"{at}.requests", s, extra, unused,
                    inside=label)
@@ -185,8 +200,7 @@ def _calls(path: Path, line: int, value: object, where: str, s: _Session,
         unused.update(k for k in NOT_STORED if req.get(k) is not None)
         t = as_time(req["t"], path, line, f"{at}.t")
         model = req["model"]
-        if not isinstance(model, str):
-            raise TraceFormatError(path, line, f"{at}.model", f"expected a string, got {model!r}")
+        _text(model, path, line, f"{at}.model")
         ids = as_hash_list(req.get("hash_ids", []), path, line, f"{at}.hash_ids")
         s.t.append(t)
         s.inp.append(as_count(req["in"], path, line, f"{at}.in"))
