@@ -148,7 +148,8 @@ class TestBadInput:
             store.ingest("mooncake", tmp_path / "nope.jsonl")
 
     def test_unknown_format_lists_known(self, store):
-        known = "known: azure, bundle, dsa-jsonl, mooncake, npz, parquet"
+        known = ("known: agentic, azure, bailian, bundle, burstgpt, dsa-jsonl, mooncake, "
+                 "npz, parquet")
         with pytest.raises(KeyError, match=known):
             store.ingest("bogus", AZURE)
 

@@ -375,6 +375,20 @@ def test_dsa_jsonl_notes_extra_keys_and_names_a_timeline_file(kept, tmp_path):
     assert "toolkit ingest bailian" in str(e)
 
 
+@pytest.mark.parametrize(("fmt", "path", "line", "field", "fits"), [
+    ("mooncake", BURST, 1, None, "toolkit ingest burstgpt"),
+    ("bailian", AZURE, 1, None, "toolkit ingest azure"),
+    ("agentic", BURST, 1, None, "toolkit ingest burstgpt"),
+    ("azure", MOONCAKE, 1, "TIMESTAMP", "toolkit ingest mooncake"),
+    ("burstgpt", BAILIAN, 1, "Timestamp", "toolkit ingest bailian"),
+    ("burstgpt", AGENTIC, 1, "Timestamp", "toolkit ingest agentic"),
+])
+def test_a_file_of_another_format_is_named(kept, fmt, path, line, field, fits):
+    """JSONL readers given CSV, CSV readers given JSONL: the refusal names the reader."""
+    e = refused(kept, fmt, path, line, field, "")
+    assert fits in str(e)
+
+
 def test_cli_lists_new_readers():
     res = runner.invoke(app, ["ingest", "--help"])
     assert res.exit_code == 0

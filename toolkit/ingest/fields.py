@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from toolkit import schema
 from toolkit.errors import TraceFormatError
+from toolkit.ingest.sniff import hint, line_looks_like
 
 INT64_MAX = (1 << 63) - 1
 
@@ -77,7 +78,10 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict, bytes]]:
             except UnicodeDecodeError as e:
                 raise TraceFormatError(path, lineno, None, f"not UTF-8 text: {e.reason}") from None
             except json.JSONDecodeError as e:
-                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}") from None
+                other = hint(line_looks_like(raw.decode("utf-8", "replace"), not_="")) \
+                    if lineno == 1 else ""
+                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}{other}") \
+                    from None
             except ValueError as e:  # e.g. an integer of more than 4300 digits
                 raise TraceFormatError(path, lineno, None, f"invalid JSON: {e}") from None
             if not isinstance(rec, dict):

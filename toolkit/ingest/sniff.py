@@ -7,6 +7,7 @@ leaving the user to guess.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 # Keys (JSON) or header columns (CSV) that identify each format; the first match wins,
@@ -30,6 +31,18 @@ def looks_like(keys: Iterable[str], *, not_: str) -> str | None:
         if sig <= have:
             return None if fmt == not_ else fmt
     return None
+
+
+def line_looks_like(text: str, *, not_: str) -> str | None:
+    """The format a file's first line (a JSON object or a CSV header) belongs to."""
+    text = text.strip().removeprefix("\ufeff")
+    if text.startswith("{"):
+        try:
+            rec = json.loads(text)
+        except ValueError:
+            return None
+        return looks_like(rec, not_=not_) if isinstance(rec, dict) else None
+    return looks_like(text.split(","), not_=not_)
 
 
 def hint(fmt: str | None) -> str:
