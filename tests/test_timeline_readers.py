@@ -389,6 +389,16 @@ def test_a_file_of_another_format_is_named(kept, fmt, path, line, field, fits):
     assert fits in str(e)
 
 
+def test_replacing_a_labelled_trace_leaves_no_stale_labels(store):
+    store.ingest("burstgpt", BURST, "t")
+    assert store.read("request_labels", "t").num_rows == 5
+    store.ingest("mooncake", MOONCAKE, "t", replace=True)
+    assert store.read("request_labels", "t").num_rows == 0
+    n = store.query("SELECT count(*) FROM requests JOIN request_labels "
+                    "USING (trace, request_id) WHERE trace = 't'").item()
+    assert n == 0
+
+
 def test_cli_lists_new_readers():
     res = runner.invoke(app, ["ingest", "--help"])
     assert res.exit_code == 0
