@@ -179,20 +179,27 @@ def mooncake_expected(data: bytes) -> list[tuple] | None:
         if not isinstance(h, list) or any(isinstance(x, bool) or not isinstance(x, int)
                                           or not INT64[0] <= x <= INT64[1] for x in h):
             return None
+        if len(h) != math.ceil(int(r["input_length"]) / 512):  # issue 14: strict geometry
+            return None
     t0 = float(recs[0]["timestamp"])
     return [((float(r["timestamp"]) - t0) / 1000.0, int(r["input_length"]),
              int(r["output_length"]), r["hash_ids"]) for r in recs]
 
 
-mooncake_record = st.fixed_dictionaries({
-    "timestamp": st.integers(0, 10**6), "input_length": st.integers(0, 10**5),
-    "output_length": st.integers(0, 10**3),
-    "hash_ids": st.lists(st.integers(INT64[0], INT64[1]), max_size=4)})
+@st.composite
+def mooncake_record(draw) -> dict:
+    """A valid record: ceil(input_length / 512) ids; sometimes one id too many or few."""
+    inp = draw(st.integers(0, 4 * 512))
+    n = -(-inp // 512) + draw(st.sampled_from([0, 0, 0, 0, 1, -1]))
+    return {"timestamp": draw(st.integers(0, 10**6)), "input_length": inp,
+            "output_length": draw(st.integers(0, 10**3)),
+            "hash_ids": draw(st.lists(st.integers(INT64[0], INT64[1]), min_size=max(n, 0),
+                                      max_size=max(n, 0)))}
 
 
 @st.composite
 def mooncake_file(draw) -> bytes:
-    recs = draw(st.lists(mooncake_record, min_size=1, max_size=5))
+    recs = draw(st.lists(mooncake_record(), min_size=1, max_size=5))
     recs.sort(key=lambda r: r["timestamp"])
     if draw(st.booleans()):  # a type swap, boundary value or missing field in one record
         r = draw(st.sampled_from(recs))
@@ -523,3 +530,203 @@ def test_bundle_exact_or_refused(lab, table, meta, swap, prompt):
             written["k"], written["order"], written["model"], written["synthetic"])
         assert got["selection_requests"].column("prompt_tokens").to_pylist() == \
             req.column("prompt_tokens").to_pylist()
+
+
+# -- Qwen-Bailian (issue 14): independent validator ------------------------------------
+BAILIAN_FIELDS = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length",
+                  "type", "turn", "hash_ids")
+
+
+def _int_ok(v: object, lo: int) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and lo <= v <= INT64[1]
+
+
+def bailian_expected(data: bytes) -> list[tuple] | None:
+    """Rows (arrival_s, input, output, hashes, session, turn) the format implies, or None."""
+    recs = _json_lines(data)
+    if not recs:
+        return None
+    prev = -math.inf
+    root: dict[int, int] = {}
+    rows = []
+    for r in recs:
+        if not all(f in r for f in BAILIAN_FIELDS):
+            return None
+        chat, parent = r["chat_id"], r["parent_chat_id"]
+        if not _int_ok(chat, 0) or chat in root or not _int_ok(parent, -1) or parent == chat:
+            return None
+        if not _finite(r["timestamp"]) or float(r["timestamp"]) < prev:
+            return None
+        prev = float(r["timestamp"])
+        if not all(_count_ok(r[f]) for f in ("input_length", "output_length", "turn")):
+            return None
+        if not isinstance(r["type"], str) or int(r["turn"]) > 2**31 - 1:
+            return None
+        h = r["hash_ids"]
+        if not isinstance(h, list) or any(isinstance(x, bool) or not isinstance(x, int)
+                                          or not INT64[0] <= x <= INT64[1] for x in h):
+            return None
+        n = int(r["input_length"])
+        if not n // 16 <= len(h) <= math.ceil(n / 16):
+            return None
+        root[chat] = chat if parent == -1 else root.get(parent, parent)
+        rows.append((float(r["timestamp"]), n, int(r["output_length"]), h, root[chat],
+                     int(r["turn"])))
+    t0 = rows[0][0]
+    return [(t - t0, *rest) for t, *rest in rows]
+
+
+@st.composite
+def bailian_file(draw) -> bytes:
+    n = draw(st.integers(1, 5))
+    recs, t = [], 0.0
+    for i in range(n):
+        t += draw(st.sampled_from([0.0, 0.001, 1.386, 7.5]))
+        inp = draw(st.integers(0, 80))
+        k = draw(st.sampled_from([inp // 16, -(-inp // 16), -(-inp // 16), -(-inp // 16) + 1]))
+        recs.append({"chat_id": 10 + i,
+                     "parent_chat_id": draw(st.sampled_from([-1, 9 + i, 3, -1])) if i else -1,
+                     "timestamp": round(t, 3), "input_length": inp,
+                     "output_length": draw(st.integers(0, 50)),
+                     "type": draw(st.sampled_from(["text", "search", "image", "file"])),
+                     "turn": draw(st.integers(1, 4)),
+                     "hash_ids": draw(st.lists(st.integers(0, 20), min_size=k, max_size=k))})
+    if draw(st.booleans()):
+        r = draw(st.sampled_from(recs))
+        field = draw(st.sampled_from(sorted(r)))
+        if draw(st.integers(0, 5)) == 0:
+            del r[field]
+        else:
+            r[field] = draw(NASTY)
+    data = "".join(json.dumps(r) + "\n" for r in recs).encode()
+    return draw(mutate_bytes(data))
+
+
+@FUZZ
+@given(data=bailian_file())
+def test_bailian_exact_or_refused(lab, data):
+    p = lab.dir / "b.jsonl"
+    p.write_bytes(data)
+    got = lab.ingest("bailian", p)
+    want = bailian_expected(data)
+    assert (got is None) == (want is None), (data[:300], want)
+    if got is not None:
+        t = got["requests"]
+        rows = list(zip(*(t.column(c).to_pylist() for c in
+                          ("arrival_s", "input_tokens", "output_tokens", "block_hashes",
+                           "session_id", "turn")), strict=True))
+        assert rows == want
+        assert got["request_labels"].num_rows == t.num_rows
+
+
+# -- BurstGPT (issue 14) ----------------------------------------------------------------
+@st.composite
+def burstgpt_file(draw) -> bytes:
+    n = draw(st.integers(1, 5))
+    rows = [["Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens",
+             "Log Type"]]
+    t = 0
+    for _ in range(n):
+        t += draw(st.integers(0, 90))
+        req, resp = draw(st.integers(0, 5000)), draw(st.integers(0, 500))
+        rows.append([str(t), draw(st.sampled_from(["ChatGPT", "GPT-4"])), str(req), str(resp),
+                     str(req + resp), draw(st.sampled_from(["Conversation log", "API log"]))])
+    if draw(st.booleans()):
+        r, c = draw(st.integers(1, n)), draw(st.integers(0, 5))
+        rows[r][c] = draw(st.one_of(st.sampled_from(
+            ["1_000", "+5", "-1", " 7 ", "\u0661\u0662", "1e3", "5.0", "", "0x10", "nan",
+             str(2**63), str(2**63 - 1), "9" * 400]), st.text(max_size=5)))
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return draw(mutate_bytes(buf.getvalue().encode("utf-8")))
+
+
+@FUZZ
+@given(data=burstgpt_file(), model=st.sampled_from([None, "GPT-4"]))
+def test_burstgpt_exact_or_refused(lab, data, model):
+    """Accepted: counts are the file's ASCII digits, Total = Request + Response, labels and
+    request ids line up with the kept rows."""
+    p = lab.dir / "g.csv"
+    p.write_bytes(data)
+    got = lab.ingest("burstgpt", p, model=model)
+    if got is None:
+        return
+    text = data.decode("utf-8").removeprefix("\ufeff")
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+    head = [h.strip() for h in rows[0]]
+    ix = {c: head.index(c) for c in ("Timestamp", "Model", "Request tokens",
+                                     "Response tokens", "Total tokens")}
+    kept = [(i, r) for i, r in enumerate(rows[1:]) if model is None
+            or r[ix["Model"]].strip() == model]
+    for _, r in kept:
+        for c in ("Request tokens", "Response tokens", "Total tokens"):
+            assert r[ix[c]].strip().isascii() and r[ix[c]].strip().isdigit(), r
+        assert int(r[ix["Total tokens"]]) == int(r[ix["Request tokens"]]) + \
+            int(r[ix["Response tokens"]])
+    t = got["requests"]
+    assert t.column("request_id").to_pylist() == [i for i, _ in kept]
+    assert t.column("input_tokens").to_pylist() == [int(r[ix["Request tokens"]])
+                                                    for _, r in kept]
+    assert t.column("output_tokens").to_pylist() == [int(r[ix["Response tokens"]])
+                                                     for _, r in kept]
+    ts = [float(r[ix["Timestamp"]]) for _, r in kept]
+    assert t.column("arrival_s").to_pylist() == [x - ts[0] for x in ts]
+    assert got["request_labels"].column("model").to_pylist() == \
+        [r[ix["Model"]].strip() for _, r in kept]
+
+
+# -- Agentic sessions (issue 14) --------------------------------------------------------
+@st.composite
+def agentic_file(draw) -> bytes:
+    sessions = []
+    for s in range(draw(st.integers(1, 3))):
+        reqs = []
+        for i in range(draw(st.integers(1, 3))):
+            call = {"t": float(i), "type": draw(st.sampled_from(["n", "s"])), "model": "m",
+                    "in": draw(st.integers(0, 300)), "out": draw(st.integers(0, 30)),
+                    "hash_ids": draw(st.lists(st.integers(0, 6), max_size=5))}
+            if draw(st.integers(0, 3)) == 0:
+                call = {"t": float(i), "type": "subagent", "agent_id": f"a{i}",
+                        "subagent_type": "Explore", "status": "completed", "models": ["m"],
+                        "requests": [call | {"type": "n"}]}
+            reqs.append(call)
+        sessions.append({"id": f"s{s}", "models": ["m"], "block_size": 64,
+                         "hash_id_scope": "local", "requests": reqs})
+    if draw(st.booleans()):
+        sess = draw(st.sampled_from(sessions))
+        target = draw(st.sampled_from([sess, *sess["requests"]]))
+        field = draw(st.sampled_from(sorted(target)))
+        if draw(st.integers(0, 5)) == 0:
+            del target[field]
+        else:
+            target[field] = draw(NASTY)
+    data = "".join(json.dumps(s) + "\n" for s in sessions).encode()
+    return draw(mutate_bytes(data))
+
+
+@FUZZ
+@given(data=agentic_file())
+def test_agentic_exact_or_refused(lab, data):
+    """Accepted: one row per API call in file order; sessions never share a block id."""
+    p = lab.dir / "a.jsonl"
+    p.write_bytes(data)
+    got = lab.ingest("agentic", p)
+    if got is None:
+        return
+    recs = _json_lines(data) or [json.loads(data.decode("utf-8"))]
+    calls = []
+    for si, s in enumerate(recs):
+        assert isinstance(s["models"], list) and all(isinstance(m, str) for m in s["models"])
+        for r in s["requests"]:
+            for c in r["requests"] if r["type"] == "subagent" else [r]:
+                calls.append((si, int(c["in"]), int(c["out"]), len(c.get("hash_ids", []))))
+    t = got["requests"]
+    sess = t.column("session_id").to_pylist()
+    hashes = t.column("block_hashes").to_pylist()
+    assert list(zip(sess, t.column("input_tokens").to_pylist(),
+                    t.column("output_tokens").to_pylist(), map(len, hashes),
+                    strict=True)) == calls
+    owner: dict[int, int] = {}
+    for si, hs in zip(sess, hashes, strict=True):
+        for h in hs:
+            assert owner.setdefault(h, si) == si

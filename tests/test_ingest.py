@@ -98,7 +98,7 @@ class TestBadInput:
     def test_corrupt_line_in_middle_of_large_file(self, store, tmp_path):
         """200,000 lines with one bad record at line 100,001: error there, nothing written."""
         path = tmp_path / "big.jsonl"
-        good = _mooncake_line(ts=7, hashes=range(4))
+        good = _mooncake_line(ts=7, inp=2048, hashes=range(4))
         with path.open("w") as f:
             for i in range(200_000):
                 f.write(_mooncake_line(ts=7, inp=-1) if i == 100_000 else good)
@@ -148,7 +148,8 @@ class TestBadInput:
             store.ingest("mooncake", tmp_path / "nope.jsonl")
 
     def test_unknown_format_lists_known(self, store):
-        known = "known: azure, bundle, dsa-jsonl, mooncake, npz, parquet"
+        known = ("known: agentic, azure, bailian, bundle, burstgpt, dsa-jsonl, mooncake, "
+                 "npz, parquet")
         with pytest.raises(KeyError, match=known):
             store.ingest("bogus", AZURE)
 

@@ -50,11 +50,14 @@ def _make_ingest_command(fmt: str, description: str) -> None:
 
 
 def _register_ingest_commands() -> None:
+    from toolkit.commands.timelines import COMMANDS
     from toolkit.ingest import readers
 
     for fmt in readers.names():
         reader = readers.get(fmt)
-        if reader.table == "requests":
+        if fmt in COMMANDS:  # formats with options of their own
+            ingest_app.command(fmt)(COMMANDS[fmt])
+        elif reader.table == "requests":
             _make_ingest_command(fmt, reader.description)
 
 

@@ -34,6 +34,19 @@ REQUEST_TRACES = pa.schema(
     ]
 )
 
+#: Per-request labels some formats carry (BurstGPT's Model and Log Type, Qwen-Bailian's
+#: type, the agentic traces' model); join on (trace, request_id) to filter requests by them.
+#: Only traces whose format has labels get a file here.
+REQUEST_LABELS = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("model", pa.string(), nullable=True),  # e.g. "ChatGPT", "GPT-4"
+        pa.field("log_type", pa.string(), nullable=True),  # e.g. "Conversation log", "API log"
+        pa.field("request_type", pa.string(), nullable=True),  # e.g. "text", "search", "n"
+    ]
+)
+
 #: One row per replay run: its frozen config (flattened) plus the run summary.
 REPLAY_RUNS = pa.schema(
     [
@@ -303,6 +316,7 @@ ENGRAM_RUNS = pa.schema([
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
     "request_traces": REQUEST_TRACES,
+    "request_labels": REQUEST_LABELS,
     "replay_runs": REPLAY_RUNS,
     "selections": SELECTIONS,
     "selection_traces": SELECTION_TRACES,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from toolkit import schema
 from toolkit.errors import StoreError, TraceFormatError
 from toolkit.registry import Registry
 from toolkit.store import check_key
@@ -106,6 +107,9 @@ def ingest_file(
     if reader.table == "requests":
         tables["request_traces"] = pa.table(
             {"trace": [trace], "format": [fmt], "source": [str(path)], "synthetic": [False]})
+        if "request_labels" not in tables and trace in store.keys("request_labels"):
+            # replacing a labelled trace with an unlabelled one: leave no stale labels
+            tables["request_labels"] = schema.REQUEST_LABELS.empty_table()
     outs = store.write_many(tables, trace, replace=replace)
     rows = tables[reader.table].num_rows
     return IngestResult(trace, reader.table, rows, outs[0], time.perf_counter() - t0,
@@ -113,9 +117,19 @@ def ingest_file(
 
 
 def _register_builtins() -> None:
-    from toolkit.ingest import azure, bundle, dsa_jsonl, mooncake, npz, parquet
+    from toolkit.ingest import (
+        agentic,
+        azure,
+        bailian,
+        bundle,
+        burstgpt,
+        dsa_jsonl,
+        mooncake,
+        npz,
+        parquet,
+    )
 
-    for mod in (mooncake, azure, dsa_jsonl, npz, parquet, bundle):
+    for mod in (mooncake, azure, bailian, burstgpt, agentic, dsa_jsonl, npz, parquet, bundle):
         readers.register(mod.READER.name, mod.READER)
 
 

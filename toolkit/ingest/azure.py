@@ -19,6 +19,7 @@ import pyarrow as pa
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest.fields import MonotonicClock, as_count, requests_table
+from toolkit.ingest.sniff import hint, line_looks_like, looks_like
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _TS = re.compile(
@@ -99,7 +100,9 @@ def _read_rows(path: Path, rows: Iterator[list[str]], clock: MonotonicClock,
     header = [h.strip() for h in header]
     for col in COLUMNS:
         if col not in header:
-            raise TraceFormatError(path, 1, col, f"missing column; header is {header}")
+            raise TraceFormatError(path, 1, col, f"missing column; header is {header}"
+                                   + hint(looks_like(header, not_="azure")
+                                        or line_looks_like(",".join(header), not_="azure")))
     idx = [header.index(c) for c in COLUMNS]
     extra = [h for h in header if h not in COLUMNS]
     if extra:

@@ -15,9 +15,10 @@ import numpy as np
 import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
-from toolkit.ingest import Reader
+from toolkit.ingest import Reader, note
 from toolkit.ingest.fields import INT64_MAX, as_count, jsonl_records, require
 from toolkit.ingest.selections import SelectionColumns, SelectionError, TraceMeta, build_tables
+from toolkit.ingest.sniff import extra_note, hint, looks_like
 
 EVENT = "dsa_topk"
 FIELDS = ("request_id", "layer_id", "step_idx", "seq_len_current", "selected_token_pos")
@@ -50,10 +51,16 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
     cols: dict[str, list[int]] = {"request_id": [], "step": [], "layer": [], "seq_len": []}
     lists: list[np.ndarray] = []
     lines: list[int] = []
+    extra: set[str] = set()
+    first: dict | None = None
     for lineno, rec, raw in jsonl_records(path):
+        if first is None:
+            first = rec
         if rec.get("event") != EVENT:
             continue
         require(rec, FIELDS, path, lineno)
+        if len(rec) > len(FIELDS) + 1:
+            extra.update(k for k in rec if k not in FIELDS and k != "event")
         rid = rec["request_id"]
         if isinstance(rid, bool) or not isinstance(rid, int | str):
             raise TraceFormatError(
@@ -68,7 +75,10 @@ def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
                                 b"true" in raw or b"false" in raw))
         lines.append(lineno)
     if not lists:
-        raise TraceFormatError(path, None, None, f"no {EVENT!r} events in file")
+        raise TraceFormatError(path, None, None, f"no {EVENT!r} events in file"
+                               + hint(looks_like(first or {}, not_="dsa-jsonl")))
+    if extra:
+        note(extra_note(path, extra, FIELDS, f"{EVENT} key(s)"))
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum([a.size for a in lists], out=offsets[1:])
     data = SelectionColumns(

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from toolkit import schema
 from toolkit.errors import TraceFormatError
+from toolkit.ingest.sniff import hint, line_looks_like
 
 INT64_MAX = (1 << 63) - 1
 
@@ -77,7 +78,10 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict, bytes]]:
             except UnicodeDecodeError as e:
                 raise TraceFormatError(path, lineno, None, f"not UTF-8 text: {e.reason}") from None
             except json.JSONDecodeError as e:
-                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}") from None
+                other = hint(line_looks_like(raw.decode("utf-8", "replace"), not_="")) \
+                    if lineno == 1 else ""
+                raise TraceFormatError(path, lineno, None, f"invalid JSON: {e.msg}{other}") \
+                    from None
             except ValueError as e:  # e.g. an integer of more than 4300 digits
                 raise TraceFormatError(path, lineno, None, f"invalid JSON: {e}") from None
             if not isinstance(rec, dict):
@@ -119,14 +123,15 @@ def requests_table(
     arrival_s: list[float],
     input_tokens: list[int],
     output_tokens: list[int],
-    block_tokens: int | None,
+    block_tokens: int | list[int] | None,
     hashes: list[list[int]] | None,
     session_id: list[int | None] | None = None,
     turn: list[int | None] | None = None,
 ) -> pa.Table:
     """Assemble a ``requests`` table from column lists (hashes may be absent).
 
-    ``arrival_s`` must already be relative to the trace start.
+    ``arrival_s`` must already be relative to the trace start; ``block_tokens`` is one
+    value for every row or one per row.
     """
     n = len(arrival_s)
     if hashes is None:
@@ -140,10 +145,23 @@ def requests_table(
             "arrival_s": pa.array(arrival_s, pa.float64()),
             "input_tokens": pa.array(input_tokens, pa.int64()),
             "output_tokens": pa.array(output_tokens, pa.int64()),
-            "block_tokens": pa.array([block_tokens] * n, pa.int32()),
+            "block_tokens": pa.array(block_tokens if isinstance(block_tokens, list)
+                                     else [block_tokens] * n, pa.int32()),
             "block_hashes": hash_col,
             "session_id": pa.array(session_id or [None] * n, pa.int64()),
             "turn": pa.array(turn or [None] * n, pa.int32()),
         },
         schema=schema.REQUESTS,
     )
+
+
+def labels_table(trace: str, n: int, **columns: list[str | None]) -> pa.Table:
+    """A ``request_labels`` table for requests ``0..n-1`` (absent label columns are null)."""
+    data: dict[str, pa.Array] = {
+        "trace": pa.array([trace] * n, pa.string()),
+        "request_id": pa.array(range(n), pa.int64()),
+    }
+    for f in schema.REQUEST_LABELS:
+        if f.name not in data:
+            data[f.name] = pa.array(columns.get(f.name, [None] * n), pa.string())
+    return pa.table(data, schema=schema.REQUEST_LABELS)

@@ -1,0 +1,164 @@
+"""BurstGPT traces (CSV; Wang et al., "BurstGPT", arXiv 2401.17644, HPMLL/BurstGPT).
+
+Columns ``Timestamp`` (seconds since 0:00:00 of the trace's first day), ``Model``
+(``ChatGPT``, ``GPT-4``), ``Request tokens``, ``Response tokens``, ``Total tokens``
+(request + response), ``Log Type`` (``Conversation log`` / ``API log``) and, in the newer
+releases, ``Session ID``. No prefix hashes: these traces drive arrival timelines and length
+distributions. Failed requests (0 response tokens) are kept and counted; ``Model`` and
+``Log Type`` go to ``request_labels`` so a query can filter on them.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+from toolkit.errors import TraceFormatError
+from toolkit.ingest import Reader, note
+from toolkit.ingest.azure import _count, _text_lines
+from toolkit.ingest.fields import (
+    INT64_MAX,
+    MonotonicClock,
+    labels_table,
+    requests_table,
+)
+from toolkit.ingest.sniff import extra_note, hint, line_looks_like, looks_like
+
+COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens",
+           "Log Type")
+SESSION = "Session ID"
+_SECONDS = re.compile(r"\s*[0-9]+(?:\.[0-9]+)?\s*", re.ASCII)
+
+
+def _seconds(text: str, path: Path, line: int) -> float:
+    if not _SECONDS.fullmatch(text):
+        shown = repr(text) if len(text) <= 40 else f"{text[:37]!r}..."
+        raise TraceFormatError(path, line, "Timestamp",
+                               f"expected seconds as a non-negative decimal number, got {shown}")
+    return float(text)
+
+
+def read(path: Path, trace: str, *, model: str | None = None) -> dict[str, pa.Table]:
+    """Parse and validate every row; raise on the first bad one. ``model`` keeps only the
+    rows of that model (request ids stay the rows' positions in the file)."""
+    at = [0]
+    with open(path, "rb") as f:
+        rows = csv.reader(_text_lines(path, f, at))
+        try:
+            return _read(path, trace, rows, model)
+        except csv.Error as e:
+            raise TraceFormatError(path, at[0], None, f"malformed CSV: {e}") from None
+
+
+def _read(path: Path, trace: str, rows: Iterator[list[str]],
+          model: str | None) -> dict[str, pa.Table]:
+    header = next(rows, None)
+    if header is None:
+        raise TraceFormatError(path, None, None, "empty file")
+    header = [h.strip() for h in header]
+    for col in COLUMNS:
+        if col not in header:
+            raise TraceFormatError(path, 1, col, f"missing column; header is {header}"
+                                   + hint(looks_like(header, not_="burstgpt")
+                                        or line_looks_like(",".join(header), not_="burstgpt")))
+    idx = [header.index(c) for c in COLUMNS]
+    sidx = header.index(SESSION) if SESSION in header else None
+    extra = [h for h in header if h not in COLUMNS and h != SESSION]
+    if extra:
+        note(extra_note(path, extra, (*COLUMNS, SESSION), "column(s)"))
+    clock = MonotonicClock(path, "Timestamp")
+    arrival: list[float] = []
+    inp: list[int] = []
+    out: list[int] = []
+    ids: list[int] = []
+    models: list[str] = []
+    logs: list[str] = []
+    sess_raw: list[str | None] = []
+    seen_models: dict[str, int] = {}
+    failed = 0
+    row_no = -1
+    for row in rows:
+        line = rows.line_num  # type: ignore[attr-defined]
+        if not row or all(not c.strip() for c in row):
+            continue
+        row_no += 1
+        if len(row) < len(header):
+            raise TraceFormatError(path, line, None,
+                                   f"expected {len(header)} columns, got {len(row)}")
+        t = _seconds(row[idx[0]], path, line)
+        clock.check(t, line, row[idx[0]].strip())
+        name = row[idx[1]].strip()
+        if not name:
+            raise TraceFormatError(path, line, "Model", "empty")
+        seen_models[name] = seen_models.get(name, 0) + 1
+        n_req = _count(row[idx[2]], path, line, COLUMNS[2])
+        n_resp = _count(row[idx[3]], path, line, COLUMNS[3])
+        total = _count(row[idx[4]], path, line, COLUMNS[4])
+        if total != n_req + n_resp:
+            raise TraceFormatError(path, line, "Total tokens", f"{total} is not Request tokens "
+                                   f"+ Response tokens = {n_req} + {n_resp}")
+        log = row[idx[5]].strip()
+        if not log:
+            raise TraceFormatError(path, line, "Log Type", "empty")
+        sess = row[sidx].strip() if sidx is not None else ""
+        if model is not None and name != model:
+            continue
+        failed += n_resp == 0
+        arrival.append(t)
+        inp.append(n_req)
+        out.append(n_resp)
+        ids.append(row_no)
+        models.append(name)
+        logs.append(log)
+        sess_raw.append(sess or None)
+    if row_no < 0:
+        raise TraceFormatError(path, None, None, "no requests in file")
+    if not arrival:
+        raise TraceFormatError(path, None, "Model", f"no rows of model {model!r}; the file "
+                               f"has {', '.join(map(repr, sorted(seen_models)))}")
+    if failed:
+        note(f"{path}: kept {failed:,} failed request(s) (0 response tokens) of "
+             f"{len(arrival):,}")
+    if model is not None:
+        note(f"{path}: kept {len(arrival):,} {model!r} row(s) of {row_no + 1:,}")
+    sessions, turns = _sessions(sess_raw)
+    t0 = arrival[0]
+    table = requests_table(trace, [t - t0 for t in arrival], inp, out, None, None,
+                           sessions, turns)
+    table = table.set_column(1, "request_id", pa.array(ids, pa.int64()))
+    labels = labels_table(trace, len(ids), model=models, log_type=logs)
+    labels = labels.set_column(1, "request_id", pa.array(ids, pa.int64()))
+    return {"requests": table, "request_labels": labels}
+
+
+def _sessions(raw: list[str | None]) -> tuple[list[int | None] | None, list[int | None] | None]:
+    """Integer session ids kept as they are, other ids numbered by first appearance;
+    ``turn`` counts each session's requests from 0. None when no row has a session."""
+    if all(s is None for s in raw):
+        return None, None
+    numeric = all(s is None or (s.isascii() and s.isdigit() and int(s) <= INT64_MAX)
+                  for s in raw)
+    codes: dict[str, int] = {}
+    next_turn: dict[int, int] = {}
+    sessions: list[int | None] = []
+    turns: list[int | None] = []
+    for s in raw:
+        if s is None:
+            sessions.append(None)
+            turns.append(None)
+            continue
+        sid = int(s) if numeric else codes.setdefault(s, len(codes))
+        sessions.append(sid)
+        turns.append(next_turn.get(sid, 0))
+        next_turn[sid] = next_turn.get(sid, 0) + 1
+    if not numeric:
+        note("Session ID values are not all integers: numbered 0, 1, ... by first appearance")
+    return sessions, turns
+
+
+READER = Reader("burstgpt", "requests", read,
+                "BurstGPT CSV (second timestamps, Model and Log Type labels, no prefix hashes)")

@@ -1,0 +1,59 @@
+"""Which known trace format a record or header looks like, for hints in refusals.
+
+A reader that meets keys or columns it does not expect asks :func:`looks_like`; when the
+record matches another built-in format the error says which reader fits instead of
+leaving the user to guess.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+# Keys (JSON) or header columns (CSV) that identify each format; the first match wins,
+# so the more specific signatures come first.
+SIGNATURES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("agentic", frozenset({"id", "block_size", "hash_id_scope", "requests"})),
+    ("bailian", frozenset({"chat_id", "parent_chat_id", "timestamp", "hash_ids"})),
+    ("mooncake", frozenset({"timestamp", "input_length", "output_length", "hash_ids"})),
+    ("dsa-jsonl", frozenset({"event", "selected_token_pos"})),
+    ("burstgpt", frozenset({"Timestamp", "Model", "Request tokens", "Response tokens"})),
+    ("azure", frozenset({"TIMESTAMP", "ContextTokens", "GeneratedTokens"})),
+)
+
+COMMANDS = {"dsa-jsonl": "`toolkit ingest selections --format dsa-jsonl`"}
+
+
+def looks_like(keys: Iterable[str], *, not_: str) -> str | None:
+    """The built-in format whose signature ``keys`` carry (other than ``not_``), or None."""
+    have = {str(k).strip() for k in keys}
+    for fmt, sig in SIGNATURES:
+        if sig <= have:
+            return None if fmt == not_ else fmt
+    return None
+
+
+def line_looks_like(text: str, *, not_: str) -> str | None:
+    """The format a file's first line (a JSON object or a CSV header) belongs to."""
+    text = text.strip().removeprefix("\ufeff")
+    if text.startswith("{"):
+        try:
+            rec = json.loads(text)
+        except ValueError:
+            return None
+        return looks_like(rec, not_=not_) if isinstance(rec, dict) else None
+    return looks_like(text.split(","), not_=not_)
+
+
+def hint(fmt: str | None) -> str:
+    """`` (looks like ...: use ...)`` for an error message, or an empty string."""
+    if fmt is None:
+        return ""
+    cmd = COMMANDS.get(fmt, f"`toolkit ingest {fmt}`")
+    return f"; this looks like the {fmt} format: use {cmd}"
+
+
+def extra_note(path: object, extra: Iterable[str], reads: Iterable[str], what: str) -> str:
+    """The one ingest note listing ignored keys/columns."""
+    shown = ", ".join(repr(k) for k in sorted(extra))
+    return f"{path}: ignoring {what} {shown} (reads only {', '.join(reads)})"
