@@ -409,3 +409,27 @@ def test_open_store_smoke(tmp_path):
     """The public entry point reads the sample as well."""
     with toolkit.open_store(tmp_path / "s") as s:
         assert s.ingest("bailian", BAILIAN).rows == 5
+
+
+class TestSelectionReadersSayWhatTheyIgnore:
+    def test_npz_extra_array_noted(self, store, tmp_path):
+        """An npz array the reader does not read is named once in the ingest notes."""
+        import numpy as np
+
+        p = tmp_path / "s.npz"
+        np.savez(p, topk=np.array([[[0, 1]], [[1, 2]]]), seq_len=np.array([3, 4]),
+                 scores=np.zeros(2))
+        res = store.ingest("npz", p, "s")
+        assert len(res.notes) == 1 and "'scores'" in res.notes[0]
+
+    def test_parquet_extra_column_noted(self, store, tmp_path):
+        """A Parquet column outside the selection schema is named once in the notes."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        p = tmp_path / "s.parquet"
+        pq.write_table(pa.table({"request_id": [0, 0], "step": [0, 1], "layer": [0, 0],
+                                 "seq_len": [3, 4], "topk": [[0, 1], [1, 2]],
+                                 "score": [0.5, 0.7]}), p)
+        res = store.ingest("parquet", p, "s")
+        assert len(res.notes) == 1 and "'score'" in res.notes[0]

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
-from toolkit.ingest import Reader
+from toolkit.ingest import Reader, note
 from toolkit.ingest.selections import (
     SelectionColumns,
     SelectionError,
@@ -62,6 +62,10 @@ def _int_array(arrays: dict[str, np.ndarray], name: str, path: Path,
 
 def read(path: Path, trace: str, **options: object) -> dict[str, pa.Table]:
     arrays = _load(path)
+    extra = sorted(set(arrays) - {"topk", "seq_len", "request_id", "step"})
+    if extra:
+        note(f"{path}: ignoring array(s) {', '.join(map(repr, extra))} (read: topk, seq_len, "
+             "request_id, step)")
     for name in ("topk", "seq_len"):
         if name not in arrays:
             raise TraceFormatError(path, None, name, f"missing array; file has {sorted(arrays)}")

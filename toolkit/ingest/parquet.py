@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from toolkit.errors import TraceFormatError
-from toolkit.ingest import Reader
+from toolkit.ingest import Reader, note
 from toolkit.ingest.selections import (
     SelectionColumns,
     SelectionError,
@@ -48,6 +48,10 @@ def read_table(table: pa.Table, path: Path, trace: str, rows: np.ndarray | None 
     """Validate an in-memory table in the selection schema (``path`` names it in errors;
     ``rows`` maps its rows to the file's 0-based rows when it is a filtered part)."""
     row_no = (lambda r: r + 1) if rows is None else (lambda r: int(rows[r]) + 1)
+    extra = sorted(set(table.column_names) - set(COLUMNS) - {"trace"})
+    if extra:
+        note(f"{path}: ignoring column(s) {', '.join(map(repr, extra))} (read: "
+             f"{', '.join(COLUMNS)})")
     for c in COLUMNS:
         if c not in table.column_names:
             raise TraceFormatError(path, None, c, f"missing column; file has {table.column_names}")
