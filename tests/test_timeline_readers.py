@@ -433,3 +433,21 @@ class TestSelectionReadersSayWhatTheyIgnore:
                                  "score": [0.5, 0.7]}), p)
         res = store.ingest("parquet", p, "s")
         assert len(res.notes) == 1 and "'score'" in res.notes[0]
+
+    def test_bundle_extra_metadata_column_noted(self, store, tmp_path):
+        """A bundle's metadata column outside the schema is named in the notes; the real
+        bundled trace has none."""
+        import shutil
+        from pathlib import Path
+
+        import pyarrow.parquet as pq
+
+        src = Path(__file__).resolve().parents[1] / "traces" / "smollm2"
+        assert store.ingest("bundle", src, "real", select="smollm2-softmax-sum").notes == ()
+        dst = tmp_path / "b"
+        shutil.copytree(src, dst)
+        meta = pq.read_table(dst / "selection_traces.parquet")
+        pq.write_table(meta.append_column("notes", meta.column("source")),
+                       dst / "selection_traces.parquet")
+        res = store.ingest("bundle", dst, "b", select="smollm2-softmax-sum")
+        assert len(res.notes) == 1 and "'notes'" in res.notes[0]

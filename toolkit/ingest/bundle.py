@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from toolkit import schema
 from toolkit.errors import TraceFormatError
-from toolkit.ingest import Reader
+from toolkit.ingest import Reader, note
 from toolkit.ingest import parquet as parquet_reader
 from toolkit.ingest.selections import INT32_MAX, ORDERS, SelectionError, as_int64
 
@@ -44,6 +44,13 @@ def _check_columns(table: pa.Table, path: Path, wanted: dict) -> None:
             raise TraceFormatError(path, row + 1, name, "null value", unit="row")
 
 
+def _note_extra(table: pa.Table, path: Path, kept: pa.Schema) -> None:
+    extra = sorted(set(table.column_names) - set(kept.names))
+    if extra:
+        note(f"{path}: ignoring column(s) {', '.join(map(repr, extra))} (kept: "
+             f"{', '.join(kept.names)})")
+
+
 def read(path: Path, trace: str, select: str | None = None,
          **options: object) -> dict[str, pa.Table]:
     if not path.is_dir():
@@ -55,6 +62,7 @@ def read(path: Path, trace: str, select: str | None = None,
             raise TraceFormatError(f, None, None, "missing bundle file")
     meta_t = parquet_reader.read_parquet(files["selection_traces"])
     _check_columns(meta_t, files["selection_traces"], META_COLUMNS)
+    _note_extra(meta_t, files["selection_traces"], schema.SELECTION_TRACES)
     meta = meta_t.to_pylist()
     names = [m["trace"] for m in meta]
     if select is None and len(meta) == 1:
@@ -96,6 +104,7 @@ def _requests(path: Path, select: str, trace: str, selected_ids: pa.ChunkedArray
     """The bundle's request rows of ``select``: one per request that has selections."""
     req = parquet_reader.read_parquet(path)
     _check_columns(req, path, REQUEST_COLUMNS)
+    _note_extra(req, path, schema.SELECTION_REQUESTS)
     mask = pc.equal(req.column("trace"), select).to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(mask)
     req = req.filter(pa.array(mask))
