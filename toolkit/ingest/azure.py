@@ -19,7 +19,7 @@ import pyarrow as pa
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest.fields import MonotonicClock, as_count, requests_table
-from toolkit.ingest.sniff import hint, line_looks_like, looks_like
+from toolkit.ingest.sniff import csv_header
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _TS = re.compile(
@@ -94,15 +94,7 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
 def _read_rows(path: Path, rows: Iterator[list[str]], clock: MonotonicClock,
                arrival_ns: list[int], inp: list[int], out: list[int]) -> None:
     """Validate the header and every row, appending the parsed columns."""
-    header = next(rows, None)
-    if header is None:
-        raise TraceFormatError(path, None, None, "empty file")
-    header = [h.strip() for h in header]
-    for col in COLUMNS:
-        if col not in header:
-            raise TraceFormatError(path, 1, col, f"missing column; header is {header}"
-                                   + hint(looks_like(header, not_="azure")
-                                        or line_looks_like(",".join(header), not_="azure")))
+    header = csv_header(path, rows, COLUMNS, "azure")
     idx = [header.index(c) for c in COLUMNS]
     extra = [h for h in header if h not in COLUMNS]
     if extra:

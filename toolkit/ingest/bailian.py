@@ -28,7 +28,7 @@ from toolkit.ingest.fields import (
     labels_table,
     requests_table,
 )
-from toolkit.ingest.sniff import extra_note, hint, looks_like
+from toolkit.ingest.sniff import extra_note, require_fields
 
 BLOCK_TOKENS = 16
 FIELDS = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "type",
@@ -61,12 +61,7 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
     extra: set[str] = set()
     clock = MonotonicClock(path, "timestamp")
     for lineno, rec in jsonl_objects(path):
-        for field in FIELDS:
-            if field not in rec:
-                raise TraceFormatError(path, lineno, field,
-                                       "missing" + hint(looks_like(rec, not_="bailian")))
-        if len(rec) > len(FIELDS):
-            extra.update(k for k in rec if k not in FIELDS)
+        require_fields(rec, FIELDS, path, lineno, "bailian", extra)
         chat = _chat_id(rec["chat_id"], path, lineno, "chat_id", root_ok=False)
         if chat in seen_at:
             raise TraceFormatError(path, lineno, "chat_id",

@@ -26,7 +26,7 @@ from toolkit.ingest.fields import (
     labels_table,
     requests_table,
 )
-from toolkit.ingest.sniff import extra_note, hint, line_looks_like, looks_like
+from toolkit.ingest.sniff import csv_header, extra_note
 
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens",
            "Log Type")
@@ -56,15 +56,7 @@ def read(path: Path, trace: str, *, model: str | None = None) -> dict[str, pa.Ta
 
 def _read(path: Path, trace: str, rows: Iterator[list[str]],
           model: str | None) -> dict[str, pa.Table]:
-    header = next(rows, None)
-    if header is None:
-        raise TraceFormatError(path, None, None, "empty file")
-    header = [h.strip() for h in header]
-    for col in COLUMNS:
-        if col not in header:
-            raise TraceFormatError(path, 1, col, f"missing column; header is {header}"
-                                   + hint(looks_like(header, not_="burstgpt")
-                                        or line_looks_like(",".join(header), not_="burstgpt")))
+    header = csv_header(path, rows, COLUMNS, "burstgpt")
     idx = [header.index(c) for c in COLUMNS]
     sidx = header.index(SESSION) if SESSION in header else None
     extra = [h for h in header if h not in COLUMNS and h != SESSION]

@@ -27,7 +27,7 @@ from toolkit.ingest.fields import (
     jsonl_objects,
     requests_table,
 )
-from toolkit.ingest.sniff import extra_note, hint, looks_like
+from toolkit.ingest.sniff import extra_note, hint, looks_like, require_fields
 
 BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -74,12 +74,7 @@ def read(path: Path, trace: str, *, block_tokens: int = BLOCK_TOKENS,
     extra: set[str] = set()
     clock = MonotonicClock(path, "timestamp")
     for lineno, rec in jsonl_objects(path):
-        for field in FIELDS:
-            if field not in rec:
-                raise TraceFormatError(path, lineno, field,
-                                       "missing" + hint(looks_like(rec, not_="mooncake")))
-        if len(rec) > len(FIELDS):
-            extra.update(k for k in rec if k not in FIELDS)
+        require_fields(rec, FIELDS, path, lineno, "mooncake", extra)
         ts = as_time(rec["timestamp"], path, lineno, "timestamp")
         clock.check(ts, lineno, str(rec["timestamp"]))
         n_in = as_count(rec["input_length"], path, lineno, "input_length")

@@ -8,7 +8,9 @@ leaving the user to guess.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+from toolkit.errors import TraceFormatError
 
 # Keys (JSON) or header columns (CSV) that identify each format; the first match wins,
 # so the more specific signatures come first.
@@ -57,3 +59,32 @@ def extra_note(path: object, extra: Iterable[str], reads: Iterable[str], what: s
     """The one ingest note listing ignored keys/columns."""
     shown = ", ".join(repr(k) for k in sorted(extra))
     return f"{path}: ignoring {what} {shown} (reads only {', '.join(reads)})"
+
+
+def require_fields(rec: dict, fields: tuple[str, ...], path: object, line: int, fmt: str,
+                   extra: set[str]) -> None:
+    """Stop at the first missing field of a JSONL record (naming the reader a record of
+    another format fits); collect keys outside ``fields`` into ``extra`` for one note."""
+    for field in fields:
+        if field not in rec:
+            raise TraceFormatError(path, line, field,
+                                   "missing" + hint(looks_like(rec, not_=fmt)))
+    if len(rec) > len(fields):
+        extra.update(k for k in rec if k not in fields)
+
+
+def csv_header(path: object, rows: Iterator[list[str]], columns: tuple[str, ...],
+               fmt: str) -> list[str]:
+    """Read and check a CSV header: every column present, else one line naming the first
+    missing one (and the reader the header looks like)."""
+    header = next(rows, None)
+    if header is None:
+        raise TraceFormatError(path, None, None, "empty file")
+    header = [h.strip() for h in header]
+    for col in columns:
+        if col not in header:
+            raise TraceFormatError(path, 1, col, f"missing column; header is {header}"
+                                   + hint(looks_like(header, not_=fmt)
+                                        or line_looks_like(",".join(header), not_=fmt)))
+    return header
+
