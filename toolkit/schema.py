@@ -312,6 +312,50 @@ ENGRAM_RUNS = pa.schema([
     pa.field("elapsed_s", pa.float64(), nullable=False),
 ])
 
+#: One row per sweep cell (toolkit.sweep): which run answers it, and how it went.
+SWEEPS = pa.schema([
+    pa.field("sweep_id", pa.string(), nullable=False),  # one per invocation of a sweep
+    pa.field("kind", pa.string(), nullable=False),  # selections | prefix | tiers | serving
+    pa.field("grid_fingerprint", pa.string(), nullable=False),  # same grid, same value
+    pa.field("grid_json", pa.string(), nullable=False),  # the validated grid, canonical JSON
+    pa.field("cell", pa.int32(), nullable=False),  # index in the grid's product order
+    pa.field("cell_json", pa.string(), nullable=False),  # the cell's config fields
+    pa.field("config_fingerprint", pa.string(), nullable=False),
+    pa.field("run_id", pa.string(), nullable=True),  # null when the cell failed
+    pa.field("status", pa.string(), nullable=False),  # done | skipped | failed
+    pa.field("error", pa.string(), nullable=True),
+    pa.field("seconds", pa.float64(), nullable=False),  # wall time of the cell (0 if skipped)
+])
+
+#: One row per (compare run, hardware, interactivity target): ``toolkit cost compare``
+#: results stored by a sweep of kind "serving" (modelled, not measured).
+COMPARE_RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("engine", pa.string(), nullable=False),
+    pa.field("precision", pa.string(), nullable=False),
+    pa.field("price_tier", pa.string(), nullable=False),
+    pa.field("isl", pa.int64(), nullable=False),
+    pa.field("osl", pa.int64(), nullable=False),
+    pa.field("cached_prefix_fraction", pa.float64(), nullable=False),
+    pa.field("max_p90_ttft_s", pa.float64(), nullable=True),
+    pa.field("interactivity", pa.float64(), nullable=False),  # target tok/s/user
+    pa.field("clamped", pa.bool_(), nullable=False),  # target outside the modelled front
+    pa.field("tput_per_gpu", pa.float64(), nullable=False),  # tok/s/GPU, input + output
+    pa.field("output_tput_per_gpu", pa.float64(), nullable=False),
+    pa.field("p90_ttft_s", pa.float64(), nullable=False),
+    pa.field("layout", pa.string(), nullable=False),
+    pa.field("usd_per_gpu_hour", pa.float64(), nullable=False),
+    pa.field("price_survey", pa.string(), nullable=True),
+    pa.field("usd_per_mtok_total", pa.float64(), nullable=False),
+    pa.field("usd_per_mtok_output", pa.float64(), nullable=False),
+    pa.field("params_kind", pa.string(), nullable=False),  # the serving fit's kind
+    pa.field("config_json", pa.string(), nullable=False),
+    pa.field("elapsed_s", pa.float64(), nullable=False),
+    pa.field("toolkit_version", pa.string(), nullable=False),
+])
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -329,6 +373,8 @@ TABLES: dict[str, pa.Schema] = {
     "engram_lookups": ENGRAM_LOOKUPS,
     "engram_traces": ENGRAM_TRACES,
     "engram_runs": ENGRAM_RUNS,
+    "sweeps": SWEEPS,
+    "compare_runs": COMPARE_RUNS,
 }
 
 

@@ -1,0 +1,8 @@
+"""Sweeps: one TOML grid of any replay kind, resumable by config, on a local process pool
+or a Ray cluster (see README, "Sweeps")."""
+
+from toolkit.sweep.grid import Cell, Grid, GridError, load_grid, parse_grid
+from toolkit.sweep.run import SweepError, SweepResult, run
+
+__all__ = ["Cell", "Grid", "GridError", "SweepError", "SweepResult", "load_grid",
+           "parse_grid", "run"]

@@ -1,0 +1,189 @@
+"""Where sweep cells run: in this process, on a local process pool, or on a Ray cluster.
+
+Every engine runs the same :func:`run_cell`: the worker opens the store, replays the cell
+through the kind's normal entry point and writes the run's tables together with the
+cell's ``sweeps`` row in one :meth:`Store.transaction`, so a killed worker leaves either
+both or neither. Commits take the store's exclusive ``flock``, which holds across
+processes (and across hosts on a shared filesystem whose locks are coherent, e.g. NFSv4
+or CephFS). Workers never share a store object; the parent only writes rows for skipped
+and failed cells.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import time
+import traceback
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from toolkit.registry import Registry
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """One cell to run: everything a worker needs, picklable."""
+
+    store_root: str
+    kind: str
+    config: Any
+    row: dict[str, Any]  # the cell's ``sweeps`` row, less run_id/status/error/seconds
+    threads: int  # replay threads inside the cell (results do not depend on it)
+
+    @property
+    def index(self) -> int:
+        return int(self.row["cell"])
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    index: int
+    status: str  # "done" | "failed"
+    run_id: str | None
+    error: str | None
+    seconds: float
+
+
+def cell_key(sweep_id: str, index: int) -> str:
+    """Store key of one cell's ``sweeps`` row."""
+    return f"{sweep_id}.{index:05d}"
+
+
+def run_cell(task: CellTask) -> CellOutcome:
+    """Replay one cell and record it (see the module docstring); a failure is returned,
+    not raised, so the parent applies the sweep's ``on_error`` policy."""
+    from toolkit.store import Store
+    from toolkit.sweep.kinds import kinds
+
+    t0 = time.perf_counter()
+    try:
+        kind = kinds.get(task.kind)
+        with Store(task.store_root, create=False) as store, store.transaction():
+            run_id = kind.run(store, task.config, task.threads)
+            seconds = time.perf_counter() - t0
+            row = {**task.row, "run_id": run_id, "status": "done", "error": None,
+                   "seconds": seconds}
+            store.write("sweeps", cell_key(row["sweep_id"], task.index),
+                        pa.Table.from_pylist([row]), replace=True)
+        return CellOutcome(task.index, "done", run_id, None, seconds)
+    except Exception as e:  # noqa: BLE001 - recorded or re-raised by the parent
+        from toolkit.errors import ToolkitError
+        from toolkit.registry import RegistryError
+
+        if isinstance(e, ToolkitError | RegistryError | ValueError):
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        else:  # an unexpected failure: keep where it happened
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            msg = f"{type(e).__name__}: {e} ({where.filename}:{where.lineno})"
+        return CellOutcome(task.index, "failed", None, msg, time.perf_counter() - t0)
+
+
+class Engine(Protocol):
+    """Runs cells and yields their outcomes as they finish (any order)."""
+
+    name: str
+
+    def run(self, tasks: list[CellTask]) -> Iterator[CellOutcome]: ...
+
+    def cancel(self) -> None:
+        """Drop cells not yet started (cells already running finish and commit)."""
+
+    def close(self) -> None: ...
+
+
+class LocalEngine:
+    """A process pool of ``workers`` processes (spawned: no inherited locks or threads);
+    ``workers=1`` runs every cell in this process, one after another."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
+        from toolkit.replay.parallel import resolve_workers
+
+        if address:
+            raise ValueError("--address applies to --engine ray")
+        self.workers = resolve_workers(workers)
+        self._pool: ProcessPoolExecutor | None = None
+        self._pending: set[Future[CellOutcome]] = set()
+
+    @property
+    def cell_threads(self) -> int:
+        return self.workers if self.workers == 1 else 1
+
+    def run(self, tasks: list[CellTask]) -> Iterator[CellOutcome]:
+        if self.workers == 1 or len(tasks) <= 1:
+            for t in tasks:
+                yield run_cell(t)
+            return
+        self._pool = ProcessPoolExecutor(min(self.workers, len(tasks)),
+                                         mp_context=multiprocessing.get_context("spawn"))
+        self._pending = {self._pool.submit(run_cell, t) for t in tasks}
+        while self._pending:
+            done, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                if not f.cancelled():
+                    yield f.result()
+
+    def cancel(self) -> None:
+        for f in self._pending:
+            f.cancel()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayEngine:
+    """Cells as Ray tasks (one CPU each) on the cluster at ``address``, or on a local Ray
+    started for the run with ``workers`` CPUs and shut down after it. If this process is
+    already connected to Ray (``ray.init`` in a notebook or test), that cluster is used
+    and left running."""
+
+    name = "ray"
+    cell_threads = 1
+
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ValueError("--engine ray needs Ray: pip install 'kvtier-toolkit[ray]'") \
+                from None
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers or None, include_dashboard=False,
+                         log_to_driver=False)
+            self._started = True
+        self._refs: list[Any] = []
+
+    def run(self, tasks: list[CellTask]) -> Iterator[CellOutcome]:
+        ray = self._ray
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_cell)
+        self._refs = [remote.remote(t) for t in tasks]
+        while self._refs:
+            done, self._refs = ray.wait(self._refs, num_returns=1)
+            with contextlib.suppress(ray.exceptions.TaskCancelledError):
+                yield ray.get(done[0])
+
+    def cancel(self) -> None:
+        for r in self._refs:
+            self._ray.cancel(r)
+
+    def close(self) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+
+engines: Registry[type] = Registry("sweep engine", "toolkit.sweep_engines")
+engines.register("local", LocalEngine)
+engines.register("ray", RayEngine)

@@ -1,0 +1,158 @@
+"""What a sweep can run: one entry per replay kind, each through its normal entry point.
+
+A kind names its frozen config dataclass (the grid's keys are its fields), the table
+its runs land in (every such table keeps the run's ``config_json``, which is how a sweep
+finds a cell that already ran), and how to run one config against a store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from toolkit.config import config_json, fingerprint
+from toolkit.registry import Registry
+from toolkit.store import Store, bounded_key
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One replay kind a sweep can run.
+
+    Attributes:
+        name: the grid's ``kind``.
+        config: the frozen config dataclass (grid keys are its fields).
+        runs_table: store table holding one summary row (or rows) per run, with
+            ``run_id`` and ``config_json`` columns.
+        trace_table: table a cell's ``trace`` must exist in (None: no trace).
+        run: ``run(store, config, threads) -> run_id``; writes the run's tables.
+        check: registry look-ups that a config's own ``__post_init__`` does not do.
+        hidden: config fields a grid may not set.
+    """
+
+    name: str
+    config: type
+    runs_table: str
+    trace_table: str | None
+    run: Callable[[Store, Any, int], str]
+    check: Callable[[Any], Any] = lambda cfg: cfg
+    hidden: tuple[str, ...] = ()
+
+    def build(self, fields: dict[str, Any]) -> Any:
+        return self.config(**fields)
+
+
+kinds: Registry[Kind] = Registry("sweep kind")
+
+
+# -- selections -------------------------------------------------------------------------
+def _selections() -> Kind:
+    from toolkit.policies import policies
+    from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+
+    def run(store: Store, cfg: Any, threads: int) -> str:
+        return replay_selections(store, cfg, workers=threads, progress=False)["run_id"]
+
+    def check(cfg: Any) -> Any:
+        policies.get(cfg.policy)
+        return cfg
+
+    return Kind("selections", SelectionReplayConfig, "selection_runs", "selections", run, check)
+
+
+# -- prefix -----------------------------------------------------------------------------
+def _prefix() -> Kind:
+    from toolkit.policies import policies
+    from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
+
+    def run(store: Store, cfg: Any, threads: int) -> str:
+        return replay_prefix(store, cfg)["run_id"]
+
+    def check(cfg: Any) -> Any:
+        policies.get(cfg.policy)
+        return cfg
+
+    return Kind("prefix", PrefixReplayConfig, "replay_runs", "requests", run, check)
+
+
+# -- tiers ------------------------------------------------------------------------------
+def _tiers() -> Kind:
+    from toolkit.hardware import get_hardware
+    from toolkit.models import get_model
+    from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+
+    def run(store: Store, cfg: Any, threads: int) -> str:
+        return replay_tiers(store, cfg).summary["run_id"]
+
+    def check(cfg: Any) -> Any:
+        get_hardware(cfg.hardware)
+        get_model(cfg.model)
+        get_hardware(cfg.hardware).price_usd_per_gpu_hour(cfg.price_tier)
+        return cfg
+
+    return Kind("tiers", TierReplayConfig, "tier_runs", "requests", run, check)
+
+
+# -- serving (toolkit cost compare) ---------------------------------------------------
+def compare_run_id(cfg: Any) -> str:
+    """Run id of a cost comparison: model, hardware and the config's fingerprint."""
+    return bounded_key(f"compare-{cfg.model}-{'-'.join(cfg.hardware)}-{fingerprint(cfg)[:8]}")
+
+
+def run_compare(store: Store, cfg: Any) -> str:
+    """``toolkit cost compare`` for ``cfg`` with the bundled serving fit; its rows go to
+    ``compare_runs`` under the config's run id (modelled, not measured)."""
+    from toolkit import __version__
+    from toolkit.cost.compare import compare
+    from toolkit.serving.params import bundled_params
+
+    params = bundled_params()
+    t0 = time.perf_counter()
+    df = compare(cfg, params)
+    elapsed = time.perf_counter() - t0
+    run_id = compare_run_id(cfg)
+    rows = [{
+        "run_id": run_id, "model": cfg.model, "precision": cfg.precision,
+        "price_tier": cfg.price_tier, "isl": cfg.isl, "osl": cfg.osl,
+        "cached_prefix_fraction": cfg.cached_prefix_fraction,
+        "max_p90_ttft_s": cfg.max_p90_ttft_s, "params_kind": params.kind,
+        "config_json": config_json(cfg), "elapsed_s": elapsed, "toolkit_version": __version__,
+        **{k: r[k] for k in ("hardware", "engine", "interactivity", "clamped", "tput_per_gpu",
+                             "output_tput_per_gpu", "p90_ttft_s", "layout", "usd_per_gpu_hour",
+                             "price_survey", "usd_per_mtok_total", "usd_per_mtok_output")},
+    } for r in df.to_dicts()]
+    store.write("compare_runs", run_id, pa.Table.from_pylist(rows), replace=True)
+    return run_id
+
+
+def _serving() -> Kind:
+    from toolkit.cost.compare import DEFAULT_ENGINES, CompareConfig
+    from toolkit.hardware import get_hardware
+    from toolkit.models import get_model
+    from toolkit.serving.points import ENGINES
+
+    def check(cfg: Any) -> Any:
+        get_model(cfg.model)
+        if not cfg.hardware:
+            raise ValueError("hardware: give at least one accelerator")
+        for hw in cfg.hardware:
+            get_hardware(hw).price_usd_per_gpu_hour(cfg.price_tier)
+            engine = cfg.engines.get(hw, DEFAULT_ENGINES.get(hw, "sglang"))
+            if engine not in ENGINES:
+                raise ValueError(f"engines: unknown engine {engine!r} for {hw}; known: "
+                                 f"{', '.join(sorted(ENGINES))}")
+        if not cfg.interactivity:
+            raise ValueError("interactivity: give at least one target")
+        return cfg
+
+    return Kind("serving", CompareConfig, "compare_runs", None,
+                lambda store, cfg, threads: run_compare(store, cfg), check)
+
+
+for _make in (_selections, _prefix, _tiers, _serving):
+    _k = _make()
+    kinds.register(_k.name, _k)

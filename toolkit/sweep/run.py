@@ -1,0 +1,179 @@
+"""Sweep orchestration: validate a grid, skip cells whose run exists, run the rest on an
+engine, record every cell in the ``sweeps`` table.
+
+Resumable by construction: a cell is identified by its config, and every run table keeps
+the ``config_json`` of the run it holds, so a cell whose config already ran (in an
+earlier sweep, a killed one, or by hand from the CLI) is skipped and points at that run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from toolkit.config import config_json
+from toolkit.errors import ToolkitError
+from toolkit.store import Store
+from toolkit.sweep.engines import CellOutcome, CellTask, cell_key, engines
+from toolkit.sweep.grid import Grid, GridError, load_grid
+
+ON_ERROR = ("raise", "record")
+
+
+class SweepError(ToolkitError):
+    """A cell failed under ``on_error="raise"`` (the failure is recorded first)."""
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep invocation did; :meth:`as_json` is the CLI's ``--json`` object."""
+
+    sweep_id: str
+    cells: int
+    ran: int
+    skipped: int
+    failed: int
+    elapsed_s: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"sweep_id": self.sweep_id, "cells": self.cells, "ran": self.ran,
+                "skipped": self.skipped, "failed": self.failed, "elapsed_s": self.elapsed_s}
+
+
+def _existing_runs(store: Store, table: str) -> dict[str, str]:
+    """``config_json`` -> run id of every run in ``table``."""
+    df = store.query(f"SELECT DISTINCT config_json, run_id FROM {table}")
+    return dict(zip(df["config_json"].to_list(), df["run_id"].to_list(), strict=True))
+
+
+def _check_traces(store: Store, grid: Grid, cells: list[Any]) -> None:
+    table = grid.kind_spec.trace_table
+    if table is None:
+        return
+    known = set(store.keys(table))
+    for c in cells:
+        trace = c.fields.get("trace")
+        if trace not in known:
+            raise GridError(
+                f"{grid.source}: cell {c.index}: trace {trace!r} is not in {store.root} "
+                f"({table}); known: {', '.join(sorted(known)) or 'none'}")
+
+
+@contextmanager
+def _progress(total: int, enabled: bool | None):
+    """A cell counter on a terminal only (never under --json, in tests or notebooks,
+    whose stderr nbval compares)."""
+    from tqdm.std import tqdm
+
+    on = enabled if enabled is not None else bool(sys.stderr and sys.stderr.isatty())
+    bar = tqdm(total=total, desc="sweep", unit="cell", disable=not on, leave=False,
+               dynamic_ncols=True)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def new_sweep_id(grid: Grid) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return f"sweep-{grid.kind}-{grid.fingerprint[:8]}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def run(
+    store: Store,
+    grid: Grid | str | Path,
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    on_error: str = "raise",
+    progress: bool | None = None,
+) -> SweepResult:
+    """Run every cell of ``grid`` not already in ``store``.
+
+    Args:
+        grid: a :class:`Grid` or the path of a TOML grid file (validated before anything
+            runs).
+        engine: ``local`` (process pool; ``workers=1`` runs in this process) or ``ray``.
+        workers: local processes, or CPUs of a local Ray (``None`` = every core).
+        address: a Ray cluster to use (``ray start --head`` prints it).
+        on_error: ``raise`` (default) stops at the first failed cell after recording it;
+            ``record`` records failures and runs the rest.
+        progress: cell counter on stderr (``None`` = on a terminal only).
+
+    Raises:
+        GridError: the grid or a cell's trace is invalid (nothing ran).
+        SweepError: a cell failed with ``on_error="raise"``.
+    """
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be raise or record, got {on_error!r}")
+    if engine not in engines:
+        raise ValueError(f"unknown engine {engine!r}; known: {', '.join(engines.names())}")
+    t0 = time.perf_counter()
+    grid = grid if isinstance(grid, Grid) else load_grid(grid)
+    kind = grid.kind_spec
+    cells = grid.cells()
+    _check_traces(store, grid, cells)
+    existing = _existing_runs(store, kind.runs_table)
+    sweep_id = new_sweep_id(grid)
+    base = {"sweep_id": sweep_id, "kind": grid.kind, "grid_fingerprint": grid.fingerprint,
+            "grid_json": grid.canonical_json()}
+
+    def row(c: Any) -> dict[str, Any]:
+        return {**base, "cell": c.index,
+                "cell_json": json.dumps(c.fields, sort_keys=True, default=str),
+                "config_fingerprint": c.fingerprint}
+
+    todo, skipped_rows = [], []
+    for c in cells:
+        run_id = existing.get(config_json(c.config))
+        if run_id is None:
+            todo.append(c)
+        else:
+            skipped_rows.append({**row(c), "run_id": run_id, "status": "skipped",
+                                 "error": None, "seconds": 0.0})
+    if skipped_rows:
+        store.write("sweeps", f"{sweep_id}.skipped", pa.Table.from_pylist(skipped_rows))
+    ran = failed = 0
+    if todo:
+        eng = engines.get(engine)(workers=workers, address=address)
+        tasks = [CellTask(str(store.root), grid.kind, c.config, row(c), eng.cell_threads)
+                 for c in todo]
+        by_index = {c.index: c for c in todo}
+        try:
+            with _progress(len(cells), progress) as bar:
+                bar.update(len(skipped_rows))
+                for out in eng.run(tasks):
+                    bar.update(1)
+                    if out.status == "done":
+                        ran += 1
+                        continue
+                    failed += 1
+                    _record_failure(store, tasks, out)
+                    if on_error == "raise":
+                        eng.cancel()
+                        shown = ", ".join(f"{k}={v!r}" for k, v in
+                                          by_index[out.index].fields.items() if k in grid.axes)
+                        raise SweepError(f"sweep {sweep_id}: cell {out.index} ({shown}) "
+                                         f"failed: {out.error}")
+        finally:
+            eng.close()
+    return SweepResult(sweep_id, len(cells), ran, len(skipped_rows), failed,
+                       time.perf_counter() - t0)
+
+
+def _record_failure(store: Store, tasks: list[CellTask], out: CellOutcome) -> None:
+    task = next(t for t in tasks if t.index == out.index)
+    r = {**task.row, "run_id": None, "status": "failed", "error": out.error,
+         "seconds": out.seconds}
+    store.write("sweeps", cell_key(r["sweep_id"], out.index), pa.Table.from_pylist([r]),
+                replace=True)
