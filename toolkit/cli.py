@@ -180,6 +180,10 @@ def _mount_commands() -> None:
     app.add_typer(cost.cost_app, name="cost")
     app.add_typer(serving.serving_app, name="serving")
     app.command("cost-at-interactivity")(cost.cost_at_interactivity_cmd)
+    from toolkit.commands import sweep  # issue 12
+
+    app.command("sweep")(sweep.sweep_cmd)
+    app.add_typer(sweep.store_app, name="store")
 
 
 _mount_commands()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -28,12 +29,13 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -51,6 +53,15 @@ COMMIT_MARKER = "COMMIT"
 #: writers hold a lock on their staging directory, so the age only guards the instant
 #: between creating it and locking it (and files of older toolkit versions).
 STALE_STAGING_S = 300.0
+#: Compacted runs of a table: ``<table>/.compacted/<partition>/part-*.parquet`` plus a
+#: manifest mapping each key to its rows (see :meth:`Store.compact`).
+COMPACT_DIR = ".compacted"
+MANIFEST_FILE = "manifest.json"
+#: Tables whose keys are runs; compaction merges them. Input tables (traces) stay one
+#: file per key, since replays read those files directly.
+COMPACTABLE = ("replay_runs", "selection_runs", "selection_replay", "tier_runs",
+               "tier_requests", "engram_runs", "sweeps", "compare_runs")
+PART_ROWS = 4_000_000  # rows per compacted part file
 ROW_GROUP_BYTES = 32 << 20  # ~32 MB per row group: selective reads of big list columns
 KEY_MAX_CHARS = 128
 _KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
@@ -113,13 +124,13 @@ class _Transaction:
         self._fd = os.open(self.dir, os.O_RDONLY)
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.entries: dict[tuple[str, str], bool] = {}  # (table, key) -> replace
+        self.expelled: set[tuple[str, str]] = set()  # compacted keys to drop (Store.delete)
 
     def stage(self, table: str, key: str, replace: bool) -> Path:
         """Path to write ``table``/``key`` to; refuses a taken name early."""
-        final = self.store._key_path(table, key)
         if (table, key) in self.entries:
             raise StoreError(f"{table} {key!r} is written twice in one transaction")
-        if final.exists() and not replace:
+        if self.store._key_exists(table, key) and not replace:
             raise StoreError(
                 f"{table} {key!r} already exists in {self.store.root}; "
                 "pass --replace to overwrite"
@@ -129,22 +140,32 @@ class _Transaction:
         return self.dir / table / f"{key}.parquet"
 
     def commit(self) -> None:
-        if not self.entries:
+        if not self.entries and not self.expelled:
             return
         with self.store._lock(exclusive=True):
             self.store._recover_locked()
             for (table, key), replace in self.entries.items():
-                if not replace and self.store._key_path(table, key).exists():
+                if not replace and self.store._key_exists(table, key):
                     raise StoreError(
                         f"{table} {key!r} already exists in {self.store.root} (written by "
                         "another process meanwhile); pass --replace to overwrite"
                     )
-            marker = self.dir / COMMIT_MARKER
-            tmp = self.dir / (COMMIT_MARKER + ".tmp")
-            tmp.write_text(json.dumps(sorted(self.entries)))
-            os.replace(tmp, marker)  # the commit point
-            _apply(self.store.root, self.dir, sorted(self.entries))
-            marker.unlink()
+            # a replaced key that lives in a compacted part leaves it (its part rewritten)
+            drop = self.expelled | {e for e in self.entries
+                                    if e[1] in self.store._compacted(e[0])}
+            moves, deletes = self.store._expel_ops(self.dir, drop)
+            self.commit_ops(moves, deletes)
+
+    def commit_ops(self, moves: list[tuple[str, str]], deletes: list[str]) -> None:
+        """The commit point: write the marker, apply it, remove it. Caller holds the
+        exclusive store lock."""
+        marker = self.dir / COMMIT_MARKER
+        tmp = self.dir / (COMMIT_MARKER + ".tmp")
+        tmp.write_text(json.dumps({"entries": sorted(self.entries), "moves": moves,
+                                   "deletes": deletes}))
+        os.replace(tmp, marker)  # the commit point
+        _apply(self.store.root, self.dir, json.loads(marker.read_text()))
+        marker.unlink()
 
     def close(self) -> None:
         """Drop the staging directory, unless it committed but could not finish renaming
@@ -154,16 +175,26 @@ class _Transaction:
         os.close(self._fd)
 
 
-def _apply(root: Path, tx_dir: Path, entries: list[tuple[str, str]]) -> list[str]:
-    """Rename a committed transaction's staged files into place; returns what moved."""
+def _apply(root: Path, tx_dir: Path, marker: object) -> list[str]:
+    """Carry out a committed transaction (idempotent, so a crash midway is rolled forward):
+    rename its staged files into place, then delete what it replaced. ``marker`` is the
+    COMMIT file's content: a list of (table, key) (older stores) or a dict with
+    ``entries``, ``moves`` (staged, final; paths relative to the staging/store dirs) and
+    ``deletes``."""
+    if isinstance(marker, list):
+        marker = {"entries": marker, "moves": [], "deletes": []}
+    assert isinstance(marker, dict)
+    moves = [(f"{t}/{k}.parquet", f"{t}/{k}.parquet") for t, k in marker["entries"]]
     moved = []
-    for table, key in entries:
-        staged = tx_dir / table / f"{key}.parquet"
+    for staged_rel, final_rel in moves + [tuple(m) for m in marker.get("moves", [])]:
+        staged = tx_dir / staged_rel
         if staged.exists():
-            final = root / table / f"{key}.parquet"
+            final = root / final_rel
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, final)
-            moved.append(f"{table}/{key}")
+            moved.append(final_rel.removesuffix(".parquet"))
+    for rel in marker.get("deletes", []):
+        (root / rel).unlink(missing_ok=True)
     return moved
 
 
@@ -241,7 +272,7 @@ class Store:
     def keys(self, table: str) -> list[str]:
         """Keys (trace names, run ids) present in ``table``; invalid names are left out
         and noted in :attr:`problems`."""
-        return sorted(self._entries(table))
+        return sorted(set(self._entries(table)) | set(self._compacted(table)))
 
     def traces(self) -> list[str]:
         """Names of the ingested request timelines."""
@@ -251,6 +282,9 @@ class Store:
         """One key of one table as Arrow, e.g. ``read("requests", "conversation_trace")``."""
         check_key(key, "key")  # a user's run id must not reach outside the store
         path = self._key_path(table, key)
+        if not path.exists() and key in self._compacted(table):
+            with self._lock(exclusive=False):
+                return self._read_compacted(table, key)
         if not path.exists():
             known = ", ".join(self.keys(table)) or "none"
             raise StoreError(f"no {table} named {key!r} in store {self.root}; known: {known}")
@@ -323,6 +357,10 @@ class Store:
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""
         check_key(key, "key")
+        if key in self._compacted(table):
+            with self.transaction():
+                assert self._tx is not None
+                self._tx.expelled.add((table, key))
         with self._lock(exclusive=True):
             self._key_path(table, key).unlink(missing_ok=True)
         self._refresh_views()
@@ -354,6 +392,164 @@ class Store:
 
     def _key_path(self, table: str, key: str) -> Path:
         return self._table_dir(table) / f"{key}.parquet"
+
+    def _key_exists(self, table: str, key: str) -> bool:
+        return self._key_path(table, key).exists() or key in self._compacted(table)
+
+    # -- compaction -----------------------------------------------------------------------
+    def _manifest(self, table: str) -> dict[str, list[list]]:
+        """Compacted part (path relative to the table) -> [[key, first row, rows], ...]."""
+        path = self._table_dir(table) / COMPACT_DIR / MANIFEST_FILE
+        try:
+            return json.loads(path.read_text())["parts"]
+        except FileNotFoundError:
+            return {}
+
+    def _compacted(self, table: str) -> dict[str, tuple[str, int, int]]:
+        """Key -> (part, first row, rows) for the keys living in compacted parts."""
+        if table not in COMPACTABLE:
+            return {}
+        return {k: (part, off, n) for part, keys in self._manifest(table).items()
+                for k, off, n in keys}
+
+    def _read_compacted(self, table: str, key: str) -> pa.Table:
+        part, off, n = self._compacted(table)[key]
+        pf = pq.ParquetFile(self._table_dir(table) / part)
+        starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows
+                                  for i in range(pf.num_row_groups)])
+        g0 = int(np.searchsorted(starts, off, side="right")) - 1
+        g1 = int(np.searchsorted(starts, off + n, side="left"))
+        t = pf.read_row_groups(list(range(g0, g1)), use_threads=False)
+        return schema.conform(t.slice(off - int(starts[g0]), n), schema.TABLES[table])
+
+    def _expel_ops(self, tx_dir: Path, drop: set[tuple[str, str]]
+                   ) -> tuple[list[tuple[str, str]], list[str]]:
+        """Stage rewrites of the compacted parts holding ``drop`` without those keys, and a
+        new manifest: (moves, deletes) for the commit. Caller holds the exclusive lock."""
+        moves: list[tuple[str, str]] = []
+        deletes: list[str] = []
+        for table in sorted({t for t, _ in drop}):
+            keys = {k for t, k in drop if t == table}
+            parts = self._manifest(table)
+            hit = [p for p, ks in parts.items() if any(k in keys for k, _, _ in ks)]
+            if not hit:
+                continue
+            for part in hit:
+                kept = [e for e in parts.pop(part) if e[0] not in keys]
+                deletes.append(f"{table}/{part}")
+                if kept:
+                    new_part, entries = self._write_part(
+                        tx_dir, table, str(Path(part).parent),
+                        [(k, self._read_compacted(table, k)) for k, _, _ in kept])
+                    parts[new_part] = entries
+                    moves.append((f"{table}/{new_part}", f"{table}/{new_part}"))
+            moves.append(self._stage_manifest(tx_dir, table, parts))
+        return moves, deletes
+
+    def _write_part(self, tx_dir: Path, table: str, partition: str,
+                    keyed: Iterable[tuple[str, pa.Table]]) -> tuple[str, list[list]]:
+        """Write ``(key, rows)`` into one new staged part; returns its name and entries."""
+        name = f"{COMPACT_DIR}/{partition}/part-{uuid.uuid4().hex[:12]}.parquet"
+        path = tx_dir / table / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sink, entries, off = None, [], 0
+        try:
+            for key, t in keyed:
+                t = schema.conform(t, schema.TABLES[table])
+                sink = sink or ParquetSink(path, schema.TABLES[table])
+                sink.write(t)
+                entries.append([key, off, t.num_rows])
+                off += t.num_rows
+        finally:
+            if sink is not None:
+                sink.close()
+        return name, entries
+
+    def _stage_manifest(self, tx_dir: Path, table: str, parts: dict) -> tuple[str, str]:
+        rel = f"{table}/{COMPACT_DIR}/{MANIFEST_FILE}"
+        (tx_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tx_dir / rel).write_text(json.dumps({"parts": parts}, sort_keys=True))
+        return rel, rel
+
+    def compact(self, tables: list[str] | None = None) -> dict[str, int]:
+        """Merge each run table's per-run files (and earlier compacted parts) into one
+        dataset partitioned by trace (sweeps: by sweep id), parts of up to
+        :data:`PART_ROWS` rows in key order, listed in a manifest; queries return the same
+        rows and every key stays readable, replaceable and deletable. One transaction
+        under the exclusive lock: a killed compaction changes nothing.
+
+        Returns:
+            table -> number of per-run files merged.
+        """
+        tables = list(COMPACTABLE) if not tables else tables
+        for t in tables:
+            if t not in COMPACTABLE:
+                raise StoreError(f"table {t!r} cannot be compacted (replays read its files "
+                                 f"directly); compactable: {', '.join(COMPACTABLE)}")
+        merged: dict[str, int] = {}
+        tx = _Transaction(self)
+        try:
+            with self._lock(exclusive=True):
+                self._recover_locked()
+                moves: list[tuple[str, str]] = []
+                deletes: list[str] = []
+                for table in tables:
+                    files = {k: p for k, p in self._entries(table).items() if p.is_file()}
+                    old = self._manifest(table)
+                    if not files:
+                        merged[table] = 0
+                        continue
+                    m, d = self._compact_table(tx.dir, table, files, old)
+                    moves += m
+                    deletes += d
+                    merged[table] = len(files)
+                if moves:
+                    tx.commit_ops(moves, deletes)
+        finally:
+            tx.close()
+            self._refresh_views()
+        return merged
+
+    def _compact_table(self, tx_dir: Path, table: str, files: dict[str, Path],
+                       old: dict[str, list[list]]) -> tuple[list[tuple[str, str]], list[str]]:
+        col = "sweep_id" if table == "sweeps" else "trace"
+        # partition -> key -> (loader, rows)
+        sources: dict[str, dict[str, tuple[Callable[[], pa.Table], int]]] = {}
+        for part, keys in old.items():
+            for k, _, n in keys:
+                if k not in files:  # else a file of the same key replaced it
+                    sources.setdefault(Path(part).parent.name, {})[k] = (
+                        functools.partial(self._read_compacted, table, k), n)
+        for k, p in files.items():
+            try:
+                n = pq.ParquetFile(p).metadata.num_rows
+                first = pq.read_table(p, columns=[col]).column(0)
+            except (OSError, pa.ArrowException) as e:
+                raise StoreError(f"{p}: unreadable Parquet file, not compacted: {e}") from None
+            value = str(first[0].as_py()) if len(first) else "empty"
+            part = value if _KEY_RE.fullmatch(value) else "other"
+            sources.setdefault(part, {})[k] = (functools.partial(
+                pq.read_table, p, schema=schema.TABLES[table]), n)
+        parts: dict[str, list[list]] = {}
+        moves = []
+        for partition in sorted(sources):
+            src = sources[partition]
+            batches: list[list[str]] = [[]]
+            rows = 0
+            for k in sorted(src):  # key order: a key's rows are contiguous in its part
+                if batches[-1] and rows + src[k][1] > PART_ROWS:
+                    batches.append([])
+                    rows = 0
+                batches[-1].append(k)
+                rows += src[k][1]
+            for batch in batches:
+                name, entries = self._write_part(tx_dir, table, partition,
+                                                 ((k, src[k][0]()) for k in batch))
+                parts[name] = entries
+                moves.append((f"{table}/{name}", f"{table}/{name}"))
+        moves.append(self._stage_manifest(tx_dir, table, parts))
+        deletes = [f"{table}/{p}" for p in old] + [f"{table}/{k}.parquet" for k in files]
+        return moves, deletes
 
     def _note(self, problem: str) -> None:
         if problem not in self.problems:
@@ -417,8 +613,7 @@ class Store:
                         continue  # a live writer
                     marker = entry / COMMIT_MARKER
                     if marker.exists():
-                        entries = [tuple(e) for e in json.loads(marker.read_text())]
-                        moved = _apply(self.root, entry, entries)  # type: ignore[arg-type]
+                        moved = _apply(self.root, entry, json.loads(marker.read_text()))
                         self._note(f"completed a write interrupted after its commit: "
                                    f"{', '.join(moved) or 'nothing left to move'}")
                     elif now - entry.stat().st_mtime > STALE_STAGING_S:
@@ -471,6 +666,7 @@ class Store:
         files: list[Path] = []
         for p in entries.values():
             files.extend(sorted(p.rglob("*.parquet")) if p.is_dir() else [p])
+        files.extend(d / part for part in self._manifest(table) if table in COMPACTABLE)
         if not files:
             return f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, [])}", files
         known = {e.name for e in entries.values()}
