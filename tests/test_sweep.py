@@ -1,0 +1,368 @@
+"""Sweeps (issue 12): grids refused before anything runs, cells equal to direct replays,
+resumable after a kill, failures raised or recorded, engines agree, compaction keeps
+query results."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+import toolkit
+from toolkit import sweep
+from toolkit.cli import app
+from toolkit.errors import StoreError
+from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
+from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+from toolkit.sweep import GridError, SweepError, parse_grid
+
+from .conftest import AZURE, MOONCAKE, ROOT, snapshot
+
+SMOLLM2 = ROOT / "traces" / "smollm2"
+SMALL_GRID = """
+kind = "selections"
+trace = "smollm2"
+[fixed]
+mode = "plain"
+[axes]
+policy = ["lru", "opt"]
+buffer_tokens = [64, 128]
+"""
+RESULT_TABLES = ("selection_runs", "selection_replay", "replay_runs", "tier_runs",
+                 "tier_requests", "compare_runs")
+
+
+def smollm2_store(root: Path) -> toolkit.Store:
+    s = toolkit.open_store(root)
+    s.ingest("bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
+    return s
+
+
+@pytest.fixture(scope="module")
+def sel_store(tmp_path_factory):
+    with smollm2_store(tmp_path_factory.mktemp("sel") / "store") as s:
+        yield s
+
+
+def results(store: toolkit.Store, tables=RESULT_TABLES) -> dict[str, pl.DataFrame]:
+    """Every result table without wall times, in a canonical order."""
+    out = {}
+    for t in tables:
+        df = store.query(f"SELECT * FROM {t}")
+        df = df.drop([c for c in df.columns if c in ("elapsed_s",)])
+        out[t] = df.sort(df.columns)
+    return out
+
+
+def assert_same(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame]) -> None:
+    """Equal tables (``b`` may hold a subset of ``a``'s)."""
+    assert b, "nothing compared"
+    for t in b:
+        assert a[t].equals(b[t]), t
+
+
+class TestGrid:
+    """A grid is refused before anything runs, naming the key."""
+
+    @pytest.mark.parametrize("text, words", [
+        ('kind = "selections"\ntrace = "t"\n[axes]\npolicyy = ["lru"]', ["'policyy'", "[axes]"]),
+        ('kind = "selections"\ntrace = "t"\n[fixed]\nbuffer = 3', ["'buffer'", "[fixed]"]),
+        ('kind = "selections"\ntrace = "t"\n[axes]\npolicy = []', ["[axes] policy", "empty"]),
+        ('kind = "selections"\ntrace = "t"\n[axes]\nbuffer_tokens = [64, "x"]',
+         ["[axes] buffer_tokens[1]", "expected int"]),
+        ('kind = "selections"\ntrace = "t"\n[axes]\nbuffer_tokens = [0]',
+         ["buffer_tokens = 0", ">= 1"]),
+        ('kind = "selections"\ntrace = "t"\n[axes]\npolicy = ["lru", "nope"]',
+         ["policy = 'nope'", "unknown policy"]),
+        ('kind = "selections"\ntrace = "t"\n[axes]\nmode = ["plain", "fast"]',
+         ["mode = 'fast'"]),
+        ('kind = "selections"\n[axes]\npolicy = ["lru"]', ["['trace']", "neither fixed"]),
+        ('kind = "selections"\ntrace = "t"\n[fixed]\npolicy = "lru"\n[axes]\npolicy = ["arc"]',
+         ["'policy' is both"]),
+        ('kind = "nope"\ntrace = "t"', ["kind 'nope'", "selections"]),
+        ('trace = "t"', ["'kind' is missing"]),
+        ('kind = "selections"\ntrace = "t"\nsize = 3', ["top-level", "'size'"]),
+        ('kind = "selections"\ntrace = \n[axes]', ["not valid TOML", "line 2"]),
+        ('kind = "tiers"\ntrace = "t"\n[axes]\nhardware = ["gb200", "gb999"]',
+         ["hardware = 'gb999'"]),
+        ('kind = "serving"\n[fixed]\nmodel = "glm-5.2"\n[axes]\nhardware = ["gb200", "x1"]',
+         ["[axes] hardware", "unknown hardware 'x1'"]),
+        ('kind = "selections"\ntrace = "t"\n[axes]\npolicy = ["lru", "lru"]', ["repeated"]),
+    ])
+    def test_refused_naming_the_key(self, text, words):
+        """Unknown names, bad values, empty axes and bad combinations name file and key."""
+        with pytest.raises(GridError) as e:
+            parse_grid(text, "g.toml")
+        msg = str(e.value)
+        assert msg.startswith("g.toml"), msg
+        for w in words:
+            assert w in msg, msg
+
+    def test_cells_in_product_order(self):
+        """Axes multiply in file order; fixed values and traces (an axis) reach each cell."""
+        g = parse_grid('kind = "prefix"\ntraces = ["a", "b"]\n[axes]\n'
+                       'capacity_blocks = [10, "none"]\n[fixed]\npolicy = "fifo"')
+        cells = [(c.index, c.config) for c in g.cells()]
+        assert cells == [
+            (0, PrefixReplayConfig("a", "fifo", 10)), (1, PrefixReplayConfig("a", "fifo", None)),
+            (2, PrefixReplayConfig("b", "fifo", 10)), (3, PrefixReplayConfig("b", "fifo", None)),
+        ]
+
+    def test_serving_hardware_scalar_becomes_tuple(self):
+        """A tuple field takes one value per cell (gb200 -> ("gb200",)) or a list."""
+        g = parse_grid('kind = "serving"\n[fixed]\nmodel = "glm-5.2"\n'
+                       '[axes]\nhardware = ["gb200", ["gb300", "mi355x"]]')
+        assert [c.config.hardware for c in g.cells()] == [("gb200",), ("gb300", "mi355x")]
+
+    def test_unknown_trace_refused_before_anything_runs(self, sel_store):
+        """A cell naming a trace the store lacks is an error; the store is unchanged."""
+        before = snapshot(sel_store.root)
+        g = parse_grid(SMALL_GRID.replace('trace = "smollm2"', 'traces = ["smollm2", "x"]'))
+        with pytest.raises(GridError, match="cell 4: trace 'x' is not in"):
+            sweep.run(sel_store, g, workers=1)
+        assert snapshot(sel_store.root) == before
+
+
+class TestRun:
+    def test_cells_equal_direct_replays(self, tmp_path, sel_store):
+        """Each cell's run is the normal replay's run (same run id, same rows); exact
+        figures on the real SmolLM2 trace."""
+        res = sweep.run(sel_store, parse_grid(SMALL_GRID), workers=1)
+        assert (res.cells, res.ran, res.skipped, res.failed) == (4, 4, 0, 0)
+        with smollm2_store(tmp_path / "direct") as direct:
+            for p in ("lru", "opt"):
+                for n in (64, 128):
+                    replay_selections(direct, SelectionReplayConfig("smollm2", p, n, "plain"))
+            assert_same(results(direct), results(sel_store))
+        got = sel_store.query("SELECT policy, buffer_tokens, misses FROM selection_runs "
+                              "ORDER BY ALL").rows()
+        assert got == [("lru", 64, 935505), ("lru", 128, 311045), ("opt", 64, 400906),
+                       ("opt", 128, 182094)]
+        cells = sel_store.query("SELECT cell, status, run_id, error, seconds FROM sweeps "
+                                "WHERE sweep_id = $s ORDER BY cell", {"s": res.sweep_id})
+        assert cells["status"].to_list() == ["done"] * 4
+        assert cells["error"].null_count() == 4 and (cells["seconds"] > 0).all()
+        assert set(cells["run_id"]) == set(sel_store.keys("selection_runs"))
+
+    def test_rerun_skips_every_cell(self, sel_store):
+        """Re-running a grid skips cells whose run exists and points at that run."""
+        sweep.run(sel_store, parse_grid(SMALL_GRID), workers=1)
+        before = results(sel_store)
+        res = sweep.run(sel_store, parse_grid(SMALL_GRID), workers=1)
+        assert (res.ran, res.skipped, res.failed) == (0, 4, 0)
+        assert_same(before, results(sel_store))
+        rows = sel_store.query("SELECT status, run_id FROM sweeps WHERE sweep_id = $s",
+                               {"s": res.sweep_id})
+        assert rows["status"].to_list() == ["skipped"] * 4
+        assert set(rows["run_id"]) <= set(sel_store.keys("selection_runs"))
+
+    def test_cli_run_outside_sweep_is_skipped(self, tmp_path):
+        """A run made by hand (same config) counts: the sweep skips that cell."""
+        with toolkit.open_store(tmp_path / "s") as s:
+            s.ingest("mooncake", MOONCAKE, "conv")
+            replay_prefix(s, PrefixReplayConfig("conv", "lru", 1000))
+            res = sweep.run(s, parse_grid('kind = "prefix"\ntrace = "conv"\n[axes]\n'
+                                          'capacity_blocks = [1000, 2000]'), workers=1)
+            assert (res.ran, res.skipped) == (1, 1)
+
+    def test_on_error_record_and_raise(self, tmp_path):
+        """A failing cell (Azure has no prefix hashes) is recorded with its error while
+        the rest run (record), or recorded and raised (raise)."""
+        with toolkit.open_store(tmp_path / "s") as s:
+            s.ingest("mooncake", MOONCAKE, "conv")
+            s.ingest("azure", AZURE, "azure")
+            grid = parse_grid('kind = "prefix"\ntraces = ["azure", "conv"]\n[axes]\n'
+                              'capacity_blocks = [1000, 2000]')
+            with pytest.raises(SweepError, match=r"cell 0 \(trace='azure', capacity_blocks="
+                                                 r"1000\) failed: trace 'azure' has no"):
+                sweep.run(s, grid, workers=1)
+            failed = s.query("SELECT cell, status, error FROM sweeps")
+            assert failed.rows() == [(0, "failed", failed["error"][0])]
+            assert "no prefix-block hashes" in failed["error"][0]
+            assert s.keys("replay_runs") == []  # raise stops at the first failure
+            res = sweep.run(s, grid, workers=1, on_error="record")
+            assert (res.cells, res.ran, res.skipped, res.failed) == (4, 2, 0, 2)
+            rows = s.query("SELECT cell, status FROM sweeps WHERE sweep_id = $s ORDER BY cell",
+                           {"s": res.sweep_id}).rows()
+            assert rows == [(0, "failed"), (1, "failed"), (2, "done"), (3, "done")]
+            again = sweep.run(s, grid, workers=1, on_error="record")
+            assert (again.ran, again.skipped, again.failed) == (0, 2, 2)
+
+    def test_tiers_and_serving_kinds(self, tmp_path):
+        """Tier replays and cost comparisons sweep too; cells equal direct calls."""
+        from toolkit.cost.compare import CompareConfig, compare
+        from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+
+        with toolkit.open_store(tmp_path / "s") as s:
+            s.ingest("mooncake", MOONCAKE, "conv")
+            r = sweep.run(s, parse_grid('kind = "tiers"\ntrace = "conv"\n[fixed]\n'
+                                        'device_tokens = 200000\n[axes]\n'
+                                        'hardware = ["gb200", "mi355x"]\n'
+                                        'concurrency = [4, 16]'), workers=1)
+            assert (r.ran, r.failed) == (4, 0)
+            direct = replay_tiers(s, TierReplayConfig("conv", "mi355x", concurrency=16,
+                                                      device_tokens=200_000), save=False)
+            row = s.query("SELECT * FROM tier_runs WHERE run_id = $r",
+                          {"r": direct.summary["run_id"]}).to_dicts()[0]
+            for k in ("gpu_hit_rate", "host_hit_rate", "usd_per_million_total_tokens"):
+                assert row[k] == direct.summary[k]
+            r = sweep.run(s, parse_grid('kind = "serving"\n[fixed]\nmodel = "glm-5.2"\n'
+                                        'interactivity = [150]\n[axes]\n'
+                                        'hardware = ["gb200", "mi355x"]'), workers=1)
+            assert (r.ran, r.failed) == (2, 0)
+            want = compare(CompareConfig("glm-5.2", ("mi355x",), (150.0,)))
+            got = s.query("SELECT usd_per_mtok_total FROM compare_runs "
+                          "WHERE hardware = 'mi355x'").item()
+            assert got == want["usd_per_mtok_total"][0]
+
+
+def test_local_pool_equals_single_process(tmp_path):
+    """Two worker processes give the same tables as one process."""
+    with smollm2_store(tmp_path / "one") as a, smollm2_store(tmp_path / "two") as b:
+        sweep.run(a, parse_grid(SMALL_GRID), workers=1)
+        res = sweep.run(b, parse_grid(SMALL_GRID), engine="local", workers=2)
+        assert (res.ran, res.failed) == (4, 0)
+        assert_same(results(a), results(b))
+
+
+def test_ray_equals_local_and_single_process(tmp_path):
+    """A 2-CPU local Ray gives the same tables as the local pool and one process."""
+    ray = pytest.importorskip("ray")  # the [ray] extra; `make test` installs it
+    with smollm2_store(tmp_path / "one") as a, smollm2_store(tmp_path / "pool") as b, \
+            smollm2_store(tmp_path / "ray") as c:
+        sweep.run(a, parse_grid(SMALL_GRID), workers=1)
+        sweep.run(b, parse_grid(SMALL_GRID), workers=2)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        try:
+            res = sweep.run(c, parse_grid(SMALL_GRID), engine="ray")
+            assert ray.is_initialized()  # a cluster the caller started stays up
+        finally:
+            ray.shutdown()
+        assert (res.ran, res.failed) == (4, 0)
+        assert_same(results(a), results(c))
+        assert_same(results(b), results(c))
+
+
+def test_killed_sweep_resumes_with_the_rest(tmp_path):
+    """Kill a sweep after some cells; the re-run runs only the rest and the store equals
+    an uninterrupted sweep's (each cell's run and sweeps row commit together)."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text('kind = "selections"\ntrace = "smollm2"\n[axes]\n'
+                    'policy = ["lru", "fifo", "clock", "arc", "opt", "slru"]\n'
+                    'buffer_tokens = [64, 96, 128, 192]\n')
+    root = tmp_path / "killed"
+    smollm2_store(root).close()
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit.cli", "sweep", "--store", str(root),
+                             "--grid", str(grid), "--workers", "1", "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs = root / "selection_runs"
+    deadline = time.monotonic() + 120
+    while (not runs.is_dir() or len(list(runs.glob("*.parquet"))) < 3) \
+            and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with toolkit.open_store(root) as s:
+        done = len(s.keys("selection_runs"))
+        assert 3 <= done < 24, done
+        killed = s.query("SELECT count(*) FROM sweeps WHERE status = 'done'").item()
+        assert killed == done  # a cell's run and its sweeps row land together
+        res = sweep.run(s, grid, workers=1)
+        assert (res.cells, res.ran, res.skipped, res.failed) == (24, 24 - done, done, 0)
+        with smollm2_store(tmp_path / "whole") as whole:
+            sweep.run(whole, grid, workers=1)
+            assert_same(results(whole), results(s))
+
+
+def test_cli_json_and_errors(tmp_path, sel_store):
+    """--json prints exactly the six keys; a bad grid is one line naming the key, exit 2."""
+    grid = tmp_path / "g.toml"
+    grid.write_text(SMALL_GRID)
+    r = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid),
+                                 "--workers", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert list(out) == ["sweep_id", "cells", "ran", "skipped", "failed", "elapsed_s"]
+    assert out["cells"] == 4 and out["ran"] + out["skipped"] == 4
+    grid.write_text(SMALL_GRID.replace("buffer_tokens", "buffer_slots"))
+    r = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid)])
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and "'buffer_slots'" in r.stderr and str(grid) in r.stderr
+
+
+class TestCompact:
+    def test_compact_keeps_query_results_and_keys(self, tmp_path):
+        """Compaction merges per-run files into a few parts; every view returns the same
+        rows, keys and reads are unchanged, a re-run sweep still skips, a replaced or
+        deleted key leaves its part."""
+        from toolkit.store import COMPACT_DIR
+
+        with smollm2_store(tmp_path / "s") as s:
+            s.ingest("mooncake", MOONCAKE, "conv")
+            sweep.run(s, parse_grid(SMALL_GRID), workers=1)
+            sweep.run(s, parse_grid('kind = "prefix"\ntrace = "conv"\n[axes]\n'
+                                    'policy = ["lru", "fifo"]\ncapacity_blocks = [100, 1000]'),
+                      workers=1)
+            tables = [*RESULT_TABLES, "sweeps", "requests", "selections"]
+            before = results(s, tables)
+            keys = {t: s.keys(t) for t in tables}
+            one = keys["selection_replay"][1]
+            read_before = s.read("selection_replay", one)
+            merged = s.compact()
+            assert merged["selection_replay"] == 4 and merged["replay_runs"] == 4
+            assert merged["sweeps"] == 8
+            assert list((s.root / "selection_replay").glob("*.parquet")) == []
+            parts = list((s.root / "selection_replay" / COMPACT_DIR).rglob("*.parquet"))
+            assert [p.parent.name for p in parts] == ["smollm2"]
+            assert_same(before, results(s, tables))
+            assert keys == {t: s.keys(t) for t in tables}
+            assert s.read("selection_replay", one).equals(read_before)
+            assert s.compact()["selection_replay"] == 0  # nothing left to merge
+            assert_same(before, results(s, tables))
+            res = sweep.run(s, parse_grid(SMALL_GRID), workers=1)
+            assert res.skipped == 4
+            # replacing a compacted run keeps one copy of its rows
+            replay_selections(s, SelectionReplayConfig("smollm2", "lru", 64, "plain"))
+            assert_same(before, results(s, RESULT_TABLES))
+            s.delete("selection_runs", keys["selection_runs"][0])
+            assert len(s.query("SELECT * FROM selection_runs")) == 3
+            assert keys["selection_runs"][0] not in s.keys("selection_runs")
+            with pytest.raises(StoreError, match="already exists"):
+                s.write("replay_runs", keys["replay_runs"][0], s.read("replay_runs",
+                                                                      keys["replay_runs"][0]))
+
+    def test_failed_compaction_changes_nothing(self, tmp_path, monkeypatch):
+        """A compaction that dies before its commit point leaves the store as it was."""
+        from toolkit import store as store_mod
+
+        with smollm2_store(tmp_path / "s") as s:
+            sweep.run(s, parse_grid(SMALL_GRID), workers=1)
+            before = snapshot(s.root)
+
+            def die(self, moves, deletes):
+                raise OSError("disk full")
+
+            monkeypatch.setattr(store_mod._Transaction, "commit_ops", die)
+            with pytest.raises(OSError):
+                s.compact()
+            assert snapshot(s.root) == before
+
+    def test_cli_compact(self, tmp_path, sel_store):
+        """toolkit store compact --json reports merged files per table."""
+        with smollm2_store(tmp_path / "s") as s:
+            sweep.run(s, parse_grid(SMALL_GRID), workers=1)
+        r = CliRunner().invoke(app, ["store", "compact", "--store", str(tmp_path / "s"),
+                                     "--table", "selection_runs", "--json"])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout) == {"selection_runs": 4}
+        r = CliRunner().invoke(app, ["store", "compact", "--store", str(tmp_path / "s"),
+                                     "--table", "requests"])
+        assert r.exit_code == 2 and "cannot be compacted" in r.stderr
