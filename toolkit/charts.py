@@ -245,3 +245,39 @@ def hit_rate_vs_users(df: pl.DataFrame, title: str) -> alt.Chart:
     ).properties(width=300, height=220).facet(
         column=alt.Column("offload:N", title="CPU offload", sort=["off", "on"])
     ).properties(title=title)
+
+
+def sweep_surface(df: pl.DataFrame, x: str, y: str, value: str, title: str,
+                  value_title: str | None = None, fmt: str = ".3f",
+                  facet: str | None = None) -> alt.Chart:
+    """A sweep's result surface: one cell per (x, y) coloured by ``value`` and labelled
+    with it (e.g. miss ratio by policy x buffer, $/M tokens by hardware x concurrency).
+
+    Numeric axes are ordinal in numeric order (64 before 128); ``facet`` repeats the
+    surface per value of another column (e.g. mode). Input: a ``sweep_*_surface`` query.
+    """
+    def axis(field: str) -> tuple[str, list]:
+        values = df[field].unique().sort().to_list()
+        return f"{field}:O", values
+
+    xf, xs = axis(x)
+    yf, ys = axis(y)
+    label = value_title or value.replace("_", " ")
+    base = alt.Chart(df).encode(
+        x=alt.X(xf, sort=xs, title=x.replace("_", " "), axis=alt.Axis(labelAngle=0)),
+        y=alt.Y(yf, sort=ys, title=y.replace("_", " ")),
+    )
+    lo, hi = float(df[value].min()), float(df[value].max())
+    mid = (lo + hi) / 2
+    rect = base.mark_rect().encode(
+        color=alt.Color(f"{value}:Q", title=label, scale=alt.Scale(scheme="viridis")),
+        tooltip=[x, y, alt.Tooltip(value, format=fmt)],
+    )
+    text = base.mark_text(fontSize=10).encode(
+        text=alt.Text(f"{value}:Q", format=fmt),
+        color=alt.condition(alt.datum[value] > mid, alt.value("black"), alt.value("white")),
+    )
+    chart = (rect + text).properties(width=max(40 * len(xs), 200), height=24 * len(ys) + 20)
+    if facet:
+        return chart.facet(column=alt.Column(f"{facet}:N", title=None)).properties(title=title)
+    return chart.properties(title=title)

@@ -48,6 +48,21 @@ class Kind:
 
 kinds: Registry[Kind] = Registry("sweep kind")
 
+_STREAMS: dict[tuple, Any] = {}  # the flattened trace of the last cells, per worker process
+
+
+def _cached(store: Store, table: str, trace: str, key: tuple, load: Callable[[], Any]) -> Any:
+    """A trace flattened once per worker for consecutive cells of the same trace (as
+    ``sweep_prefix`` does), keyed by the trace file's identity so a replaced trace is
+    re-read; at most two kept."""
+    st = store._key_path(table, trace).stat()  # noqa: SLF001 - change detection only
+    full = (str(store.root), *key, st.st_mtime_ns, st.st_size, st.st_ino)
+    if full not in _STREAMS:
+        while len(_STREAMS) >= 2:
+            _STREAMS.pop(next(iter(_STREAMS)))
+        _STREAMS[full] = load()
+    return _STREAMS[full]
+
 
 # -- selections -------------------------------------------------------------------------
 def _selections() -> Kind:
@@ -67,10 +82,12 @@ def _selections() -> Kind:
 # -- prefix -----------------------------------------------------------------------------
 def _prefix() -> Kind:
     from toolkit.policies import policies
-    from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
+    from toolkit.replay.prefix import PrefixReplayConfig, load_stream, replay_prefix
 
     def run(store: Store, cfg: Any, threads: int) -> str:
-        return replay_prefix(store, cfg)["run_id"]
+        stream = _cached(store, "requests", cfg.trace, ("prefix", cfg.trace),
+                         lambda: load_stream(store, cfg.trace))
+        return replay_prefix(store, cfg, stream=stream)["run_id"]
 
     def check(cfg: Any) -> Any:
         policies.get(cfg.policy)
@@ -83,10 +100,13 @@ def _prefix() -> Kind:
 def _tiers() -> Kind:
     from toolkit.hardware import get_hardware
     from toolkit.models import get_model
-    from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+    from toolkit.replay.tiers import TierReplayConfig, page_stream, replay_tiers
 
     def run(store: Store, cfg: Any, threads: int) -> str:
-        return replay_tiers(store, cfg).summary["run_id"]
+        key = (cfg.trace, cfg.page_tokens, cfg.radix_semantics)
+        stream = _cached(store, "requests", cfg.trace, key, lambda: page_stream(
+            store.read("requests", cfg.trace), cfg.page_tokens, cfg.radix_semantics))
+        return replay_tiers(store, cfg, stream=stream).summary["run_id"]
 
     def check(cfg: Any) -> Any:
         get_hardware(cfg.hardware)
