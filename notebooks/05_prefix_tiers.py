@@ -20,29 +20,50 @@
 # Workloads: the **real** Mooncake conversation trace, and a **labelled-synthetic** agentic
 # coding workload (`toolkit.synth.agentic`, preset `coding`: shared 12K system prompt,
 # tool outputs ~3K per turn, answers ~250 tokens, 10-40 turns, contexts up to 200K).
-# Every number is computed in DuckDB from the run tables; assumptions of the service-time
-# model are listed in `toolkit/replay/tiers_service.py`.
+# Every grid is a **sweep** (`toolkit.sweep`, TOML grid files written next to the store),
+# each cell a normal tier replay keyed by its config, so cells shared between sections
+# run once. Every number is computed in DuckDB from the run tables; assumptions of the
+# service-time model are listed in `toolkit/replay/tiers_service.py`. The store stays in
+# `build/notebooks/05` for `toolkit sql`.
 
 # %%
-import tempfile
+import shutil
 from pathlib import Path
 
 import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.replay.tiers import TierReplayConfig, page_stream, replay_tiers
+from toolkit import sweep
 from toolkit.analysis import run_query
-from toolkit.charts import cost_bars, tier_share_bars, ttft_cdf
+from toolkit.charts import cost_bars, sweep_surface, tier_share_bars, ttft_cdf
+from toolkit.sweep.queries import sweep_query
 from toolkit.synth.agentic import PRESETS, generate
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=30, tbl_width_chars=140, tbl_hide_column_data_types=True,
           tbl_hide_dataframe_shape=True)
-TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
-workdir = tempfile.TemporaryDirectory()
-store = toolkit.open_store(Path(workdir.name) / "store")
-store.ingest("mooncake", TRACES / "mooncake/conversation_trace.jsonl", "mooncake_conversation")
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+OUT = ROOT / "build" / "notebooks"
+shutil.rmtree(OUT / "05", ignore_errors=True)  # a re-run starts from an empty store
+shutil.rmtree(OUT / "05_grids", ignore_errors=True)
+(OUT / "05_grids").mkdir(parents=True)
+store = toolkit.open_store(OUT / "05")
+
+
+def run_grid(name: str, text: str) -> sweep.SweepResult:
+    """Write a grid file (rerun it with `toolkit sweep --store build/notebooks/05 --grid
+    build/notebooks/05_grids/NAME.toml`) and sweep it in this process."""
+    path = OUT / "05_grids" / f"{name}.toml"
+    path.write_text(text)
+    res = sweep.run(store, path, workers=1)
+    print(f"{name}: {res.cells} cells, {res.ran} ran, {res.skipped} skipped, "
+          f"{res.failed} failed")
+    return res
+
+
+store.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl",
+             "mooncake_conversation")
 store.write("requests", "synthetic_coding", generate(PRESETS["coding"], "synthetic_coding"))
 store.query("""
     SELECT trace, count(*) AS requests, round(avg(input_tokens)) AS mean_isl,
@@ -61,11 +82,13 @@ store.query("""
 # (≈32 GB of FP8 KV), the size that puts the crossover between 8 and 16 users.
 
 # %%
-stream = page_stream(store.read("requests", "synthetic_coding"))
-for device in (None, 600_000):
-    for c in (4, 8, 16, 32):
-        replay_tiers(store, TierReplayConfig("synthetic_coding", concurrency=c,
-                                             device_tokens=device), stream=stream)
+run_grid("concurrency", """
+kind = "tiers"
+trace = "synthetic_coding"
+[axes]
+device_tokens = ["none", 600000]   # "none": one GPU's HBM after weights (the default)
+concurrency = [4, 8, 16, 32]
+""")
 shares = run_query(store, "tier_shares").filter(pl.col("hardware") == "gb200")
 shares = shares.with_columns(
     pl.format("device {} K tokens", pl.col("device_capacity_tokens") // 1000).alias("label"))
@@ -110,30 +133,49 @@ store.query("""
 # %% [markdown]
 # ## 2. TTFT per configuration
 # Host hits cost a load over NVLink-C2C (overlapped with the prefill); TTFT grows mostly
-# from queueing once the device pool is full of locked pages.
+# from queueing once the device pool is full of locked pages. The 4- and 8-user curves
+# nearly coincide (neither queues); dashes tell them apart.
 
 # %%
 cdf = run_query(store, "tier_ttft_cdf").filter(pl.col("device_capacity_tokens") == 600_000)
 cdf = cdf.with_columns(pl.format("{} users", pl.col("concurrency")).alias("config"))
-ttft_cdf(cdf, "TTFT CDF, synthetic coding agents, 600K-token device pool")
+users = [f"{c} users" for c in sorted(set(cdf["concurrency"]))]  # numeric legend order
+ttft_cdf(cdf, "TTFT CDF, synthetic coding agents, 600K-token device pool").encode(
+    color=alt.Color("config:N", scale=alt.Scale(domain=users), title="configuration"),
+    strokeDash=alt.StrokeDash("config:N", scale=alt.Scale(domain=users), title="configuration"),
+    strokeWidth=alt.value(2.5),
+)
 
 # %% [markdown]
-# ## 3. $ per million tokens per hardware
-# The same 16-user closed loop on three accelerators with their default pools; $/M uses
+# ## 3. $ per million tokens per hardware x concurrency
+# The same closed loop on three accelerators with their default pools; $/M uses
 # InferenceX's arithmetic on the replay's throughput (input + output tokens per GPU) and
-# each spec's hyperscaler price.
+# each spec's hyperscaler price. The GB200 cells are section 1's runs (skipped here).
 
 # %%
-run_ids = [
-    replay_tiers(store, TierReplayConfig("synthetic_coding", hardware=hw, concurrency=16),
-                 stream=stream).summary["run_id"]
-    for hw in ("gb200", "gb300", "mi355x")
-]
+hardware_sweep = run_grid("hardware", """
+kind = "tiers"
+trace = "synthetic_coding"
+[axes]
+hardware = ["gb200", "gb300", "mi355x"]
+concurrency = [4, 8, 16, 32]
+""")
+surface = sweep_query(store, "sweep_cost_surface", hardware_sweep.sweep_id)
+run_ids = surface.filter(pl.col("concurrency") == 16)["run_id"]
 cost = run_query(store, "tier_cost").filter(pl.col("run_id").is_in(run_ids)).drop("run_id")
 cost
 
 # %%
 cost_bars(cost, "Synthetic coding agents, 16 users: $ per million total tokens")
+
+# %% [markdown]
+# The whole sweep as a result surface (the `sweep_cost_surface` query of `toolkit.sweep`):
+# $ per million total tokens by hardware x concurrency.
+
+# %%
+sweep_surface(surface, "concurrency", "hardware", "usd_per_million_total_tokens",
+              "Synthetic coding agents: $ per million total tokens by hardware x users",
+              "$ / M total tokens", fmt=".3f")
 
 # %% [markdown]
 # ## 4. The real Mooncake conversation trace
@@ -143,8 +185,12 @@ cost_bars(cost, "Synthetic coding agents, 16 users: $ per million total tokens")
 # between GPU and host.
 
 # %%
-replay_tiers(store, TierReplayConfig("mooncake_conversation", device_tokens=-1))
-replay_tiers(store, TierReplayConfig("mooncake_conversation"))
+run_grid("mooncake", """
+kind = "tiers"
+trace = "mooncake_conversation"
+[axes]
+device_tokens = [-1, "none"]   # unbounded tiers; GB200 default pools
+""")
 store.query("""
     SELECT device_capacity_tokens AS device_tokens, host_capacity_tokens AS host_tokens,
            round(gpu_hit_rate, 4) AS gpu, round(host_hit_rate, 4) AS host,
@@ -163,10 +209,15 @@ store.query("""
 # sweep under both shows what the whole-leaf eviction costs.
 
 # %%
-page_semantics = page_stream(store.read("requests", "synthetic_coding"), semantics="page")
-for c in (4, 8, 16, 32):
-    replay_tiers(store, TierReplayConfig("synthetic_coding", concurrency=c, device_tokens=600_000,
-                                         radix_semantics="page"), stream=page_semantics)
+run_grid("page_semantics", """
+kind = "tiers"
+trace = "synthetic_coding"
+[fixed]
+device_tokens = 600000
+radix_semantics = "page"
+[axes]
+concurrency = [4, 8, 16, 32]
+""")
 both = store.query("""
     SELECT radix_semantics, concurrency, round(gpu_hit_rate, 3) AS gpu,
            round(host_hit_rate, 3) AS host, round(overall_hit_rate, 3) AS overall,
@@ -226,17 +277,24 @@ measured = (pl.read_csv(bundled_points_path("agentic_b200_multiturn.csv"))
                 (pl.col("p50_ttft_ms").median() / 1000).alias("p50_ttft_s"),
                 (pl.col("p50_tpot_ms").median() / 1000).alias("p50_tpot_s"))
             .sort("offload", "users"))
-users = [1, 2, 4, 8, 16, 24, 32, 48, 64]
-runs = []
-for offload in ("off", "on"):
-    for u in users:
-        s = replay_tiers(store, TierReplayConfig(
-            "synthetic_coding", hardware="b200", model="dsr1", concurrency=u,
-            device_tokens=device_tokens, host_tokens=0 if offload == "off" else 2 * device_tokens),
-            stream=stream).summary
-        runs.append({"users": u, "offload": offload, "run_id": s["run_id"],
-                     **prefix_columns(store, s["run_id"])})
-runs = pl.DataFrame(runs)
+b200_sweep = run_grid("b200_offload", f"""
+kind = "tiers"
+trace = "synthetic_coding"
+[fixed]
+hardware = "b200"
+model = "dsr1"
+device_tokens = {device_tokens}
+[axes]
+host_tokens = [0, {2 * device_tokens}]   # CPU offload off / on (host = 2 x device, assumed)
+concurrency = [1, 2, 4, 8, 16, 24, 32, 48, 64]
+""")
+cells = store.query("""
+    SELECT r.run_id, r.concurrency AS users,
+           CASE WHEN r.host_capacity_tokens = 0 THEN 'off' ELSE 'on' END AS offload
+    FROM sweeps s JOIN tier_runs r USING (run_id) WHERE s.sweep_id = $sweep_id
+    ORDER BY offload, users
+""", {"sweep_id": b200_sweep.sweep_id})
+runs = pl.DataFrame([{**c, **prefix_columns(store, c["run_id"])} for c in cells.to_dicts()])
 mean_isl, mean_osl = store.query(
     "SELECT avg(input_tokens), avg(output_tokens) FROM requests "
     "WHERE trace = 'synthetic_coding'").row(0)
@@ -291,4 +349,3 @@ hit_rate_vs_users(long, "B200 / DeepSeek-R1 agentic sessions: measured (Inferenc
 
 # %%
 store.close()
-workdir.cleanup()
