@@ -161,7 +161,7 @@ hardware = ["gb200", "gb300", "mi355x"]
 concurrency = [4, 8, 16, 32]
 """)
 surface = sweep_query(store, "sweep_cost_surface", hardware_sweep.sweep_id)
-run_ids = surface.filter(pl.col("concurrency") == 16)["run_id"]
+run_ids = surface.filter(pl.col("concurrency") == 16)["run_id"].to_list()
 cost = run_query(store, "tier_cost").filter(pl.col("run_id").is_in(run_ids)).drop("run_id")
 cost
 
