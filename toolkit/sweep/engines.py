@@ -157,11 +157,20 @@ class RayEngine:
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
-            if address:
-                ray.init(address=address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=workers or None, include_dashboard=False,
-                         log_to_driver=False)
+            try:
+                if address:
+                    ray.init(address=address, log_to_driver=False, logging_level="WARNING")
+                else:  # "local": a new instance even if a cluster runs on this machine
+                    ray.init(address="local", num_cpus=workers or None,
+                             include_dashboard=False, log_to_driver=False,
+                             logging_level="WARNING")
+            except (ConnectionError, RuntimeError) as e:
+                where = address or "a new local instance"
+                hint = (" (a cluster with token authentication, Ray's default, needs "
+                        "RAY_AUTH_MODE=token here and the cluster's ~/.ray/auth_token)"
+                        if "auth" in repr(e.__cause__).lower() else "")
+                raise ValueError(f"cannot connect to Ray at {where}: "
+                                 f"{str(e).splitlines()[0]}{hint}") from None
             self._started = True
         self._refs: list[Any] = []
 

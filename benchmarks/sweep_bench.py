@@ -1,0 +1,85 @@
+"""A 200-cell selection sweep on the bundled SmolLM2 trace (issue 12): wall time of the
+sweep, of a re-run (every cell skipped), and of queries over the result tables before and
+after ``toolkit store compact``.
+
+Run from the repo root::
+
+    .venv/bin/python benchmarks/sweep_bench.py --workers 2 [--engine local|ray] [--store DIR]
+
+The sweep shows its cell counter on a terminal. Figures go to benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+
+import toolkit
+from toolkit import sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = ROOT / "benchmarks" / "grids" / "smollm2_200.toml"
+QUERIES = {
+    "selection_runs: best policy per buffer": """
+        SELECT buffer_tokens, arg_min(policy, misses) AS best, min(miss_ratio) AS miss_ratio
+        FROM selection_runs GROUP BY buffer_tokens ORDER BY buffer_tokens""",
+    "selection_replay: misses per layer, all runs": """
+        SELECT run_id, layer, sum(misses) AS misses FROM selection_replay GROUP BY ALL""",
+    "sweeps x selection_runs surface": """
+        SELECT r.policy, r.buffer_tokens, r.miss_ratio FROM sweeps s
+        JOIN selection_runs r USING (run_id) WHERE s.status <> 'failed'""",
+}
+
+
+def time_queries(store: toolkit.Store, repeat: int = 3) -> dict[str, float]:
+    out = {}
+    for name, sql in QUERIES.items():
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            store.query(sql)
+            best = min(best, time.perf_counter() - t0)
+        out[name] = best
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--engine", default="local")
+    ap.add_argument("--store", type=Path, default=ROOT / "build" / "bench_sweep")
+    args = ap.parse_args()
+    shutil.rmtree(args.store, ignore_errors=True)
+    load0 = Path("/proc/loadavg").read_text().split()[:3]
+    with toolkit.open_store(args.store) as s:
+        s.ingest("bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
+        res = sweep.run(s, GRID, engine=args.engine, workers=args.workers)
+        rerun = sweep.run(s, GRID, engine=args.engine, workers=args.workers)
+        cells = s.query("SELECT sum(seconds) AS s, median(seconds) AS m FROM sweeps "
+                        "WHERE status = 'done'").row(0)
+        accesses = int(s.query("SELECT sum(accesses) FROM selection_runs").item())
+        files = sum(1 for _ in s.root.rglob("*.parquet"))
+        before = time_queries(s)
+        t0 = time.perf_counter()
+        merged = s.compact()
+        compact_s = time.perf_counter() - t0
+        files_after = sum(1 for _ in s.root.rglob("*.parquet"))
+        after = time_queries(s)
+    load1 = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"grid: {GRID.relative_to(ROOT)} ({res.cells} cells), engine {args.engine}, "
+          f"workers {args.workers}")
+    print(f"sweep                : {res.elapsed_s:.1f} s wall ({res.ran} ran, {res.failed} "
+          f"failed); cells {cells[0]:.1f} s summed, median {cells[1]:.3f} s; "
+          f"{accesses / res.elapsed_s / 1e6:.1f} M accesses/s over {accesses:,} accesses")
+    print(f"re-run (all skipped) : {rerun.elapsed_s:.2f} s ({rerun.skipped} skipped)")
+    print(f"compact              : {compact_s:.2f} s, {files} -> {files_after} Parquet files "
+          f"({sum(merged.values())} merged)")
+    for name in QUERIES:
+        print(f"query {name:<45}: {before[name] * 1e3:7.1f} ms -> {after[name] * 1e3:7.1f} ms")
+    print(f"load average before/after: {' '.join(load0)} / {' '.join(load1)}")
+
+
+if __name__ == "__main__":
+    main()
