@@ -366,3 +366,27 @@ class TestCompact:
         r = CliRunner().invoke(app, ["store", "compact", "--store", str(tmp_path / "s"),
                                      "--table", "requests"])
         assert r.exit_code == 2 and "cannot be compacted" in r.stderr
+
+
+def test_recovery_tolerates_a_staging_entry_vanishing(tmp_path, monkeypatch):
+    """Parallel cells: a writer may remove its finished staging directory (without the
+    store lock) while another process's recovery looks at it; recovery skips it (this
+    raised FileNotFoundError in a Ray sweep before)."""
+    from toolkit import store as store_mod
+
+    with toolkit.open_store(tmp_path / "s") as s:
+        entry = s.root / store_mod.STAGING_DIR / "tx-finished"
+        entry.mkdir(parents=True)
+        real_flock = store_mod.fcntl.flock
+
+        def owner_finishes_first(fd, op):
+            import shutil
+
+            shutil.rmtree(entry)  # the owner's close(): rmtree, then releases its lock
+            monkeypatch.setattr(store_mod.fcntl, "flock", real_flock)
+            return real_flock(fd, op)
+
+        monkeypatch.setattr(store_mod.fcntl, "flock", owner_finishes_first)
+        with s._lock(exclusive=True):  # noqa: SLF001 - the recovery path under test
+            s._recover_locked()  # noqa: SLF001
+        assert not entry.exists()

@@ -604,32 +604,40 @@ class Store:
             return
         now = time.time()
         for entry in sorted(staging.iterdir()):
-            if entry.is_dir() and entry.name.startswith("tx-"):
-                fd = os.open(entry, os.O_RDONLY)
+            try:
+                self._recover_entry(entry, now)
+            except FileNotFoundError:  # its live owner finished and removed it meanwhile
+                continue
+
+    def _recover_entry(self, entry: Path, now: float) -> None:
+        """One staging entry of :meth:`_recover_locked`; raises FileNotFoundError if the
+        entry vanishes while looked at (its owner closes without the store lock)."""
+        if entry.is_dir() and entry.name.startswith("tx-"):
+            fd = os.open(entry, os.O_RDONLY)
+            try:
                 try:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue  # a live writer
-                    marker = entry / COMMIT_MARKER
-                    if marker.exists():
-                        moved = _apply(self.root, entry, json.loads(marker.read_text()))
-                        self._note(f"completed a write interrupted after its commit: "
-                                   f"{', '.join(moved) or 'nothing left to move'}")
-                    elif now - entry.stat().st_mtime > STALE_STAGING_S:
-                        self._note(f"removed {entry.relative_to(self.root)}: an interrupted "
-                                   "write that never committed")
-                    else:
-                        continue
-                    shutil.rmtree(entry, ignore_errors=True)
-                finally:
-                    os.close(fd)
-            elif now - entry.lstat().st_mtime > STALE_STAGING_S:
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return  # a live writer
+                marker = entry / COMMIT_MARKER
+                if marker.exists():
+                    moved = _apply(self.root, entry, json.loads(marker.read_text()))
+                    self._note(f"completed a write interrupted after its commit: "
+                               f"{', '.join(moved) or 'nothing left to move'}")
+                elif now - entry.stat().st_mtime > STALE_STAGING_S:
+                    self._note(f"removed {entry.relative_to(self.root)}: an interrupted "
+                               "write that never committed")
                 else:
-                    entry.unlink(missing_ok=True)
-                self._note(f"removed stale {entry.relative_to(self.root)}")
+                    return
+                shutil.rmtree(entry, ignore_errors=True)
+            finally:
+                os.close(fd)
+        elif now - entry.lstat().st_mtime > STALE_STAGING_S:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            self._note(f"removed stale {entry.relative_to(self.root)}")
 
     def _signature(self) -> tuple[int, ...]:
         sig = []

@@ -1,0 +1,81 @@
+"""CLI: ``toolkit sweep`` and ``toolkit store compact``; thin layers over
+:func:`toolkit.sweep.run` and :meth:`toolkit.store.Store.compact`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolkit.commands.common import StoreOpt, cli_store, fail, guard
+
+store_app = typer.Typer(help="Store maintenance.", no_args_is_help=True)
+
+
+def sweep_cmd(
+    store: StoreOpt,
+    grid: Annotated[Path, typer.Option("--grid", help="TOML grid file (README: Sweeps).")],
+    engine: Annotated[str, typer.Option("--engine", help="local (process pool) or ray.")]
+    = "local",
+    workers: Annotated[
+        int | None, typer.Option("--workers", min=0, help="Local processes or local-Ray CPUs "
+                                 "(default: all cores); 1 runs cells in this process.")
+    ] = None,
+    address: Annotated[
+        str | None, typer.Option("--address", help="Ray cluster address (ray start --head "
+                                 "prints it); default: a local Ray for this run.")
+    ] = None,
+    on_error: Annotated[
+        str, typer.Option("--on-error", help="raise (stop at the first failed cell) or "
+                          "record (record it, run the rest).")
+    ] = "raise",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run every cell of a grid not already in the store (resumable; exit 1 if a cell
+    failed). Shows a cell counter on a terminal (never with --json)."""
+    from toolkit.sweep import SweepError, load_grid, run
+
+    if on_error not in ("raise", "record"):
+        fail(f"--on-error must be raise or record, got {on_error!r}")
+    if engine not in ("local", "ray"):
+        fail(f"--engine must be local or ray, got {engine!r}")
+    if address and engine != "ray":
+        fail("--address applies to --engine ray")
+    g = guard(load_grid, grid)
+    with cli_store(store) as s:
+        try:
+            res = run(s, g, engine=engine, workers=workers, address=address,
+                      on_error=on_error, progress=False if as_json else None)
+        except SweepError as e:
+            fail(str(e), code=1)
+        except ValueError as e:
+            fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(res.as_json()))
+    else:
+        typer.echo(f"sweep {res.sweep_id}: {res.cells} cells, {res.ran} ran, {res.skipped} "
+                   f"skipped, {res.failed} failed in {res.elapsed_s:.1f} s")
+    if res.failed:
+        raise typer.Exit(1)
+
+
+@store_app.command("compact")
+def compact_cmd(
+    store: StoreOpt,
+    table: Annotated[
+        list[str] | None, typer.Option("--table", help="Table to compact (repeatable); "
+                                       "default: every run/result table.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Merge small per-run files into one partitioned dataset per table (queries return
+    the same rows; keys stay readable and replaceable)."""
+    with cli_store(store) as s:
+        res = guard(s.compact, table)
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    for t, n in res.items():
+        typer.echo(f"{t}: merged {n} file(s)")
