@@ -386,7 +386,7 @@ def test_recovery_tolerates_a_staging_entry_vanishing(tmp_path, monkeypatch):
             monkeypatch.setattr(store_mod.fcntl, "flock", real_flock)
             return real_flock(fd, op)
 
-        monkeypatch.setattr(store_mod.fcntl, "flock", owner_finishes_first)
         with s._lock(exclusive=True):  # noqa: SLF001 - the recovery path under test
+            monkeypatch.setattr(store_mod.fcntl, "flock", owner_finishes_first)
             s._recover_locked()  # noqa: SLF001
         assert not entry.exists()
