@@ -54,16 +54,35 @@ def cell_key(sweep_id: str, index: int) -> str:
     return f"{sweep_id}.{index:05d}"
 
 
-def run_cell(task: CellTask) -> CellOutcome:
-    """Replay one cell and record it (see the module docstring); a failure is returned,
-    not raised, so the parent applies the sweep's ``on_error`` policy."""
+_WORKER_STORES: dict[tuple[str, int], Any] = {}  # (root, inode) -> Store, per process
+
+
+def _worker_store(root: str) -> Any:
+    """The store at ``root``, opened once per worker process (opening lists every table,
+    which costs more than a small cell); a store directory recreated since is reopened."""
+    import os
+
     from toolkit.store import Store
+
+    key = (root, os.stat(root).st_ino)
+    if key not in _WORKER_STORES:
+        for old in [k for k in _WORKER_STORES if k[0] == root]:
+            _WORKER_STORES.pop(old).close()
+        _WORKER_STORES[key] = Store(root, create=False)
+    return _WORKER_STORES[key]
+
+
+def run_cell(task: CellTask, store: Any = None) -> CellOutcome:
+    """Replay one cell and record it (see the module docstring); a failure is returned,
+    not raised, so the parent applies the sweep's ``on_error`` policy. ``store``: the
+    caller's open store (cells run in this process), else the worker's own."""
     from toolkit.sweep.kinds import kinds
 
     t0 = time.perf_counter()
     try:
         kind = kinds.get(task.kind)
-        with Store(task.store_root, create=False) as store, store.transaction():
+        store = store if store is not None else _worker_store(task.store_root)
+        with store.transaction():
             run_id = kind.run(store, task.config, task.threads)
             seconds = time.perf_counter() - t0
             row = {**task.row, "run_id": run_id, "status": "done", "error": None,
@@ -87,8 +106,10 @@ class Engine(Protocol):
     """Runs cells and yields their outcomes as they finish (any order)."""
 
     name: str
+    cell_threads: int  # replay threads inside one cell
 
-    def run(self, tasks: list[CellTask]) -> Iterator[CellOutcome]: ...
+    def run(self, tasks: list[CellTask], store: Any = None) -> Iterator[CellOutcome]:
+        """``store``: the caller's open store, for engines that run cells in-process."""
 
     def cancel(self) -> None:
         """Drop cells not yet started (cells already running finish and commit)."""
@@ -115,10 +136,10 @@ class LocalEngine:
     def cell_threads(self) -> int:
         return self.workers if self.workers == 1 else 1
 
-    def run(self, tasks: list[CellTask]) -> Iterator[CellOutcome]:
+    def run(self, tasks: list[CellTask], store: Any = None) -> Iterator[CellOutcome]:
         if self.workers == 1 or len(tasks) <= 1:
             for t in tasks:
-                yield run_cell(t)
+                yield run_cell(t, store)
             return
         self._pool = ProcessPoolExecutor(min(self.workers, len(tasks)),
                                          mp_context=multiprocessing.get_context("spawn"))
@@ -174,7 +195,7 @@ class RayEngine:
             self._started = True
         self._refs: list[Any] = []
 
-    def run(self, tasks: list[CellTask]) -> Iterator[CellOutcome]:
+    def run(self, tasks: list[CellTask], store: Any = None) -> Iterator[CellOutcome]:
         ray = self._ray
         remote = ray.remote(num_cpus=1, max_retries=0)(run_cell)
         self._refs = [remote.remote(t) for t in tasks]

@@ -152,7 +152,7 @@ def run(
         try:
             with _progress(len(cells), progress) as bar:
                 bar.update(len(skipped_rows))
-                for out in eng.run(tasks):
+                for out in eng.run(tasks, store):
                     bar.update(1)
                     if out.status == "done":
                         ran += 1
