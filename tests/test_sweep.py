@@ -296,6 +296,9 @@ def test_cli_json_and_errors(tmp_path, sel_store):
     r = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid)])
     assert r.exit_code == 2
     assert r.stderr.count("\n") == 1 and "'buffer_slots'" in r.stderr and str(grid) in r.stderr
+    grid.write_text(SMALL_GRID.replace('"smollm2"', '"nope"'))
+    r = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid)])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "trace 'nope'" in r.stderr
 
 
 class TestCompact:

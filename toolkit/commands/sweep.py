@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 
 from toolkit.commands.common import StoreOpt, cli_store, fail, guard
+from toolkit.errors import ToolkitError
+from toolkit.registry import RegistryError
 
 store_app = typer.Typer(help="Store maintenance.", no_args_is_help=True)
 
@@ -50,7 +52,7 @@ def sweep_cmd(
                       on_error=on_error, progress=False if as_json else None)
         except SweepError as e:
             fail(str(e), code=1)
-        except ValueError as e:
+        except (ToolkitError, RegistryError, ValueError) as e:  # nothing ran
             fail(str(e))
     if as_json:
         typer.echo(json.dumps(res.as_json()))
