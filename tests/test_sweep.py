@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
@@ -163,6 +164,22 @@ class TestRun:
                                {"s": res.sweep_id})
         assert rows["status"].to_list() == ["skipped"] * 4
         assert set(rows["run_id"]) <= set(sel_store.keys("selection_runs"))
+
+    def test_resume_by_sweep_record_and_rerun_of_a_deleted_run(self, tmp_path):
+        """A run whose stored config_json differs from the cell's (a replay that fills in
+        a default) is still found through the sweeps record; a run deleted since runs
+        again."""
+        with smollm2_store(tmp_path / "s") as s:
+            sweep.run(s, parse_grid(SMALL_GRID), workers=1)
+            first, second = s.keys("selection_runs")[:2]
+            row = s.read("selection_runs", first).to_pylist()[0]
+            row["config_json"] = row["config_json"].replace('"buffer_tokens"', '"buf"')
+            s.write("selection_runs", first, pa.Table.from_pylist([row]), replace=True)
+            s.delete("selection_runs", second)
+            res = sweep.run(s, parse_grid(SMALL_GRID), workers=1)
+            assert (res.ran, res.skipped) == (1, 3)
+            assert s.query("SELECT run_id FROM sweeps WHERE sweep_id = $s AND status = "
+                           "'done'", {"s": res.sweep_id}).item() == second
 
     def test_cli_run_outside_sweep_is_skipped(self, tmp_path):
         """A run made by hand (same config) counts: the sweep skips that cell."""

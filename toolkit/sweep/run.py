@@ -55,6 +55,17 @@ def _existing_runs(store: Store, table: str) -> dict[str, str]:
     return dict(zip(df["config_json"].to_list(), df["run_id"].to_list(), strict=True))
 
 
+def _swept_runs(store: Store, kind: str, table: str) -> dict[str, str]:
+    """Config fingerprint -> run id of cells earlier sweeps ran or found, if that run is
+    still in ``table``: a replay that normalises its config before storing it (a default
+    filled in) still resumes."""
+    df = store.query("SELECT config_fingerprint, any_value(run_id) AS run_id FROM sweeps "
+                     "WHERE kind = $k AND status <> 'failed' GROUP BY ALL", {"k": kind})
+    present = set(store.keys(table))
+    return {fp: r for fp, r in zip(df["config_fingerprint"].to_list(),
+                                   df["run_id"].to_list(), strict=True) if r in present}
+
+
 def _check_traces(store: Store, grid: Grid, cells: list[Any]) -> None:
     table = grid.kind_spec.trace_table
     if table is None:
@@ -124,6 +135,7 @@ def run(
     cells = grid.cells()
     _check_traces(store, grid, cells)
     existing = _existing_runs(store, kind.runs_table)
+    swept = _swept_runs(store, grid.kind, kind.runs_table)
     sweep_id = new_sweep_id(grid)
     base = {"sweep_id": sweep_id, "kind": grid.kind, "grid_fingerprint": grid.fingerprint,
             "grid_json": grid.canonical_json()}
@@ -135,7 +147,7 @@ def run(
 
     todo, skipped_rows = [], []
     for c in cells:
-        run_id = existing.get(config_json(c.config))
+        run_id = existing.get(config_json(c.config)) or swept.get(c.fingerprint)
         if run_id is None:
             todo.append(c)
         else:
