@@ -15,6 +15,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import toolkit
@@ -410,3 +412,22 @@ def test_recovery_tolerates_a_staging_entry_vanishing(tmp_path, monkeypatch):
             monkeypatch.setattr(store_mod.fcntl, "flock", owner_finishes_first)
             s._recover_locked()  # noqa: SLF001
         assert not entry.exists()
+
+
+@settings(max_examples=40, deadline=None)
+@given(policies=st.lists(st.sampled_from(["lru", "fifo", "arc", "opt"]), min_size=1,
+                         max_size=4, unique=True),
+       caps=st.lists(st.one_of(st.none(), st.integers(0, 10**6)), min_size=1, max_size=5,
+                     unique=True),
+       traces=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True))
+def test_cells_are_the_product_of_the_axes(policies, caps, traces):
+    """Property: a grid has one cell per combination, in file order, each the config of
+    its values (distinct fingerprints), whatever the axes."""
+    toml_caps = ", ".join('"none"' if c is None else str(c) for c in caps)
+    g = parse_grid(f'kind = "prefix"\ntraces = {json.dumps(traces)}\n[axes]\n'
+                   f'policy = {json.dumps(policies)}\ncapacity_blocks = [{toml_caps}]')
+    cells = g.cells()
+    want = [PrefixReplayConfig(t, p, c) for t in traces for p in policies for c in caps]
+    assert [c.config for c in cells] == want
+    assert [c.index for c in cells] == list(range(len(want)))
+    assert len({c.fingerprint for c in cells}) == len(want)
