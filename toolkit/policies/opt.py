@@ -4,14 +4,17 @@
 is true MIN for unit-size keys: it declines to admit a missed key whose next use is no
 sooner than every cached key's, which saves a few misses and is the lower bound every
 other policy is checked against. Next uses are computed here from ``keys`` (within
-each segment, since the cache restarts cold), and cached keys sit in an indexed
-max-heap on next use, so an access is O(log capacity).
+each segment, since the cache restarts cold); the cache itself is the set of pending
+next-use times (see ``opt_kernel``), so an access is a bit test and a few word updates.
 """
 
 from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
 
 from toolkit.policies import SimResult, as_segments, check_keys
 from toolkit.policies._kernel import run_kernel
@@ -45,80 +48,125 @@ def next_use(keys: np.ndarray, n_keys: int, segments: np.ndarray | None = None) 
     return out
 
 
-@nb.njit(cache=True, nogil=True)
-def _sift_up(heap, pri, pos, j, k, p):  # pragma: no cover - compiled
-    """Place key ``k`` with next use ``p`` at slot ``j`` or above (max-heap)."""
-    while j > 0:
-        parent = (j - 1) >> 1
-        if pri[parent] >= p:
-            break
-        heap[j] = heap[parent]
-        pri[j] = pri[parent]
-        pos[heap[j]] = j
-        j = parent
-    heap[j] = k
-    pri[j] = p
-    pos[k] = j
+@intrinsic
+def _clz(typingctx, x):
+    """Leading zeros of an int64 (LLVM ``ctlz``): the highest set bit in one instruction."""
+    sig = types.int64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return sig, codegen
 
 
-@nb.njit(cache=True, nogil=True)
-def _sift_down(heap, pri, pos, j, k, p, size):  # pragma: no cover - compiled
-    """Place key ``k`` with next use ``p`` at slot ``j`` or below (max-heap)."""
-    while True:
-        c = 2 * j + 1
-        if c >= size:
-            break
-        if c + 1 < size and pri[c + 1] > pri[c]:
-            c += 1
-        if pri[c] <= p:
-            break
-        heap[j] = heap[c]
-        pri[j] = pri[c]
-        pos[heap[j]] = j
-        j = c
-    heap[j] = k
-    pri[j] = p
-    pos[k] = j
+@nb.njit(inline="always")
+def _set(bits, off, n_lv, t):  # pragma: no cover - compiled
+    """Add time ``t``; a word that was empty marks itself one level up."""
+    for lv in range(n_lv):
+        w = t >> 6
+        j = off[lv] + w
+        word = bits[j]
+        bits[j] = word | (np.int64(1) << (t & 63))
+        if word != 0:
+            return
+        t = w
+
+
+@nb.njit(inline="always")
+def _clear(bits, off, n_lv, t):  # pragma: no cover - compiled
+    """Remove time ``t``; a word that becomes empty unmarks itself one level up."""
+    for lv in range(n_lv):
+        w = t >> 6
+        j = off[lv] + w
+        word = bits[j] & ~(np.int64(1) << (t & 63))
+        bits[j] = word
+        if word != 0:
+            return
+        t = w
+
+
+@nb.njit(inline="always")
+def _latest(bits, off, n_lv):  # pragma: no cover - compiled
+    """The largest time in the set (the set must not be empty)."""
+    w = 0
+    for lv in range(n_lv - 1, -1, -1):
+        w = (w << 6) | (63 - _clz(bits[off[lv] + w]))
+    return w
 
 
 @nb.njit(cache=True, nogil=True)
 def opt_kernel(keys, n_keys, capacity, segments, hits, bypass):  # pragma: no cover - compiled
-    """Fill ``hits`` (uint8) and return the eviction count."""
-    nu = np.empty(keys.shape[0], dtype=np.int64)
-    next_use_kernel(keys, n_keys, segments, nu)
-    # max-heap on next use; priorities sit beside their keys so sifting never chases keys
-    heap = np.empty(max(capacity, 1), dtype=np.int32)
-    pri = np.empty(max(capacity, 1), dtype=np.int64)
-    pos = np.full(n_keys, -1, dtype=np.int32)  # heap slot, -1 = not cached
-    size = 0
-    evictions = 0
+    """Fill ``hits`` (uint8) and return the eviction count.
+
+    Every cached key has exactly one pending next use, and the key used at time t is
+    ``keys[t]``, so the set of pending next-use times *is* the cache: ``keys[i]`` is cached
+    iff time i is in the set, and the victim is the key at the largest time. The set is a
+    64-ary bitset hierarchy over the segment (a lookup is one bit test, the victim a few
+    ``ctlz``), with no per-key state and no heap. Cached keys never used again are only
+    counted: they are all equally good victims and never hit, so which one goes does not
+    change any later hit.
+    """
     n = keys.shape[0]
+    nu = np.empty(n, dtype=np.int64)
+    next_use_kernel(keys, n_keys, segments, nu)
     n_seg = segments.shape[0]
+    longest = 1
+    for s in range(n_seg):
+        hi = segments[s + 1] if s + 1 < n_seg else n
+        longest = max(longest, hi - segments[s])
+    n_lv = 1
+    span = 64
+    while span < longest:
+        span *= 64
+        n_lv += 1
+    off = np.zeros(n_lv + 1, dtype=np.int64)
+    words = (longest + 63) >> 6
+    for lv in range(n_lv):
+        off[lv + 1] = off[lv] + words
+        words = (words + 63) >> 6
+    bits = np.zeros(off[n_lv], dtype=np.int64)
+    never = np.iinfo(np.int64).max
+    evictions = 0
     for s in range(n_seg):
         lo = segments[s]
         hi = segments[s + 1] if s + 1 < n_seg else n
-        for j in range(size):
-            pos[heap[j]] = -1
+        words = (hi - lo + 63) >> 6
+        for lv in range(n_lv):  # clear what the previous segment may have left
+            bits[off[lv]:off[lv] + words] = 0
+            words = (words + 63) >> 6
         size = 0
+        dead = 0  # cached keys with no further use in this segment
         for i in range(lo, hi):
-            k = keys[i]
-            j = pos[k]
-            if j >= 0:
+            t = i - lo
+            p = nu[i]
+            if (bits[t >> 6] >> (t & 63)) & 1:
                 hits[i] = 1
-                _sift_up(heap, pri, pos, j, k, nu[i])  # the next use only moves later
+                _clear(bits, off, n_lv, t)
+                if p == never:
+                    dead += 1
+                else:
+                    _set(bits, off, n_lv, p - lo)
                 continue
             hits[i] = 0
             if capacity == 0:
                 continue
             if size == capacity:
-                if bypass and nu[i] >= pri[0]:
-                    continue
-                pos[heap[0]] = -1
+                if dead > 0:
+                    if bypass and p == never:
+                        continue
+                    dead -= 1
+                else:
+                    m = _latest(bits, off, n_lv)
+                    if bypass and p - lo >= m:
+                        continue
+                    _clear(bits, off, n_lv, m)
                 evictions += 1
-                _sift_down(heap, pri, pos, 0, k, nu[i], size)
             else:
                 size += 1
-                _sift_up(heap, pri, pos, size - 1, k, nu[i])
+            if p == never:
+                dead += 1
+            else:
+                _set(bits, off, n_lv, p - lo)
     return evictions
 
 
