@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +16,8 @@ if TYPE_CHECKING:
     from toolkit.store import Store
 
 StoreOpt = Annotated[Path, typer.Option(
-    "--store", help="Store directory (ingest, synth and record create it if missing).")]
+    "--store", help="Store directory (ingest, synth and record create it if missing; other "
+    "commands need an existing one).")]
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -38,15 +38,9 @@ def guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def print_record(row: dict[str, Any], as_json: bool) -> None:
     """One run summary: a JSON object, or aligned ``key  value`` lines."""
-    if as_json:
-        typer.echo(json.dumps(row, sort_keys=False))
-        return
-    width = max(len(k) for k in row)
-    for k, v in row.items():
-        if k == "config_json":
-            continue
-        shown = f"{v:.6f}" if isinstance(v, float) else str(v)
-        typer.echo(f"{k:<{width}}  {shown}")
+    from toolkit.commands.output import Output
+
+    Output("json" if as_json else "table").emit(row)
 
 
 @contextmanager
@@ -58,6 +52,9 @@ def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
     from toolkit.store import open_store
 
     existed = path.exists()
+    if not create and (not existed or (path.is_dir() and not any(path.iterdir()))):
+        # a mistyped --store must not answer queries with zero rows from an empty store
+        fail(f"no store at {path}; create one with toolkit ingest")
     s = guard(open_store, path, create=create)
     shown, ok = 0, False
     try:
@@ -73,3 +70,21 @@ def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
         if not existed and not ok and not any(s.keys(t) for t in s.tables()):
             # a first ingest that failed leaves no empty store behind
             shutil.rmtree(s.root, ignore_errors=True)
+
+
+def choices(family: str) -> str:
+    """The registered names of a plugin family, for option help: ``--help`` then lists
+    what ``--policy``/``--hardware``/``--model`` accept, third-party plug-ins included."""
+    if family == "policy":
+        from toolkit.policies import policies
+
+        names = policies.names()
+    elif family == "hardware":
+        from toolkit.hardware import hardware_names
+
+        names = hardware_names()
+    else:
+        from toolkit.models import model_names
+
+        names = model_names()
+    return ", ".join(names)

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands.common import guard
+from toolkit.commands.output import FormatOpt, Output, OutputOpt
 
 serving_app = typer.Typer(
     help="Serving-performance model: fit efficiencies to measured points, predict TPOT / TTFT "
@@ -95,7 +96,10 @@ def validate_cmd(
                                           help="Cap on model evaluations per fold.")] = 100,
     out_dir: Annotated[Path | None, typer.Option(
         "--out-dir", help="Also write held-out predictions and error tables (CSV) here.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, no progress.")] = False,
+    fmt: FormatOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json (no "
+                                          "progress).")] = False,
+    output: OutputOpt = None,
 ) -> None:
     """Leave-one-hardware-out and leave-one-shape-out cross-validation: median / p90 |error|
     of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only."""
@@ -103,6 +107,8 @@ def validate_cmd(
 
     from toolkit.serving.validate import cross_validate, error_table
 
+    out = Output.from_options(fmt, as_json, output)
+    as_json = out.quiet
     df = _points(points)
     schemes = ("hardware", "shape") if scheme == "both" else (scheme,)
     result = {}
@@ -120,8 +126,12 @@ def validate_cmd(
             out_dir.mkdir(parents=True, exist_ok=True)
             pred.write_csv(out_dir / f"heldout_{s}.csv")
             table.write_csv(out_dir / f"errors_{s}.csv")
-    if as_json:
+    if out.fmt == "json" and out.path is None:
         typer.echo(json.dumps({s: t.to_dicts() for s, t in result.items()}))
+        return
+    if out.fmt != "table" or out.path is not None:
+        out.emit(pl.concat([t.with_columns(pl.lit(s).alias("scheme")).select("scheme", *t.columns)
+                            for s, t in result.items()], how="diagonal"))
         return
     for s, t in result.items():
         typer.echo(f"leave-one-{s}-out (held-out rows only; errors are |pred/measured - 1|)")
