@@ -53,14 +53,9 @@ def _make_ingest_command(fmt: str, description: str) -> None:
             bool, typer.Option("--replace", help="Overwrite a trace of the same name.")
         ] = False,
     ) -> None:
-        with cli_store(store, create=True) as s:
-            res = guard(s.ingest, fmt, path, name, replace=replace)
-        for n in res.notes:
-            typer.echo(f"note: {n}", err=True)
-        typer.echo(
-            f"ingested {res.rows:,} rows from {path} as {res.table}/{res.trace} "
-            f"in {res.elapsed_s:.2f} s"
-        )
+        from toolkit.commands.timelines import run_ingest
+
+        run_ingest(fmt, path, store, name, replace)
 
     command.__doc__ = f"{description}."
     ingest_app.command(fmt)(command)
@@ -241,8 +236,10 @@ def demo_cmd(
     """The main job on the bundled real traces: ingest, replay (prefix, tiers, HiSparse),
     price on GB200/GB300/MI355X, print summaries, write charts to the report directory."""
     from toolkit.demo import run_demo
+    from toolkit.replay.progress import compile_notice, status
 
-    guard(run_demo, store, report, traces, echo=typer.echo)
+    with compile_notice(), status("demo (ingest, replays, pricing, charts)") as st:
+        guard(run_demo, store, report, traces, echo=st.write)
 
 
 def _mount_commands() -> None:

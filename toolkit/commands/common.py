@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,10 @@ StoreOpt = Annotated[Path, typer.Option(
 
 def fail(msg: str, code: int = 2) -> None:
     """Print ``error: msg`` on stderr and exit (2: bad input or usage; 1: query failed)."""
-    typer.echo(f"error: {msg}", err=True)
+    from tqdm.std import tqdm
+
+    with tqdm.external_write_mode(file=sys.stderr):  # not glued to a progress line
+        typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
 
 

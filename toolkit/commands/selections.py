@@ -15,7 +15,8 @@ def ingest_selections_cmd(
     path: Annotated[Path, typer.Argument(help="Selection trace file.")],
     store: StoreOpt,
     fmt: Annotated[
-        str, typer.Option("--format", help="dsa-jsonl, npz, parquet or bundle (a directory).")
+        str, typer.Option("--format", help="Input format: dsa-jsonl, npz, parquet or bundle "
+                          "(a directory).")
     ],
     name: Annotated[
         str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
@@ -41,10 +42,12 @@ def ingest_selections_cmd(
         fail(f"--format {fmt!r} is a request-timeline format; use `toolkit ingest {fmt}`")
     if order not in (None, "score", "position"):
         fail(f"--order must be 'score' or 'position', got {order!r}")
-    with cli_store(store, create=True) as s:
-        meta = {"model": model, "k": k, "score": score, "order": order}
-        if fmt == "bundle":  # the bundle carries its own metadata
-            meta = {"select": select} | ({"k": k} if k else {})
+    from toolkit.replay.progress import status
+
+    meta = {"model": model, "k": k, "score": score, "order": order}
+    if fmt == "bundle":  # the bundle carries its own metadata
+        meta = {"select": select} | ({"k": k} if k else {})
+    with cli_store(store, create=True) as s, status(f"ingest {path.name}"):
         res = guard(s.ingest, fmt, path, name, replace=replace, **meta)
     for n in res.notes:
         typer.echo(f"note: {n}", err=True)

@@ -96,22 +96,43 @@ def steps(items: list[Any], desc: str, enabled: bool | None = None) -> Iterator[
         bar.close()
 
 
+class Status:
+    """Handle of :func:`status`: :meth:`write` prints a line without tearing the status."""
+
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def write(self, text: str) -> None:
+        if self._bar.disable:
+            print(text, flush=True)
+        else:
+            from tqdm.std import tqdm
+
+            tqdm.write(text)  # clears the status line, prints, redraws it
+
+
 @contextmanager
-def status(desc: str, enabled: bool | None = None) -> Iterator[None]:
-    """Elapsed time for one long call that cannot report progress (a single kernel call):
-    a line ``desc: 12s`` refreshed twice a second after the first 2 s."""
+def status(desc: str, enabled: bool | None = None) -> Iterator[Status]:
+    """Elapsed time for long work that cannot count its progress (a single kernel call,
+    a multi-part job): a line ``desc: 0:12`` refreshed twice a second after the first 2 s.
+
+    Yields a :class:`Status` whose ``write`` prints output lines above the status line.
+    """
     bar = _bar(enabled, total=None, desc=desc, bar_format="{desc}: {elapsed}")
     done = threading.Event()
 
+    t0 = time.monotonic()
+
     def tick() -> None:
         while not done.wait(0.5):
-            bar.refresh()
+            if time.monotonic() - t0 >= DELAY_S:  # refresh() would ignore tqdm's delay
+                bar.refresh()
 
     ticker = None if bar.disable else threading.Thread(target=tick, daemon=True)
     if ticker is not None:
         ticker.start()
     try:
-        yield
+        yield Status(bar)
     finally:
         done.set()
         if ticker is not None:

@@ -133,8 +133,14 @@ class TierReplayConfig:
             raise ValueError(
                 f"arrivals must be trace, scaled:F or from:TRACE; got {self.arrivals!r}"
             )
-        if self.arrivals.startswith("scaled:") and not float(self.arrivals[7:]) > 0:
-            raise ValueError("scaled:F needs F > 0")
+        if self.arrivals.startswith("scaled:"):
+            try:
+                factor = float(self.arrivals[7:])
+            except ValueError:
+                raise ValueError(f"arrivals {self.arrivals!r}: F in scaled:F must be a number, "
+                                 "e.g. scaled:2") from None
+            if not factor > 0:
+                raise ValueError(f"arrivals {self.arrivals!r}: scaled:F needs F > 0")
         for name in ("device_tokens", "host_tokens"):
             v = getattr(self, name)
             if v is not None and v < UNBOUNDED:
