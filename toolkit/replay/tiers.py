@@ -13,7 +13,7 @@ pages, only the current request locked): the regime SGLang's cache can be driven
 offline, hence the one the peer check uses.
 
 HiCache semantics of ``page`` (sglang ``mem_cache/hiradix_cache.py``,
-``docs/advanced_features/hicache_design.md``; BRIEF §4, anchors §1.3):
+``docs/advanced_features/hicache_design.md``):
 
 * pages of ``page_tokens`` tokens keyed by chained hashes; a page is usable only if its
   whole prefix is (device run, then host run, then storage run, then computed);
@@ -23,7 +23,7 @@ HiCache semantics of ``page`` (sglang ``mem_cache/hiradix_cache.py``,
   ``write_back`` (copied on eviction); host hits are loaded back to the device;
 * the optional storage tier (L3) receives every host copy and is an LRU of pages.
 
-Metrics follow InferenceX (anchors §6): hit rate of a source = tokens from that source /
+Metrics follow InferenceX: hit rate of a source = tokens from that source /
 prompt tokens. Requests are admitted FCFS when their pages fit on the device, so with
 unbounded tiers lookups happen in arrival order and the overall hit rate equals
 :mod:`toolkit.replay.prefix`'s unbounded ``prefix_token_hit_ratio``. Service-time
