@@ -241,3 +241,19 @@ class TestOneLineErrors:
         """A directory where a CSV/Parquet file belongs is named as such."""
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and "is a directory" in res.output
+
+    @pytest.mark.parametrize(("args", "message"), [
+        (["serving", "predict", "--points", "P", "--out", "/nonexistent/x.csv"],
+         "--out /nonexistent/x.csv: directory /nonexistent does not exist"),
+        (["serving", "predict", "--points", "P", "--out", "x.txt"],
+         "the extension must be one of .csv, .parquet"),
+        (["serving", "fit", "--out", "/nonexistent/p.json"], "does not exist"),
+        (["serving", "validate", "--out-dir", str(MOONCAKE)], "exists and is not a directory"),
+    ])
+    def test_unwritable_outputs_fail_before_work(self, args, message):
+        """Output paths the command could not write are refused first, in one line."""
+        points = ROOT / "toolkit" / "data" / "inferencex" / "dsr1_serving_points.csv"
+        res = runner.invoke(app, [str(points) if a == "P" else a for a in args])
+        assert res.exit_code == 2 and res.output.startswith("error: --out")
+        assert message in res.output and len(res.output.splitlines()) == 1
+

@@ -62,13 +62,7 @@ class Output:
         if fmt not in FORMATS:
             fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         if output is not None:
-            if output.suffix.lower() not in FILE_TYPES:
-                fail(f"--output {output}: the extension must be one of "
-                     f"{', '.join(FILE_TYPES)}, got {output.suffix or 'none'!r}")
-            if output.is_dir():
-                fail(f"--output {output}: is a directory; give a file name")
-            if not output.parent.is_dir():
-                fail(f"--output {output}: directory {output.parent} does not exist")
+            check_output_file(output, "--output", FILE_TYPES)
         return cls(fmt, output)
 
     @property
@@ -110,6 +104,18 @@ class Output:
             typer.echo(_record_lines(data) if record else _table(df))
 
 
+def check_output_file(path: Path, option: str, suffixes: tuple[str, ...]) -> None:
+    """Refuse, before any work, a file a command could not write: wrong extension, a
+    directory, or a missing parent directory (one line, exit 2)."""
+    if path.suffix.lower() not in suffixes:
+        fail(f"{option} {path}: the extension must be one of {', '.join(suffixes)}, "
+             f"got {path.suffix or 'none'!r}")
+    if path.is_dir():
+        fail(f"{option} {path}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        fail(f"{option} {path}: directory {path.parent} does not exist")
+
+
 def _check_flat(df: Any, what: str) -> None:
     nested = [c for c, t in df.schema.items() if t.is_nested()]
     if nested:
@@ -123,9 +129,10 @@ def write_file(df: Any, path: Path) -> None:
     suffix = path.suffix.lower()
     if suffix == ".csv":
         _check_flat(df, "CSV")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         if suffix == ".csv":
             df.write_csv(tmp)
         elif suffix == ".json":
@@ -136,7 +143,7 @@ def write_file(df: Any, path: Path) -> None:
     except OSError as e:
         fail(f"--output {path}: {e.strerror or e}")
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import guard
-from toolkit.commands.output import FormatOpt, Output, OutputOpt
+from toolkit.commands.common import fail, guard
+from toolkit.commands.output import FormatOpt, Output, OutputOpt, check_output_file
 
 serving_app = typer.Typer(
     help="Serving-performance model: fit efficiencies to measured points, predict TPOT / TTFT "
@@ -50,6 +50,8 @@ def fit_cmd(
     weight, TTFT); writes them with kind = "fitted", the data used and in-sample residuals."""
     from toolkit.serving.fit import fit
 
+    if out is not None:
+        check_output_file(out, "--out", (".json",))
     df = _points(points)
     label = f"{points or 'bundled dsr1_serving_points.csv (SemiAnalysis InferenceX)'}: "
     label += f"{df.height} rows"
@@ -57,7 +59,7 @@ def fit_cmd(
     if out is None:
         typer.echo(params.to_json())
         return
-    params.save(out)
+    guard(params.save, out)
     for target, r in params.residuals.items():
         typer.echo(f"{target:<13} in-sample median |err| {r['median_abs_rel_err']:.3f}  "
                    f"p90 {r['p90_abs_rel_err']:.3f}  ({r['rows']} rows)")
@@ -76,14 +78,13 @@ def predict_cmd(
 ) -> None:
     """Predict median TPOT, median / p90 TTFT (s), interactivity and throughput per GPU
     (InferenceX divisors) for every row; unknown hardware, model or engine stops at its row."""
+    from toolkit.commands.output import write_file
     from toolkit.serving.predict import predict
 
+    check_output_file(out, "--out", (".csv", ".parquet"))
     df = _points(points)
     res = guard(predict, df, _params(params), breakdown=breakdown)
-    if out.suffix == ".parquet":
-        res.write_parquet(out)
-    else:
-        res.write_csv(out)
+    write_file(res, out)
     typer.echo(f"wrote {res.height} rows to {out}", err=True)
 
 
@@ -109,6 +110,8 @@ def validate_cmd(
 
     out = Output.from_options(fmt, as_json, output)
     as_json = out.quiet
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        fail(f"--out-dir {out_dir}: exists and is not a directory")
     df = _points(points)
     schemes = ("hardware", "shape") if scheme == "both" else (scheme,)
     result = {}
@@ -123,7 +126,7 @@ def validate_cmd(
         table = error_table(pred)
         result[s] = table
         if out_dir:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            guard(out_dir.mkdir, parents=True, exist_ok=True)
             pred.write_csv(out_dir / f"heldout_{s}.csv")
             table.write_csv(out_dir / f"errors_{s}.csv")
     if out.fmt == "json" and out.path is None:

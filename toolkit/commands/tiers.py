@@ -35,7 +35,8 @@ def tiers_cmd(
         int | None, typer.Option("--device-tokens", help="KV pool; -1 unbounded; default HBM.")
     ] = None,
     host_ratio: Annotated[
-        float | None, typer.Option("--host-ratio", help="Host pool / device pool (default 2).")
+        float | None, typer.Option("--host-ratio", min=0.0,
+                                   help="Host pool / device pool (default 2).")
     ] = None,
     host_gb: Annotated[
         float | None, typer.Option("--host-gb", help="Host pool in GB (overrides the ratio).")
