@@ -134,4 +134,4 @@ class TestCliQuiet:
         assert res.exit_code == 0 and res.stderr == ""
         res = runner.invoke(app, ["replay", "prefix", "--store", root, "--trace", "c",
                                   "--capacity-blocks", "100,1000"])
-        assert "replay prefix c" in res.stderr  # the same run, for a person
+        assert "prefix sweep c" in res.stderr and "lookup" in res.stderr  # for a person

@@ -159,15 +159,16 @@ def replay_prefix_cmd(
         fail("--capacity-gb needs --model (bytes per token), e.g. --model glm-5.2")
     if model is not None and not sizes_gb:
         fail("--model applies to --capacity-gb only")
-    with cli_store(store) as s, compile_notice(False if out.quiet else None):
+    quiet = False if out.quiet else None
+    with cli_store(store) as s, compile_notice(quiet):
         caps: list[int | None] = [*blocks, *_gb_to_blocks(s, trace, model, sizes_gb)]
         extra = [{}] * len(blocks) + [{"capacity_gb": g, "model": model} for g in sizes_gb]
         for c in caps:
             guard(PrefixReplayConfig, trace, policy, c)
-        with status(f"replay prefix {trace}", False if out.quiet else None):
-            if len(caps) > 1:
-                rows = guard(sweep_prefix, s, trace, caps, policy, workers=workers)
-            else:
+        if len(caps) > 1:
+            rows = guard(sweep_prefix, s, trace, caps, policy, workers=workers, progress=quiet)
+        else:
+            with status(f"replay prefix {trace}", quiet):
                 rows = [guard(replay_prefix, s, PrefixReplayConfig(
                     trace, policy, caps[0] if caps else None))]
     if extra:  # the sizes as given, next to the blocks they became
