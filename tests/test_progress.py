@@ -135,3 +135,28 @@ class TestCliQuiet:
         res = runner.invoke(app, ["replay", "prefix", "--store", root, "--trace", "c",
                                   "--capacity-blocks", "100,1000"])
         assert "prefix sweep c" in res.stderr and "lookup" in res.stderr  # for a person
+
+
+class TestInAJupyterKernel:
+    def test_widget_bar_in_a_real_kernel(self, monkeypatch):
+        """In a live IPython kernel with ipywidgets, a long replay's bar is a widget (what
+        JupyterLab renders), and TOOLKIT_PROGRESS=0 leaves the cell without any output."""
+        import nbformat
+        from nbclient import NotebookClient
+
+        monkeypatch.delenv(prog.ENV, raising=False)
+        cells = [
+            "from toolkit.replay import progress as p\n"
+            "p.DELAY_S = 0.0\n"
+            "print(p._bar_class(None).__module__)",
+            "with p.progress(10, 'replay t') as bar:\n    bar.update(10)",
+            "import os\nos.environ['TOOLKIT_PROGRESS'] = '0'\n"
+            "with p.progress(10, 'replay t') as bar:\n    bar.update(10)",
+        ]
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+        first, bar, off = (c.outputs for c in nb.cells)
+        assert first[0]["text"] == "tqdm.notebook\n"
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                   for o in bar)
+        assert off == []
