@@ -257,3 +257,29 @@ class TestOneLineErrors:
         assert res.exit_code == 2 and res.output.startswith("error: --out")
         assert message in res.output and len(res.output.splitlines()) == 1
 
+
+
+class TestOneConvention:
+    @pytest.mark.parametrize("args", [
+        ["hardware", "list"], ["models", "list"],
+        ["cost", "--hardware", "gb200", "--tokens-per-s-per-gpu", "11742"],
+    ])
+    def test_json_alias_csv_and_output(self, args, tmp_path):
+        """Commands share --format/--json/--output: --json equals --format json, and the
+        CSV and the --output file hold the same rows."""
+        as_json = runner.invoke(app, [*args, "--json"])
+        assert as_json.exit_code == 0, as_json.output
+        assert as_json.output == runner.invoke(app, [*args, "--format", "json"]).output
+        rows = json.loads(as_json.output)
+        rows = rows if isinstance(rows, list) else [rows]
+        csv = pl.read_csv(runner.invoke(app, [*args, "--format", "csv"]).stdout_bytes)
+        assert csv.height == len(rows) and csv.columns == list(rows[0])
+        out = tmp_path / "rows.parquet"
+        assert runner.invoke(app, [*args, "--output", str(out)]).exit_code == 0
+        assert pl.read_parquet(out).height == len(rows)
+
+    def test_cost_figure(self):
+        """The cost command's figure through the shared output: $0.0440/M at 11,742 tok/s."""
+        res = runner.invoke(app, ["cost", "--hardware", "gb200", "--tokens-per-s-per-gpu",
+                                  "11742", "--json"])
+        assert round(json.loads(res.output)["usd_per_million_tokens"], 4) == 0.0440

@@ -28,10 +28,26 @@ def fail(msg: str) -> None:
 
 
 @hardware_app.command("list")
-def hardware_list_cmd() -> None:
+def hardware_list_cmd(fmt: FormatOpt = None,
+                      as_json: Annotated[bool, typer.Option(
+                          "--json", help="Same as --format json.")] = False,
+                      output: OutputOpt = None) -> None:
     """List registered accelerators with HBM, host link and hyperscaler price."""
     from toolkit.hardware import get_hardware, hardware_names
 
+    out = Output.from_options(fmt, as_json, output)
+    if out.fmt != "table" or out.path is not None:
+        rows = []
+        for name in hardware_names():
+            hw = get_hardware(name)
+            rows.append({"name": name, "label": hw.label, "hbm_bytes": hw.hbm_bytes,
+                         "hbm_bandwidth_bytes_per_s": hw.hbm_bandwidth_bytes_per_s,
+                         "host_link": hw.host_link,
+                         "price_hyperscaler_usd_per_gpu_hour":
+                             hw.price_hyperscaler_usd_per_gpu_hour,
+                         "price_vintage": hw.price_vintage()})
+        out.emit(rows)
+        return
     for name in hardware_names():
         hw = get_hardware(name)
         typer.echo(
