@@ -225,6 +225,8 @@ class TestOneLineErrors:
         (["replay", "prefix", "--trace", "conv", "--capacity-blocks", "1k"],
          "'1k' is not an integer"),
         (["replay", "selections", "--trace", "sm", "--kv-dtype", "bf16"], "needs --model"),
+        (["replay", "prefix", "--trace", "conv", "--capacity-gb", "1e30", "--model", "glm-5.2"],
+         "--capacity-gb <= 1e+06"),
     ])
     def test_user_errors(self, cli_store, args, message):
         """Errors a user can cause print one `error:` line and exit 2, never a traceback."""

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, choices, cli_store, fail, guard
+from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail, guard
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 
 app = typer.Typer(
@@ -155,6 +155,8 @@ def replay_prefix_cmd(
     sizes_gb = _float_list(capacity_gb, "--capacity-gb")
     if any(c < 0 for c in blocks) or any(g < 0 for g in sizes_gb):
         fail("--capacity-blocks and --capacity-gb must be >= 0")
+    if any(c >= 1 << 62 for c in blocks) or any(g > MAX_GB for g in sizes_gb):
+        fail(f"--capacity-blocks must be < 2^62 and --capacity-gb <= {MAX_GB:.0e}")
     if sizes_gb and model is None:
         fail("--capacity-gb needs --model (bytes per token), e.g. --model glm-5.2")
     if model is not None and not sizes_gb:

@@ -16,6 +16,10 @@ from toolkit.registry import RegistryError
 if TYPE_CHECKING:
     from toolkit.store import Store
 
+#: Largest size in GB a command accepts (1 PB): beyond any machine, and far inside int64
+#: once turned into tokens, rows or blocks.
+MAX_GB = 1e6
+
 StoreOpt = Annotated[Path, typer.Option(
     "--store", help="Store directory (ingest, synth and record create it if missing; other "
     "commands need an existing one).")]
@@ -36,6 +40,8 @@ def guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
+    except OverflowError as e:  # a number beyond int64 reached a kernel or Arrow
+        fail(f"a value is too large for the replay ({e}); use smaller sizes")
     except OSError as e:  # disk full, permissions: the store is left as it was
         fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
 

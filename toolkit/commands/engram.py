@@ -9,7 +9,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from toolkit.commands.common import StoreOpt, choices, cli_store, fail, guard
+from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail, guard
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 
 
@@ -86,7 +86,7 @@ def record_engram_cmd(
 def replay_engram_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Engram lookup trace name.")],
-    hbm_cache_gb: Annotated[float, typer.Option("--hbm-cache-gb", min=0.0,
+    hbm_cache_gb: Annotated[float, typer.Option("--hbm-cache-gb", min=0.0, max=MAX_GB,
                                                 help="HBM row cache per GPU, GB (1e9 B).")],
     backing: Annotated[str, typer.Option("--backing", help="dram or ssd.")] = "dram",
     hardware: Annotated[str, typer.Option("--hardware", help=f"Accelerator: "
@@ -95,8 +95,9 @@ def replay_engram_cmd(
                                        f"{choices('model')}.")] = "deepseek-v3.2",
     policy: Annotated[str, typer.Option("--policy", help=f"Cache policy: {choices('policy')}.")]
     = "lru",
-    table_gb: Annotated[float, typer.Option("--table-gb", min=0.0, help="Engram table size "
-                                            "of the priced model, GB (assumed 200).")] = 200.0,
+    table_gb: Annotated[float, typer.Option(
+        "--table-gb", min=0.0, max=MAX_GB,
+        help="Engram table size of the priced model, GB (assumed 200).")] = 200.0,
     context_tokens: Annotated[int, typer.Option("--context-tokens", min=1)] = 8192,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1,
                                            help="Batch cap per GPU (assumed).")] = 256,

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, choices, cli_store, fail
+from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
@@ -35,14 +35,16 @@ def tiers_cmd(
         int | None, typer.Option("--device-tokens", help="KV pool; -1 unbounded; default HBM.")
     ] = None,
     host_ratio: Annotated[
-        float | None, typer.Option("--host-ratio", min=0.0,
+        float | None, typer.Option("--host-ratio", min=0.0, max=1e6,
                                    help="Host pool / device pool (default 2).")
     ] = None,
     host_gb: Annotated[
-        float | None, typer.Option("--host-gb", help="Host pool in GB (overrides the ratio).")
+        float | None, typer.Option("--host-gb", min=0.0, max=MAX_GB,
+                                   help="Host pool in GB (overrides the ratio).")
     ] = None,
     storage_gb: Annotated[
-        float, typer.Option("--storage-gb", help="L3 capacity in GB; 0 off, -1 unbounded.")
+        float, typer.Option("--storage-gb", min=-1.0, max=MAX_GB,
+                            help="L3 capacity in GB; 0 off, -1 unbounded.")
     ] = 0.0,
     page_tokens: Annotated[
         int | None, typer.Option(
