@@ -88,11 +88,6 @@ class TestStatus:
             st.write("y")
         assert capsys.readouterr() == ("y\n", "")
 
-    def test_steps_bar(self, no_delay, capsys):
-        """steps() counts the parts of a job."""
-        assert list(prog.steps(["a", "b"], "demo", enabled=True)) == ["a", "b"]
-        assert "demo" in capsys.readouterr().err
-
 
 class TestCompileNotice:
     def test_first_compile_is_announced_once(self, capsys):

@@ -85,17 +85,6 @@ def progress(total: int, desc: str, enabled: bool | None = None,
         bar.close()
 
 
-def steps(items: list[Any], desc: str, enabled: bool | None = None) -> Iterator[Any]:
-    """Iterate ``items`` with a bar of steps (e.g. the parts of the demo)."""
-    bar = _bar(enabled, total=len(items), desc=desc, unit="step")
-    try:
-        for item in items:
-            yield item
-            bar.update(1)
-    finally:
-        bar.close()
-
-
 class Status:
     """Handle of :func:`status`: :meth:`write` prints a line without tearing the status."""
 
