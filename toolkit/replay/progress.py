@@ -110,12 +110,9 @@ def status(desc: str, enabled: bool | None = None) -> Iterator[Status]:
     bar = _bar(enabled, total=None, desc=desc, bar_format="{desc}: {elapsed}")
     done = threading.Event()
 
-    t0 = time.monotonic()
-
     def tick() -> None:
         while not done.wait(0.5):
-            if time.monotonic() - t0 >= DELAY_S:  # refresh() would ignore tqdm's delay
-                bar.refresh()
+            bar.update(0)  # redraws the elapsed time, honouring the delay (refresh() would not)
 
     ticker = None if bar.disable else threading.Thread(target=tick, daemon=True)
     if ticker is not None:
