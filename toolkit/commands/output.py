@@ -70,12 +70,11 @@ class Output:
         """No progress bars: the output is for a program."""
         return self.fmt == "json"
 
-    def emit(self, data: Rows, *, note: str | None = None) -> None:
+    def emit(self, data: Rows) -> None:
         """Print ``data`` in this format, or write it to :attr:`path`.
 
         Args:
             data: a record (dict), rows (list of dicts) or a Polars frame.
-            note: a line for people (e.g. what the numbers mean), shown above a table.
         """
         import polars as pl
 
@@ -99,8 +98,6 @@ class Output:
         elif self.fmt == "markdown":
             typer.echo(_markdown(_record_frame(data) if record else df))
         else:
-            if note:
-                typer.echo(note)
             typer.echo(_record_lines(data) if record else _table(df))
 
 
