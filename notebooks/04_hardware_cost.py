@@ -22,7 +22,7 @@
 # * **Prices: sourced** InferenceX survey values (July 2026, hyperscaler tier unless stated).
 # * **Selections: real** (the bundled SmolLM2 recording) for the HiSparse section, scaled to
 #   k = 2048 by keeping each row's miss ratio (an **assumption**).
-# * **Published figures** (a public analysis of GLM-5.3 serving, BRIEF §6) are shown next to
+# * **Published figures** (a public analysis of GLM-5.3 serving) are shown next to
 #   the model's answers, never used to fit it.
 
 # %%

@@ -122,6 +122,9 @@ SELECTION_RUNS = pa.schema(
         pa.field("buffer_tokens", pa.int64(), nullable=False),
         pa.field("indexshare", pa.bool_(), nullable=False),
         pa.field("row_bytes", pa.int64(), nullable=False),
+        pa.field("model", pa.string()),  # spec behind row_bytes / IndexShare; null = none
+        pa.field("initial", pa.string()),  # hisparse start state: "first" | "empty"
+        pa.field("kv_dtype", pa.string()),  # MLA row format: "fp8" | "bf16"
         pa.field("rows", pa.int64(), nullable=False),
         pa.field("accesses", pa.int64(), nullable=False),
         pa.field("hits", pa.int64(), nullable=False),
