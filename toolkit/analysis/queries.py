@@ -255,7 +255,7 @@ _LIST: list[NamedQuery] = [
         """
         WITH bt AS (SELECT trace, any_value(block_tokens) AS block_tokens
                     FROM requests GROUP BY trace)
-        SELECT u.trace, policy, capacity_blocks,
+        SELECT u.trace, policy, capacity_blocks, $model AS kv_model,
                capacity_blocks * bt.block_tokens                       AS capacity_tokens,
                capacity_blocks * bt.block_tokens * $kv_bytes_per_token / 1e9 AS capacity_gb,
                metric, ratio
@@ -266,7 +266,7 @@ _LIST: list[NamedQuery] = [
         ORDER BY u.trace, policy, metric, capacity_blocks NULLS LAST
         """, (_TRACE, _MODEL, _KV),
         (("trace", "name"), ("policy", "name"), ("capacity_blocks", "blocks; null = unbounded"),
-         ("capacity_tokens", "tokens"), ("capacity_gb", "GB (1e9 B) of MLA KV, all layers"),
+         ("kv_model", "model of the GB conversion"), ("capacity_tokens", "tokens"), ("capacity_gb", "GB (1e9 B) of MLA KV, all layers"),
          ("metric", "block_hit_ratio | token_hit_ratio"), ("ratio", "fraction")),
         resolve=_resolve_capacity),
     NamedQuery(
@@ -412,7 +412,7 @@ _LIST: list[NamedQuery] = [
         "(policy, buffer); OPT (Belady) rows are the bound no online policy beats. The buffer "
         "is also given in GB per request for the named model.",
         """
-        SELECT trace, mode, indexshare, policy, buffer_tokens,
+        SELECT trace, mode, indexshare, policy, buffer_tokens, $model AS kv_model,
                buffer_tokens * $kv_bytes_per_token / 1e9 AS buffer_gb_per_request,
                accesses, misses, miss_ratio, policy = 'opt' AS is_bound, run_id
         FROM selection_runs
@@ -421,7 +421,8 @@ _LIST: list[NamedQuery] = [
         """,
         (_TRACE, Param("mode", None, "plain | hisparse filter"), _MODEL, _KV),
         (("trace", "name"), ("mode", "plain | hisparse"), ("indexshare", "bool"),
-         ("policy", "name"), ("buffer_tokens", "tokens per layer per request"),
+         ("policy", "name"), ("kv_model", "model of the GB conversion"),
+         ("buffer_tokens", "tokens per layer per request"),
          ("buffer_gb_per_request", "GB (1e9 B) over all layers of the named model"),
          ("accesses", "rows"), ("misses", "rows"), ("miss_ratio", "fraction"),
          ("is_bound", "true for OPT"), ("run_id", "selection run")),
