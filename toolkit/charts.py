@@ -34,7 +34,7 @@ def _capacity_axis(df: pl.DataFrame, tokens: str, gb: str, model: str, what: str
     both = df.filter(pl.col(tokens).is_not_null() & (pl.col(tokens) > 0))
     per_token_gb = float((both[gb] / both[tokens]).first()) if both.height else 0.0
     return alt.Axis(
-        title=f"{what} (tokens / GB of {model} KV)",
+        title=what.format(model=model), values=_numeric_order(both[tokens]),
         labelExpr=f"format(datum.value, '.2~s') + ' / ' + "
                   f"format(datum.value * {per_token_gb!r}, '.3~g') + ' GB'",
         labelAngle=-30, labelOverlap=True)
@@ -58,7 +58,7 @@ def hit_ratio_vs_capacity(curve: pl.DataFrame, title: str | None = None) -> alt.
     base = alt.Chart(bounded).encode(
         x=alt.X("capacity_tokens:Q", scale=_fit(bounded["capacity_tokens"], log=True),
                 axis=_capacity_axis(bounded, "capacity_tokens", "capacity_gb", model,
-                                    "LRU capacity")),
+                                    "LRU capacity (tokens / GB of {model} KV)")),
         y=y, color=color, detail="trace:N",
         tooltip=["trace", "policy", "capacity_blocks", "capacity_tokens",
                  alt.Tooltip("capacity_gb", format=".1f"), "hit of",
@@ -167,7 +167,8 @@ def miss_ratio_curves(mrc: pl.DataFrame, title: str | None = None) -> alt.LayerC
     labels += ["OPT (bound)"] if df["is_bound"].any() else []
     x = alt.X("buffer_tokens:Q", scale=_fit(df["buffer_tokens"], log=True),
               axis=_capacity_axis(df, "buffer_tokens", "buffer_gb_per_request", model,
-                                  "device buffer per layer"))
+                                  "device buffer (tokens per layer / GB per request, all "
+                                  "layers of {model})"))
     color = alt.Color("policy_label:N", title="policy", sort=labels)
     return alt.Chart(df).mark_line(point=True).encode(
         x=x, y=alt.Y("miss_ratio:Q", title="miss ratio", scale=_fit(df["miss_ratio"]),

@@ -266,7 +266,8 @@ _LIST: list[NamedQuery] = [
         ORDER BY u.trace, policy, metric, capacity_blocks NULLS LAST
         """, (_TRACE, _MODEL, _KV),
         (("trace", "name"), ("policy", "name"), ("capacity_blocks", "blocks; null = unbounded"),
-         ("kv_model", "model of the GB conversion"), ("capacity_tokens", "tokens"), ("capacity_gb", "GB (1e9 B) of MLA KV, all layers"),
+         ("kv_model", "model of the GB conversion"), ("capacity_tokens", "tokens"),
+         ("capacity_gb", "GB (1e9 B) of MLA KV, all layers"),
          ("metric", "block_hit_ratio | token_hit_ratio"), ("ratio", "fraction")),
         resolve=_resolve_capacity),
     NamedQuery(
@@ -412,7 +413,7 @@ _LIST: list[NamedQuery] = [
         "(policy, buffer); OPT (Belady) rows are the bound no online policy beats. The buffer "
         "is also given in GB per request for the named model.",
         """
-        SELECT trace, mode, indexshare, policy, buffer_tokens, $model AS kv_model,
+        SELECT trace, mode, indexshare, policy, $model AS kv_model, buffer_tokens,
                buffer_tokens * $kv_bytes_per_token / 1e9 AS buffer_gb_per_request,
                accesses, misses, miss_ratio, policy = 'opt' AS is_bound, run_id
         FROM selection_runs

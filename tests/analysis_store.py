@@ -1,0 +1,42 @@
+"""A small store holding one run of every analysis the named queries and the report read,
+built from the bundled real traces (Mooncake conversation, SmolLM2 selections)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import toolkit
+from toolkit.cost.records import DecodeCostConfig, record_replay_cost
+from toolkit.replay.prefix import sweep_prefix
+from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
+from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+
+ROOT = Path(__file__).resolve().parents[1]
+TIER_RUNS = (("gb200", 8), ("gb200", 16), ("mi355x", 8), ("mi355x", 16))
+#: (policy, buffer as a multiple of k)
+SELECTION_RUNS = (("lru", 1), ("lru", 2), ("opt", 1), ("opt", 2))
+
+
+@pytest.fixture(scope="session")
+def analysis_store(tmp_path_factory: pytest.TempPathFactory):
+    """Store with prefix runs (1,000 / 10,000 blocks / unbounded), closed-loop tier runs,
+    HiSparse LRU and OPT at k and 2k, and two priced decode configurations."""
+    root = tmp_path_factory.mktemp("analysis") / "store"
+    with toolkit.open_store(root) as s:
+        s.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "mc")
+        sweep_prefix(s, "mc", [1_000, 10_000, None])
+        for hw, users in TIER_RUNS:
+            replay_tiers(s, TierReplayConfig("mc", hw, "glm-5.2", concurrency=users))
+        s.ingest("bundle", ROOT / "traces/smollm2", "smollm2", select="smollm2-softmax-sum")
+        rows = load_rows(s, "smollm2")
+        ids: dict[tuple[str, int], str] = {}
+        for policy, mult in SELECTION_RUNS:
+            run = replay_selections(s, SelectionReplayConfig("smollm2", policy, mult * rows.k),
+                                    rows=rows)
+            ids[(policy, mult)] = run["run_id"]
+        for batch, overlap in ((16, False), (64, False), (64, True)):
+            record_replay_cost(s, DecodeCostConfig(ids[("lru", 2)], "glm-5.2", "gb200", batch,
+                                                   overlap, miss_scale=32.0))
+        yield s
