@@ -36,7 +36,7 @@ def _capacity_axis(df: pl.DataFrame, tokens: str, gb: str, model: str, what: str
     return alt.Axis(
         title=what.format(model=model), values=_numeric_order(both[tokens]),
         labelExpr=f"format(datum.value, '.2~s') + ' / ' + "
-                  f"format(datum.value * {per_token_gb!r}, '.3~g') + ' GB'",
+                  f"format(datum.value * {per_token_gb!r}, ',.3~r') + ' GB'",
         labelAngle=-30, labelOverlap=True)
 
 
@@ -201,14 +201,94 @@ def step_time_breakdown(steps: pl.DataFrame, title: str | None = None) -> alt.Ch
                  height=260)
 
 
+def indexshare_bars(share: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """Overlap of each Shared layer with the Full layer it reuses, coloured by distance
+    from that layer (the ``indexshare_overlap`` query)."""
+    dist = [str(d) for d in _numeric_order(share["distance"])]
+    df = share.with_columns(pl.col("distance").cast(pl.String))
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("layer:O", title="Shared layer", sort=_numeric_order(share["layer"])),
+        y=alt.Y("overlap_of_k:Q", title="|own ∩ Full| / k", scale=_fit(share["overlap_of_k"]),
+                axis=alt.Axis(format="%")),
+        color=alt.Color("distance:N", title="layers after its Full layer", sort=dist),
+        tooltip=["layer", "anchor", "distance", alt.Tooltip("overlap_of_k:Q", format=".3f")],
+    ).properties(title=title or "IndexShare: a Shared layer's overlap with its Full layer",
+                 width=520, height=240)
+
+
+def engram_hit_curve(curve: pl.DataFrame, title: str | None = None) -> alt.LayerChart:
+    """Engram row-cache hit ratio against cache size: the one-pass LRU curve as a grey line,
+    replayed policies as points (the ``engram_hit_curve`` query)."""
+    line_df = curve.filter(pl.col("source") == "curve")
+    dots_df = curve.filter(pl.col("source") == "replay")
+    x = alt.X("cache_mb:Q", title="HBM row cache (MB)",
+              scale=_fit(curve["cache_mb"], log=True))
+    y = alt.Y("hit_ratio:Q", title="hit ratio", scale=_fit(curve["hit_ratio"]),
+              axis=alt.Axis(format="%"))
+    line = alt.Chart(line_df).mark_line(color="gray").encode(
+        x=x, y=y, tooltip=[alt.Tooltip("cache_mb:Q", format=".2f"),
+                           alt.Tooltip("hit_ratio:Q", format=".4f")])
+    policies = _numeric_order(dots_df["policy"])
+    dots = alt.Chart(dots_df).mark_point(filled=True, size=60).encode(
+        x=x, y=y, color=alt.Color("policy:N", title="replayed policy", sort=policies),
+        shape=alt.Shape("policy:N", sort=policies, legend=None),
+        tooltip=["policy", "cache_mb", alt.Tooltip("hit_ratio:Q", format=".4f")])
+    return (line + dots).properties(
+        title=title or "Engram row-cache hit ratio (grey: one-pass LRU)", width=520, height=260)
+
+
+def engram_bytes_per_token(df: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """Bytes per token from each tier by cache size, one panel per backing store (the
+    ``engram_bytes_per_token`` query); symlog y, since SSD block reads dwarf the rest."""
+    tiers = df.sort("tier_rank")["tier"].unique(maintain_order=True).to_list()
+    sizes = _numeric_order(df["cache_mb"])
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("cache_mb:O", title="HBM row cache (MB)", sort=sizes),
+        xOffset=alt.XOffset("tier:N", sort=tiers),
+        y=alt.Y("bytes_per_token:Q", title="bytes per token", scale=alt.Scale(type="symlog")),
+        color=alt.Color("tier:N", title="read from", sort=tiers),
+        tooltip=["backing", "cache_mb", "tier", alt.Tooltip("bytes_per_token:Q", format=",.0f")],
+    ).properties(width=240, height=200).facet(
+        column=alt.Column("backing:N", title="backing store", sort=["dram", "ssd"])
+    ).properties(title=title or "Engram bytes per token by tier")
+
+
+def engram_tokens_per_usd(df: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """Tokens per dollar per placement and fetch mode, one panel per hardware (the
+    ``engram_tokens_per_usd`` query)."""
+    modes = [m for m in ("none", "sync", "overlapped") if m in set(df["fetch_mode"])]
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("placement:N", sort=["hbm", "dram", "ssd"], title=None),
+        xOffset=alt.XOffset("fetch_mode:N", sort=modes),
+        y=alt.Y("m_tokens_per_usd:Q", title="M tokens per $"),
+        color=alt.Color("fetch_mode:N", title="fetch", sort=modes),
+        tooltip=["hardware", "placement", "fetch_mode",
+                 alt.Tooltip("m_tokens_per_usd:Q", format=".2f")],
+    ).properties(width=110, height=220).facet(
+        column=alt.Column("hardware:N", title=None, sort=_numeric_order(df["hardware"]))
+    ).properties(title=title or "Engram table placement: tokens per dollar")
+
+
+#: Readable legend labels for the ``selection_locality`` columns.
+LOCALITY_LABELS = {
+    "frac_recent": "in the recency window", "frac_sinks": "in the sink positions",
+    "pos0_rate": "selections holding position 0",
+    "step_overlap_of_k": "overlap with the next step", "layer_overlap_of_k":
+    "overlap with the next layer",
+}
+
+
 def metric_by_layer(df: pl.DataFrame, metrics: list[str], title: str,
-                    y_title: str = "share") -> alt.Chart:
-    """One line per metric across layers (e.g. frac_recent, frac_sinks, pos0_rate)."""
+                    y_title: str = "share", labels: dict[str, str] | None = None) -> alt.Chart:
+    """One line per metric across layers (e.g. frac_recent, frac_sinks, pos0_rate), the
+    legend showing ``labels`` (default :data:`LOCALITY_LABELS`), never raw column names."""
+    names = {**LOCALITY_LABELS, **(labels or {})}
     long = df.unpivot(index="layer", on=metrics, variable_name="metric", value_name="value")
+    long = long.with_columns(pl.col("metric").replace_strict(names, default=pl.col("metric")))
     return alt.Chart(long).mark_line(point=True).encode(
         x=alt.X("layer:O", title="layer"),
-        y=alt.Y("value:Q", title=y_title),
-        color=alt.Color("metric:N", title=None),
+        y=alt.Y("value:Q", title=y_title, scale=_fit(long["value"])),
+        color=alt.Color("metric:N", title=None, sort=[names.get(m, m) for m in metrics]),
         tooltip=["layer", "metric", alt.Tooltip("value", format=".3f")],
     ).properties(title=title, width=520, height=240)
 

@@ -17,6 +17,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -139,6 +140,25 @@ def _resolve_runs(store: Store, args: dict[str, Any]) -> dict[str, Any]:
         if n == 0:
             raise QueryError(f"no run {args[k]!r} in {store.root} "
                              "(list runs with: toolkit sql --query runs)")
+    return args
+
+
+def _resolve_anchors(store: Store, args: dict[str, Any]) -> dict[str, Any]:
+    from toolkit.models.spec import indexer_layer_ids
+    from toolkit.replay.selections import anchor_layers
+
+    n = store.query("SELECT n_layers FROM selection_traces WHERE trace = $t",
+                    {"t": args["trace"]})
+    if n.height == 0:
+        raise QueryError(f"--param trace must name a selection trace; got {args['trace']!r}")
+    layers = np.arange(int(n.item()))
+    full = indexer_layer_ids(layers.size, int(args["freq"]), int(args["offset"]))
+    args["anchors"] = [int(a) for a in anchor_layers(layers, full)]
+    return args
+
+
+def _resolve_group(store: Store, args: dict[str, Any]) -> dict[str, Any]:
+    _choice(args, "group", ("hardware", "framework"))
     return args
 
 
@@ -712,6 +732,114 @@ _LIST: list[NamedQuery] = [
          ("unit", "of measured/predicted"), ("measured", "value in unit"),
          ("predicted", "value in unit (held out)"), ("rel_err", "predicted / measured - 1")),
         resolve=_resolve_metric, bundled=("serving_heldout",)),
+    NamedQuery(
+        "indexshare_overlap", "Under IndexShare (layer i runs its own indexer iff "
+        "max(i - offset + 1, 0) % freq == 0), each Shared layer's overlap between its own "
+        "selection and the Full layer's it would reuse.",
+        """
+        WITH s AS (SELECT * FROM selections WHERE trace = $trace),
+        m AS (SELECT i::SMALLINT AS layer, $anchors[i + 1]::SMALLINT AS anchor
+              FROM range(0, len($anchors)) t(i))
+        SELECT m.layer, m.anchor, m.layer - m.anchor AS distance, count(*) AS pairs,
+               avg(len(list_intersect(a.topk, b.topk))
+                   / (len(a.topk) + len(b.topk) - len(list_intersect(a.topk, b.topk)))
+                   ::DOUBLE) AS jaccard,
+               avg(len(list_intersect(a.topk, b.topk)) / t.k::DOUBLE) AS overlap_of_k
+        FROM m JOIN s a ON a.layer = m.layer
+        JOIN s b ON b.request_id = a.request_id AND b.step = a.step AND b.layer = m.anchor
+        JOIN selection_traces t ON t.trace = a.trace
+        WHERE m.layer <> m.anchor
+        GROUP BY ALL ORDER BY m.layer
+        """,
+        (Param("trace", None, "selection trace (required)"),
+         Param("freq", 4, "index_topk_freq"), Param("offset", 3, "index_skip_topk_offset")),
+        (("layer", "Shared layer"), ("anchor", "the Full layer it reuses"),
+         ("distance", "layers after the Full layer"), ("pairs", "(request, step) pairs"),
+         ("jaccard", "fraction"), ("overlap_of_k", "|own ∩ Full| / k")),
+        resolve=_resolve_anchors),
+    NamedQuery(
+        "model_error", "Held-out error of the serving model per hardware or per engine, one "
+        "row per (group, metric): median and p90 of |predicted / measured - 1|.",
+        """
+        WITH h AS (SELECT CASE $group WHEN 'hardware' THEN hardware ELSE framework END AS key,
+                          * FROM serving_heldout),
+        e AS (SELECT key, m.metric, m.metric_rank, abs(m.predicted / m.measured - 1) AS err
+              FROM h, (VALUES ('throughput per GPU', 1, h.tput_per_gpu, h.pred_tput_per_gpu),
+                              ('TPOT', 2, h.median_tpot, h.pred_median_tpot),
+                              ('TTFT', 3, h.median_ttft, h.pred_median_ttft))
+                      m(metric, metric_rank, measured, predicted)
+              WHERE m.measured > 0)
+        SELECT key, metric, metric_rank, count(*) AS rows, median(err) AS median_abs_err,
+               quantile_cont(err, 0.9) AS p90_abs_err
+        FROM e GROUP BY ALL ORDER BY key, metric_rank
+        """,
+        (Param("group", "hardware", "hardware | framework"),),
+        (("key", "the hardware or engine"), ("metric", "throughput per GPU | TPOT | TTFT"),
+         ("metric_rank", "display order"), ("rows", "held-out points"),
+         ("median_abs_err", "fraction"), ("p90_abs_err", "fraction")),
+        resolve=_resolve_group, bundled=("serving_heldout",)),
+    NamedQuery(
+        "engram_hit_curve", "Engram row-cache hit ratio against HBM cache size: the one-pass "
+        "LRU curve (miss_curves, every $step rows) and the replayed policies (engram_runs).",
+        """
+        WITH rb AS (SELECT trace, row_bytes FROM engram_traces),
+        top AS (SELECT trace, max(capacity) AS cap FROM miss_curves WHERE kind = 'engram'
+                GROUP BY trace),
+        curve AS (
+            SELECT m.trace, 'lru (one pass)' AS policy, 'curve' AS source,
+                   m.capacity * rb.row_bytes / 1e6 AS cache_mb, 1 - m.miss_ratio AS hit_ratio
+            FROM miss_curves m JOIN rb USING (trace) JOIN top USING (trace)
+            WHERE m.kind = 'engram' AND m.capacity > 0
+              AND (m.capacity % $step = 0 OR m.capacity = top.cap)),
+        runs AS (
+            SELECT trace, policy, 'replay', hbm_cache_bytes / 1e6, hit_ratio FROM engram_runs
+            WHERE backing = 'dram' AND hardware = $hardware)
+        SELECT * FROM (SELECT * FROM curve UNION ALL SELECT * FROM runs)
+        WHERE $trace IS NULL OR trace = $trace
+        ORDER BY trace, source, policy, cache_mb
+        """,
+        (_TRACE, Param("step", 500, "keep every step-th capacity of the one-pass curve"),
+         Param("hardware", "gb200", "hardware of the replays shown")),
+        (("trace", "name"), ("policy", "name"), ("source", "curve | replay"),
+         ("cache_mb", "MB (1e6 B) of HBM row cache"), ("hit_ratio", "fraction"))),
+    NamedQuery(
+        "engram_bytes_per_token", "Bytes each token reads from HBM and from the backing tier "
+        "(useful row bytes, and bytes actually read incl. SSD block granularity).",
+        """
+        SELECT e.trace, e.backing, e.hbm_cache_bytes / 1e6 AS cache_mb, e.hit_ratio,
+               t.tier, t.tier_rank, t.bytes_per_token
+        FROM engram_runs e, (VALUES ('HBM', 1, e.hbm_bytes_per_token),
+                                    ('backing, useful', 2, e.backing_bytes_per_token),
+                                    ('backing, read', 3, e.backing_read_bytes_per_token))
+                            t(tier, tier_rank, bytes_per_token)
+        WHERE e.policy = $policy AND e.hardware = $hardware
+          AND ($trace IS NULL OR e.trace = $trace)
+        ORDER BY e.trace, e.backing, cache_mb, t.tier_rank
+        """,
+        (_TRACE, Param("policy", "lru", "replay policy"),
+         Param("hardware", "gb200", "hardware")),
+        (("trace", "name"), ("backing", "dram | ssd"), ("cache_mb", "MB of HBM row cache"),
+         ("hit_ratio", "fraction"), ("tier", "HBM | backing, useful | backing, read"),
+         ("tier_rank", "display order"), ("bytes_per_token", "bytes"))),
+    NamedQuery(
+        "engram_tokens_per_usd", "Tokens per dollar with the Engram table in HBM, or in DRAM "
+        "/ on SSD behind an HBM row cache of $cache_bytes, fetches synchronous or overlapped.",
+        """
+        WITH r AS (SELECT * FROM engram_runs WHERE policy = $policy
+                     AND hbm_cache_bytes = $cache_bytes AND ($trace IS NULL OR trace = $trace))
+        SELECT hardware, 'hbm' AS placement, 'none' AS fetch_mode,
+               any_value(tokens_per_usd_hbm) / 1e6 AS m_tokens_per_usd
+          FROM r GROUP BY hardware
+        UNION ALL
+        SELECT hardware, backing, 'overlapped', tokens_per_usd_overlapped / 1e6 FROM r
+        UNION ALL
+        SELECT hardware, backing, 'sync', tokens_per_usd_sync / 1e6 FROM r
+        ORDER BY hardware, placement, fetch_mode
+        """,
+        (_TRACE, Param("policy", "lru", "replay policy"),
+         Param("cache_bytes", 1e7, "HBM row cache (bytes)")),
+        (("hardware", "name"), ("placement", "hbm | dram | ssd"),
+         ("fetch_mode", "none | sync | overlapped"), ("m_tokens_per_usd", "M tokens per $"))),
     NamedQuery(
         "runs", "Every run in the store, one row each: kind, id, trace and a readable label.",
         f"SELECT * FROM ({_RUNS_SQL}) ORDER BY kind, trace, run_id", (),
