@@ -779,6 +779,25 @@ _LIST: list[NamedQuery] = [
          ("median_abs_err", "fraction"), ("p90_abs_err", "fraction")),
         resolve=_resolve_group, bundled=("serving_heldout",)),
     NamedQuery(
+        "measured_points", "Measured InferenceX DeepSeek-R1 points (bundled) at one shape: "
+        "interactivity and throughput per GPU, for overlaying on modelled fronts.",
+        """
+        SELECT hardware, framework, precision, isl, osl, conc,
+               'TP' || decode_tp || ' EP' || decode_ep AS layout,
+               median_intvty AS interactivity, tput_per_gpu
+        FROM serving_heldout
+        WHERE ($hardware IS NULL OR hardware = $hardware) AND isl = $isl AND osl = $osl
+          AND precision = $precision
+        ORDER BY hardware, framework, conc
+        """,
+        (_HW_FILTER, Param("isl", 8192, "input tokens"), Param("osl", 1024, "output tokens"),
+         Param("precision", "fp4", "fp4 | fp8")),
+        (("hardware", "name"), ("framework", "engine"), ("precision", "fp4 | fp8"),
+         ("isl", "tokens"), ("osl", "tokens"), ("conc", "concurrent requests"),
+         ("layout", "decode TP/EP"), ("interactivity", "tok/s/user (median)"),
+         ("tput_per_gpu", "tok/s/GPU, input + output")),
+        bundled=("serving_heldout",)),
+    NamedQuery(
         "engram_hit_curve", "Engram row-cache hit ratio against HBM cache size: the one-pass "
         "LRU curve (miss_curves, every $step rows) and the replayed policies (engram_runs).",
         """
