@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import toolkit
 from toolkit.cost.records import DecodeCostConfig, record_replay_cost
+from toolkit.engram.hashing import EngramConfig
+from toolkit.engram.record import record_engram
+from toolkit.replay.engram import EngramReplayConfig, load_dense, replay_engram
+from toolkit.replay.mrc import lru_miss_curve
 from toolkit.replay.prefix import sweep_prefix
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
 from toolkit.replay.tiers import TierReplayConfig, replay_tiers
@@ -22,7 +27,8 @@ SELECTION_RUNS = (("lru", 1), ("lru", 2), ("opt", 1), ("opt", 2))
 @pytest.fixture(scope="session")
 def analysis_store(tmp_path_factory: pytest.TempPathFactory):
     """Store with prefix runs (1,000 / 10,000 blocks / unbounded), closed-loop tier runs,
-    HiSparse LRU and OPT at k and 2k, and two priced decode configurations."""
+    HiSparse LRU and OPT at k and 2k, three priced decode configurations, and Engram lookups
+    of heapq.py with its one-pass LRU curve and 1 MB replays (LRU on DRAM and SSD, OPT)."""
     root = tmp_path_factory.mktemp("analysis") / "store"
     with toolkit.open_store(root) as s:
         s.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "mc")
@@ -39,4 +45,14 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
         for batch, overlap in ((16, False), (64, False), (64, True)):
             record_replay_cost(s, DecodeCostConfig(ids[("lru", 2)], "glm-5.2", "gb200", batch,
                                                    overlap, miss_scale=32.0))
+        text = ROOT / "traces/smollm2/texts/heapq.py.txt"
+        record_engram(s, "heapq", [text], EngramConfig())
+        dense = load_dense(s, "heapq")
+        misses = lru_miss_curve(dense.keys, dense.n_distinct, dense.n_distinct)
+        n = dense.keys.size
+        s.write("miss_curves", "engram-heapq", pl.DataFrame({
+            "trace": "heapq", "kind": "engram", "capacity": list(range(misses.size)),
+            "accesses": n, "misses": misses, "miss_ratio": misses / n}).to_arrow())
+        for policy, backing in (("lru", "dram"), ("lru", "ssd"), ("opt", "dram")):
+            replay_engram(s, EngramReplayConfig("heapq", 1e6, policy=policy, backing=backing))
         yield s

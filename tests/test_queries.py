@@ -20,6 +20,8 @@ runner = CliRunner()
 #: Parameters that make each query return rows on the analysis store.
 PARAMS = {
     "selection_heatmap": {"trace": "smollm2", "layer": 15, "request": 0, "bin": 32},
+    "indexshare_overlap": {"trace": "smollm2"},
+    "engram_tokens_per_usd": {"cache_bytes": 1e6},
 }
 
 
@@ -212,10 +214,10 @@ class TestCost:
 
 class TestRunsAndCompare:
     def test_runs_lists_every_run(self, analysis_store):
-        """One row per run: 3 prefix + 4 tiers + 4 selections + 3 priced."""
+        """One row per run: 3 prefix + 4 tiers + 4 selections + 3 priced + 3 Engram."""
         df = run_query(analysis_store, "runs")
         assert df.group_by("kind").len().sort("kind").rows() == [
-            ("decode_cost", 3), ("prefix", 3), ("selections", 4), ("tiers", 4)]
+            ("decode_cost", 3), ("engram", 3), ("prefix", 3), ("selections", 4), ("tiers", 4)]
 
     def test_compare_two_selection_runs(self, analysis_store):
         """Side by side: config text equal, buffer and misses differ by the stored amounts."""
@@ -245,6 +247,62 @@ class TestModelVsMeasured:
         tpot = run_query(analysis_store, "model_vs_measured", metric="median_tpot",
                          hardware="mi355x")
         assert set(tpot["hardware"]) == {"mi355x"} and set(tpot["unit"]) == {"s"}
+
+
+class TestMoreQueries:
+    def test_indexshare_matches_locality_function(self, analysis_store):
+        """The SQL anchor mapping equals toolkit.analysis.locality.indexshare_overlap."""
+        from toolkit.analysis.locality import indexshare_overlap
+        from toolkit.models.spec import indexer_layer_ids
+
+        got = run_query(analysis_store, "indexshare_overlap", trace="smollm2", freq=4, offset=3)
+        ref = indexshare_overlap(analysis_store, "smollm2", indexer_layer_ids(30, 4, 3))
+        assert got["layer"].to_list() == ref["layer"].to_list()
+        assert got["anchor"].to_list() == ref["anchor"].to_list()
+        np.testing.assert_allclose(got["overlap_of_k"], ref["overlap_of_k"], rtol=1e-12)
+        assert len(got) == 30 - 9  # 9 Full layers of 30 under GLM-5.2's rule
+
+    def test_model_error_matches_polars(self, analysis_store):
+        """Median held-out throughput error per hardware, recomputed from the bundled CSV."""
+        from importlib.resources import files
+
+        csv = pl.read_csv(str(files("toolkit.serving").joinpath(
+            "fitted", "cv", "heldout_hardware.csv")))
+        ref = csv.group_by("hardware").agg(
+            ((pl.col("pred_tput_per_gpu") / pl.col("tput_per_gpu") - 1).abs().median())
+            .alias("e")).sort("hardware")
+        got = run_query(analysis_store, "model_error").filter(
+            pl.col("metric") == "throughput per GPU").sort("key")
+        assert got["key"].to_list() == ref["hardware"].to_list()
+        np.testing.assert_allclose(got["median_abs_err"], ref["e"], rtol=1e-12)
+
+    def test_engram_lru_replay_on_one_pass_curve(self, analysis_store):
+        """The 1 MB LRU replay's hit ratio is the one-pass curve's at its capacity."""
+        rows = analysis_store.query("SELECT capacity_rows, hit_ratio FROM engram_runs "
+                                    "WHERE policy = 'lru' AND backing = 'dram'").row(0)
+        curve = analysis_store.query(
+            "SELECT 1 - miss_ratio FROM miss_curves WHERE kind = 'engram' AND capacity = $c",
+            {"c": rows[0]}).item()
+        assert rows[1] == pytest.approx(curve, rel=1e-12)
+        df = run_query(analysis_store, "engram_hit_curve", step=1000)
+        assert set(df["source"]) == {"curve", "replay"}
+        assert set(df.filter(pl.col("source") == "replay")["policy"]) == {"lru", "opt"}
+
+    def test_engram_tokens_per_usd(self, analysis_store):
+        """HBM placement once per hardware, DRAM and SSD with both fetch modes."""
+        df = run_query(analysis_store, "engram_tokens_per_usd", cache_bytes=1e6)
+        assert sorted(zip(df["placement"], df["fetch_mode"], strict=True)) == [
+            ("dram", "overlapped"), ("dram", "sync"), ("hbm", "none"),
+            ("ssd", "overlapped"), ("ssd", "sync")]
+        ssd = analysis_store.query("SELECT tokens_per_usd_sync FROM engram_runs WHERE "
+                                   "backing = 'ssd'").item()
+        got = df.filter((pl.col("placement") == "ssd") & (pl.col("fetch_mode") == "sync"))
+        assert got["m_tokens_per_usd"].item() == pytest.approx(ssd / 1e6)
+
+    def test_measured_points(self, analysis_store):
+        """GB200 FP4 8K/1K points of the bundled InferenceX data."""
+        df = run_query(analysis_store, "measured_points", hardware="gb200")
+        assert df.height > 0 and set(df["isl"]) == {8192} and set(df["precision"]) == {"fp4"}
 
 
 class TestCli:

@@ -239,13 +239,14 @@ def engram_hit_curve(curve: pl.DataFrame, title: str | None = None) -> alt.Layer
 
 def engram_bytes_per_token(df: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
     """Bytes per token from each tier by cache size, one panel per backing store (the
-    ``engram_bytes_per_token`` query); symlog y, since SSD block reads dwarf the rest."""
+    ``engram_bytes_per_token`` query); log y, since SSD block reads dwarf the rest."""
     tiers = df.sort("tier_rank")["tier"].unique(maintain_order=True).to_list()
     sizes = _numeric_order(df["cache_mb"])
     return alt.Chart(df).mark_bar().encode(
         x=alt.X("cache_mb:O", title="HBM row cache (MB)", sort=sizes),
         xOffset=alt.XOffset("tier:N", sort=tiers),
-        y=alt.Y("bytes_per_token:Q", title="bytes per token", scale=alt.Scale(type="symlog")),
+        y=alt.Y("bytes_per_token:Q", title="bytes per token (log)",
+                scale=_fit(df["bytes_per_token"], log=True)),
         color=alt.Color("tier:N", title="read from", sort=tiers),
         tooltip=["backing", "cache_mb", "tier", alt.Tooltip("bytes_per_token:Q", format=",.0f")],
     ).properties(width=240, height=200).facet(
