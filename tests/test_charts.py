@@ -114,3 +114,35 @@ class TestCost:
         assert enc["color"]["sort"] == ["HBM / compute work", "miss I/O (exposed)"]
         assert enc["x"]["sort"] == ["gb200 b16 sync", "gb200 b64 sync", "gb200 b64 overlapped"]
         assert enc["y"]["field"] == "time_ms"
+
+
+class TestMoreBuilders:
+    def test_engram_bytes_log_bars_unstacked(self, analysis_store):
+        """Log-scale bars must not stack from zero (they would vanish); tiers in order."""
+        spec = ch.engram_bytes_per_token(
+            run_query(analysis_store, "engram_bytes_per_token")).to_dict()
+        enc = spec["spec"]["encoding"]
+        assert enc["y"]["stack"] is None and enc["y"]["scale"]["type"] == "log"
+        assert enc["color"]["sort"] == ["HBM", "backing, useful", "backing, read"]
+        assert spec["facet"]["column"]["sort"] == ["dram", "ssd"]
+
+    def test_engram_hit_curve_layers(self, analysis_store):
+        """Grey one-pass line under replayed points, one legend for the policies."""
+        spec = ch.engram_hit_curve(run_query(analysis_store, "engram_hit_curve")).to_dict()
+        assert [lyr["mark"]["type"] for lyr in spec["layer"]] == ["line", "point"]
+        assert _legends(spec) == {"replayed policy"}
+
+    def test_indexshare_distance_order(self, analysis_store):
+        """Distance legend sorted as numbers; the y domain fitted to the overlaps."""
+        share = run_query(analysis_store, "indexshare_overlap", trace="smollm2")
+        spec = ch.indexshare_bars(share).to_dict()
+        assert spec["encoding"]["color"]["sort"] == ["1", "2", "3"]
+        assert spec["encoding"]["y"]["scale"]["domain"][1] == pytest.approx(
+            share["overlap_of_k"].max() * 1.05)
+
+    def test_locality_legend_readable(self, analysis_store):
+        """No raw column names in the legend (the nb02 defect)."""
+        loc = run_query(analysis_store, "selection_locality", trace="smollm2")
+        spec = ch.metric_by_layer(loc, ["frac_recent", "pos0_rate"], "t").to_dict()
+        values = {r["metric"] for r in spec["datasets"][spec["data"]["name"]]}
+        assert values == {"in the recency window", "selections holding position 0"}

@@ -245,7 +245,7 @@ def engram_bytes_per_token(df: pl.DataFrame, title: str | None = None) -> alt.Fa
     return alt.Chart(df).mark_bar().encode(
         x=alt.X("cache_mb:O", title="HBM row cache (MB)", sort=sizes),
         xOffset=alt.XOffset("tier:N", sort=tiers),
-        y=alt.Y("bytes_per_token:Q", title="bytes per token (log)",
+        y=alt.Y("bytes_per_token:Q", title="bytes per token (log)", stack=None,
                 scale=_fit(df["bytes_per_token"], log=True)),
         color=alt.Color("tier:N", title="read from", sort=tiers),
         tooltip=["backing", "cache_mb", "tier", alt.Tooltip("bytes_per_token:Q", format=",.0f")],
