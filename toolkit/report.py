@@ -122,7 +122,8 @@ def _selections(store: Store) -> Section | None:
             "miss_latency_cdf", "miss_latency_cdf",
             "Distribution of the time to fetch one request's missed rows of one layer over "
             "GB200's host link (SM gather kernel, all GPUs loading): one round trip plus bytes "
-            f"over bandwidth. The worst per-layer p99 is {1e6 * p99:.2f} µs.",
+            "over bandwidth, for the trace's own misses (not scaled to a model's k). The worst "
+            f"per-layer p99 is {1e6 * p99:.2f} µs.",
             ch.miss_latency_cdf(cdf)))
     loc = run_query(store, "selection_locality")
     if loc.height:
@@ -175,14 +176,23 @@ def _cost(store: Store) -> Section | None:
     if not cost.height:
         return None
     pub = run_query(store, "published_costs")
-    cheapest = cost.sort("usd_per_mtok_total").row(0, named=True)
-    figs = [Figure(
-        "cost_vs_interactivity", "cost_per_mtok",
-        "$ per million total tokens against interactivity (tok/s/user), per hardware; lines "
-        "join each hardware's Pareto-optimal runs, diamonds are published figures for "
-        "GLM-5.3 agentic serving (a different workload, for scale only). Cheapest run: "
-        f"{cheapest['hardware']} {cheapest['setting']} at ${cheapest['usd_per_mtok_total']:.4f}"
-        f"/M ({cheapest['source']}).", ch.cost_pareto(cost, pub))]
+    what = {"decode": "priced selection replays (decode-step model, one row of decode_costs "
+                      "per hardware, batch and overlap)",
+            "tiers": "prefix-tier replays (one tier run per hardware and concurrency)"}
+    figs = []
+    for source in sorted(set(cost["source"])):
+        one = cost.filter(pl.col("source") == source)
+        cheapest = one.sort("usd_per_mtok_total").row(0, named=True)
+        figs.append(Figure(
+            f"cost_vs_interactivity_{source}", "cost_per_mtok",
+            f"$ per million total tokens against interactivity (tok/s/user) of the "
+            f"{what.get(source, source)}, per hardware; lines join each hardware's "
+            "Pareto-optimal runs, diamonds are published figures for GLM-5.3 agentic serving "
+            "(a different workload, for scale only). Cheapest: "
+            f"{cheapest['hardware']} {cheapest['setting']} at "
+            f"${cheapest['usd_per_mtok_total']:.4f}/M.",
+            ch.cost_pareto(one, pub, f"Cost vs interactivity: {source} "
+                           "(lines: Pareto fronts; diamonds: published)")))
     steps = run_query(store, "step_time")
     if steps.height:
         exposed = steps.filter(pl.col("term_rank") == 2)
