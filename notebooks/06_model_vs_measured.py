@@ -39,9 +39,9 @@ import polars as pl
 import toolkit
 from toolkit.analysis import run_query
 from toolkit.charts import error_by_group, pareto_fronts, predicted_vs_measured
-from toolkit.cost.compare import CompareConfig, sweep
-from toolkit.cost.interpolate import pareto_front
-from toolkit.serving import bundled_points_path, predict, read_points
+from toolkit.cost.compare import CompareConfig
+from toolkit.cost.records import record_serving_fronts
+from toolkit.serving import bundled_points_path, read_points
 from toolkit.serving.validate import cross_validate
 
 alt.renderers.enable("svg")
@@ -104,18 +104,8 @@ error_by_group(by_hw, "hardware", "Held-out error by hardware (leave-one-hardwar
 # %%
 cfg = CompareConfig(model="dsr1", hardware=("gb200", "gb300", "mi355x"), precision="fp4",
                     isl=8192, osl=1024)
-modelled = predict(sweep(cfg))
-fronts = []
-for hw in cfg.hardware:
-    g = modelled.filter(pl.col("hardware") == hw)
-    idx = pareto_front(g["pred_median_intvty"].to_numpy(), g["pred_tput_per_gpu"].to_numpy())
-    fronts.append(g[idx.tolist()].select(
-        "hardware", "framework", pl.col("pred_median_intvty").alias("interactivity"),
-        pl.col("pred_tput_per_gpu").alias("tput_per_gpu"),
-        pl.format("{} P{}/D{} TP{} EP{}", pl.when(pl.col("disagg")).then(pl.lit("disagg"))
-                  .otherwise(pl.lit("agg")), "num_prefill_gpu", "num_decode_gpu", "decode_tp",
-                  "decode_ep").alias("layout")))
-fronts = pl.concat(fronts)
+record_serving_fronts(store, cfg)
+fronts = run_query(store, "serving_fronts")
 measured = pl.concat([run_query(store, "measured_points", hardware=hw) for hw in cfg.hardware])
 pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts and measured points")
 

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 
 import toolkit
-from toolkit.cost.records import DecodeCostConfig, record_replay_cost
+from toolkit.cost.compare import CompareConfig
+from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
 from toolkit.engram.hashing import EngramConfig
 from toolkit.engram.record import record_engram
 from toolkit.replay.engram import EngramReplayConfig, load_dense, replay_engram
@@ -28,7 +29,8 @@ SELECTION_RUNS = (("lru", 1), ("lru", 2), ("opt", 1), ("opt", 2))
 def analysis_store(tmp_path_factory: pytest.TempPathFactory):
     """Store with prefix runs (1,000 / 10,000 blocks / unbounded), closed-loop tier runs,
     HiSparse LRU and OPT at k and 2k, three priced decode configurations, and Engram lookups
-    of heapq.py with its one-pass LRU curve and 1 MB replays (LRU on DRAM and SSD, OPT)."""
+    of heapq.py with its one-pass LRU curve and 1 MB replays (LRU on DRAM and SSD, OPT),
+    and modelled DeepSeek-R1 FP4 fronts on GB200 and MI355X."""
     root = tmp_path_factory.mktemp("analysis") / "store"
     with toolkit.open_store(root) as s:
         s.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "mc")
@@ -55,4 +57,6 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
             "accesses": n, "misses": misses, "miss_ratio": misses / n}).to_arrow())
         for policy, backing in (("lru", "dram"), ("lru", "ssd"), ("opt", "dram")):
             replay_engram(s, EngramReplayConfig("heapq", 1e6, policy=policy, backing=backing))
+        record_serving_fronts(s, CompareConfig(model="dsr1", hardware=("gb200", "mi355x"),
+                                               precision="fp4"))
         yield s

@@ -214,10 +214,12 @@ class TestCost:
 
 class TestRunsAndCompare:
     def test_runs_lists_every_run(self, analysis_store):
-        """One row per run: 3 prefix + 4 tiers + 4 selections + 3 priced + 3 Engram."""
+        """One row per run: 3 prefix + 4 tiers + 4 selections + 3 priced + 3 Engram + 1
+        set of modelled fronts."""
         df = run_query(analysis_store, "runs")
         assert df.group_by("kind").len().sort("kind").rows() == [
-            ("decode_cost", 3), ("engram", 3), ("prefix", 3), ("selections", 4), ("tiers", 4)]
+            ("decode_cost", 3), ("engram", 3), ("prefix", 3), ("selections", 4),
+            ("serving_fronts", 1), ("tiers", 4)]
 
     def test_compare_two_selection_runs(self, analysis_store):
         """Side by side: config text equal, buffer and misses differ by the stored amounts."""
@@ -298,6 +300,16 @@ class TestMoreQueries:
                                    "backing = 'ssd'").item()
         got = df.filter((pl.col("placement") == "ssd") & (pl.col("fetch_mode") == "sync"))
         assert got["m_tokens_per_usd"].item() == pytest.approx(ssd / 1e6)
+
+    def test_serving_fronts_are_pareto(self, analysis_store):
+        """Per hardware, interactivity rises and throughput falls along the front (no point
+        dominates another)."""
+        df = run_query(analysis_store, "serving_fronts")
+        assert set(df["hardware"]) == {"gb200", "mi355x"}
+        for hw in ("gb200", "mi355x"):
+            f = df.filter(pl.col("hardware") == hw).sort("interactivity")
+            assert f.height >= 2
+            assert (f["tput_per_gpu"].diff().drop_nulls() < 0).all()
 
     def test_measured_points(self, analysis_store):
         """GB200 FP4 8K/1K points of the bundled InferenceX data."""

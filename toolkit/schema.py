@@ -347,6 +347,22 @@ DECODE_COSTS = pa.schema([
     pa.field("toolkit_version", pa.string(), nullable=False),
 ])
 
+#: Modelled Pareto fronts of throughput per GPU vs interactivity, one row per front point
+#: (toolkit.cost.records.record_serving_fronts), keyed by the comparison's fingerprint.
+SERVING_FRONTS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("precision", pa.string(), nullable=False),
+    pa.field("isl", pa.int64(), nullable=False),
+    pa.field("osl", pa.int64(), nullable=False),
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("framework", pa.string(), nullable=False),
+    pa.field("layout", pa.string(), nullable=False),
+    pa.field("interactivity_tok_s_user", pa.float64(), nullable=False),
+    pa.field("tput_per_gpu", pa.float64(), nullable=False),  # tok/s/GPU, input + output
+    pa.field("config_json", pa.string(), nullable=False),
+])
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -365,6 +381,7 @@ TABLES: dict[str, pa.Schema] = {
     "engram_traces": ENGRAM_TRACES,
     "engram_runs": ENGRAM_RUNS,
     "decode_costs": DECODE_COSTS,
+    "serving_fronts": SERVING_FRONTS,
 }
 
 

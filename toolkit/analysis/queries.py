@@ -217,6 +217,8 @@ _RUNS_SQL = " UNION ALL ".join([
     "SELECT 'engram', run_id, trace, policy || ' ' || backing || ' ' || hardware FROM engram_runs",
     "SELECT 'decode_cost', run_id, trace, hardware || ' ' || model || ' batch ' || batch_per_gpu"
     " || CASE WHEN overlap THEN ' overlapped' ELSE ' sync' END FROM decode_costs",
+    "SELECT DISTINCT 'serving_fronts', run_id, model, 'modelled fronts ' || precision || ' '"
+    " || isl || '/' || osl FROM serving_fronts",
 ])
 
 _TRACE = Param("trace", None, "trace name filter")
@@ -779,6 +781,21 @@ _LIST: list[NamedQuery] = [
          ("median_abs_err", "fraction"), ("p90_abs_err", "fraction")),
         resolve=_resolve_group, bundled=("serving_heldout",)),
     NamedQuery(
+        "serving_fronts", "Modelled Pareto fronts (serving model) of throughput per GPU vs "
+        "interactivity per hardware, as recorded by toolkit.cost.records.record_serving_fronts.",
+        """
+        SELECT run_id, model, precision, isl, osl, hardware, framework, layout,
+               interactivity_tok_s_user AS interactivity, tput_per_gpu
+        FROM serving_fronts
+        WHERE ($run IS NULL OR run_id = $run) AND ($hardware IS NULL OR hardware = $hardware)
+        ORDER BY run_id, hardware, interactivity
+        """,
+        (Param("run", None, "fronts run_id filter"), _HW_FILTER),
+        (("run_id", "fronts run"), ("model", "name"), ("precision", "fp4 | fp8"),
+         ("isl", "tokens"), ("osl", "tokens"), ("hardware", "name"), ("framework", "engine"),
+         ("layout", "parallelism"), ("interactivity", "tok/s/user (predicted median)"),
+         ("tput_per_gpu", "tok/s/GPU, input + output (predicted)"))),
+    NamedQuery(
         "measured_points", "Measured InferenceX DeepSeek-R1 points (bundled) at one shape: "
         "interactivity and throughput per GPU, for overlaying on modelled fronts.",
         """
@@ -862,8 +879,9 @@ _LIST: list[NamedQuery] = [
     NamedQuery(
         "runs", "Every run in the store, one row each: kind, id, trace and a readable label.",
         f"SELECT * FROM ({_RUNS_SQL}) ORDER BY kind, trace, run_id", (),
-        (("kind", "prefix | selections | tiers | engram | decode_cost"), ("run_id", "id"),
-         ("trace", "name"), ("label", "the run's configuration in words"))),
+        (("kind", "prefix | selections | tiers | engram | decode_cost | serving_fronts"),
+         ("run_id", "id"), ("trace", "trace name (model name for serving_fronts)"),
+         ("label", "the run's configuration in words"))),
     NamedQuery(
         "run_compare", "Any two runs side by side: every column of their run rows (config "
         "and results), with the difference and ratio where numeric.",

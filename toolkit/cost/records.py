@@ -11,11 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
 from toolkit import __version__
 from toolkit.config import config_json, fingerprint
+from toolkit.cost.compare import CompareConfig, sweep
 from toolkit.cost.from_replay import cost_of_replay
+from toolkit.cost.interpolate import pareto_front
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.store import Store, bounded_key
@@ -90,3 +93,30 @@ def record_replay_cost(store: Store, cfg: DecodeCostConfig) -> dict[str, Any]:
     }
     store.write("decode_costs", cfg.run_id, pa.Table.from_pylist([row]), replace=True)
     return row
+
+
+def record_serving_fronts(store: Store, cfg: CompareConfig) -> str:
+    """Sweep the serving model over ``cfg``'s layouts x concurrency per hardware, keep each
+    hardware's Pareto front (throughput per GPU vs interactivity) and write it to
+    ``serving_fronts``; returns the run id (re-recording the same config replaces it)."""
+    from toolkit.serving import predict
+
+    run_id = bounded_key(f"fronts-{cfg.model}-{fingerprint(cfg)[:8]}")
+    modelled = predict(sweep(cfg))
+    parts = []
+    for hw in cfg.hardware:
+        g = modelled.filter(pl.col("hardware") == hw)
+        idx = pareto_front(g["pred_median_intvty"].to_numpy(), g["pred_tput_per_gpu"].to_numpy())
+        parts.append(g[idx.tolist()].select(
+            "hardware", "framework",
+            pl.format("{} P{}/D{} TP{} EP{}", pl.when(pl.col("disagg")).then(pl.lit("disagg"))
+                      .otherwise(pl.lit("agg")), "num_prefill_gpu", "num_decode_gpu",
+                      "decode_tp", "decode_ep").alias("layout"),
+            pl.col("pred_median_intvty").alias("interactivity_tok_s_user"),
+            pl.col("pred_tput_per_gpu").alias("tput_per_gpu")))
+    fronts = pl.concat(parts).with_columns(
+        run_id=pl.lit(run_id), model=pl.lit(cfg.model), precision=pl.lit(cfg.precision),
+        isl=pl.lit(cfg.isl, pl.Int64), osl=pl.lit(cfg.osl, pl.Int64),
+        config_json=pl.lit(config_json(cfg)))
+    store.write("serving_fronts", run_id, fronts.to_arrow(), replace=True)
+    return run_id
