@@ -36,7 +36,7 @@ class TestReportFiles:
         """Every analysis present gets its section; headline rows name their runs; every
         hardware used has provenance rows; every run is listed."""
         page = (report_dir / "index.html").read_text()
-        for key in ("prefix", "selections", "tiers", "cost", "model_vs_measured",
+        for key in ("prefix", "selections", "tiers", "cost", "engram", "model_vs_measured",
                     "provenance", "runs"):
             assert f"<h2 id='{key}'>" in page
         for caption in ("Best online policy per buffer size", "Hit rates per tier",
@@ -58,7 +58,7 @@ class TestReportFiles:
         """One SVG and one PNG per chart div, each non-trivial."""
         figs = build_report(analysis_store).figures
         divs = chart_divs((report_dir / "index.html").read_text())
-        assert divs == [f"chart-{f.stem}" for f in figs] and len(divs) == 9
+        assert divs == [f"chart-{f.stem}" for f in figs] and len(divs) == 12
         for f in figs:
             assert (report_dir / f"{f.stem}.svg").read_text().startswith("<svg")
             assert (report_dir / f"{f.stem}.png").read_bytes()[:4] == b"\x89PNG"

@@ -208,6 +208,32 @@ def _cost(store: Store) -> Section | None:
                    (("Published figures shown", pub),), tuple(figs))
 
 
+def _engram(store: Store) -> Section | None:
+    if not _has(store, "engram_runs"):
+        return None
+    curve = run_query(store, "engram_hit_curve")
+    runs = curve.filter(pl.col("source") == "replay").sort("hit_ratio", descending=True)
+    figs = []
+    if curve.height:
+        best = runs.row(0, named=True) if runs.height else None
+        text = ("Hit ratio of an HBM cache of Engram table rows against its size: the grey "
+                "line is LRU at every size (one pass over the lookups), points are replays.")
+        if best:
+            text += (f" Best replay: {best['policy']} at {best['cache_mb']:g} MB hits "
+                     f"{_pct(best['hit_ratio'])}.")
+        figs.append(Figure("engram_hit_curve", "engram_hit_curve", text,
+                           ch.engram_hit_curve(curve)))
+    per_token = run_query(store, "engram_bytes_per_token")
+    if per_token.height:
+        figs.append(Figure(
+            "engram_bytes_per_token", "engram_bytes_per_token",
+            "Bytes each token reads from HBM and from the backing store (useful row bytes, and "
+            "bytes actually read: an SSD moves a whole block per row), per cache size.",
+            ch.engram_bytes_per_token(per_token)))
+    return Section("engram", "Engram table offload", "Hashed N-gram table lookups of real "
+                   "text replayed through an HBM row cache over DRAM or SSD.", (), tuple(figs))
+
+
 def _model_vs_measured(store: Store) -> Section:
     mvm = run_query(store, "model_vs_measured")
     med = float(mvm["rel_err"].abs().median())
@@ -218,9 +244,23 @@ def _model_vs_measured(store: Store) -> Section:
                  "InferenceX DeepSeek-R1 points (leave-one-hardware-out: the fit that predicts a "
                  f"hardware never saw it); median |error| {_pct(med)}. Dashed: y = x; band: "
                  "±25%.", ch.predicted_vs_measured(df, "tok/s/GPU", "Throughput per GPU"))
+    figs = [fig]
+    fronts = run_query(store, "serving_fronts")
+    for run in fronts["run_id"].unique(maintain_order=True):
+        f = fronts.filter(pl.col("run_id") == run)
+        r = f.row(0, named=True)
+        pts = pl.concat([run_query(store, "measured_points", hardware=hw, isl=r["isl"],
+                                   osl=r["osl"], precision=r["precision"])
+                         for hw in f["hardware"].unique(maintain_order=True)])
+        figs.append(Figure(
+            f"serving_fronts_{len(figs)}", "serving_fronts",
+            f"Modelled Pareto fronts of {r['model']} {r['precision']} at {r['isl']}/{r['osl']} "
+            f"tokens (lines) with the {pts.height} measured points at that shape (diamonds).",
+            ch.pareto_fronts(f, pts, f"{r['model']} {r['precision']} {r['isl']}/{r['osl']}: "
+                             "modelled fronts and measured points")))
     return Section("model_vs_measured", "Serving model vs measured",
                    "The step-level serving model (bundled fit) against measured points "
-                   "(SemiAnalysis InferenceX, Apache-2.0).", (), (fig,))
+                   "(SemiAnalysis InferenceX, Apache-2.0).", (), tuple(figs))
 
 
 def _headline(store: Store) -> tuple[tuple[str, pl.DataFrame], ...]:
@@ -266,7 +306,8 @@ def _provenance(store: Store) -> pl.DataFrame:
 
 def build_report(store: Store, title: str = "KV-cache tiering report") -> Report:
     """Collect every section the store has data for; draws and writes nothing."""
-    builders: list[Callable[[Store], Section | None]] = [_prefix, _selections, _tiers, _cost]
+    builders: list[Callable[[Store], Section | None]] = [_prefix, _selections, _tiers, _cost,
+                                                         _engram]
     sections = [s for s in (b(store) for b in builders) if s is not None]
     sections.append(_model_vs_measured(store))
     figs = tuple(f for s in sections for f in s.figures)
