@@ -19,7 +19,7 @@ import polars as pl
 
 from toolkit.analysis import run_query
 from toolkit.cost.from_replay import cost_of_replay
-from toolkit.cost.records import DecodeCostConfig, record_replay_cost
+from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay.prefix import sweep_prefix
@@ -108,7 +108,7 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
                     isl_tokens=32_768, osl_tokens=8_192))
 
 
-def _serving_part(echo: Callable[[str], None]) -> None:
+def _serving_part(store: Store, echo: Callable[[str], None]) -> None:
     from toolkit.cost.compare import CompareConfig, compare
     from toolkit.serving import bundled_points_path, predict, read_points
     from toolkit.serving.params import bundled_params
@@ -127,6 +127,9 @@ def _serving_part(echo: Callable[[str], None]) -> None:
     err = (p["pred_tput_per_gpu"] / p["tput_per_gpu"] - 1).abs().median()
     echo(f"(in-sample, fitted on the same rows: throughput median error {err:.3f}; not the "
          "measure)")
+    # modelled DeepSeek-R1 FP4 8K/1K fronts, shown in the report with the measured points
+    record_serving_fronts(store, CompareConfig(model="dsr1", hardware=tuple(HARDWARE),
+                                               precision="fp4"))
     cmp = compare(CompareConfig(model="glm-5.2", hardware=tuple(HARDWARE), isl=65536, osl=512,
                                 cached_prefix_fraction=0.95, max_p90_ttft_s=2.0))
     echo("\nGLM-5.2 $/M tokens from the serving model (agentic mix: 64K prompts, 95% cached "
@@ -147,7 +150,7 @@ def run_demo(
     ):
         _requests_part(store, traces_dir, echo)
         _selections_part(store, traces_dir, echo)
-        _serving_part(echo)
+        _serving_part(store, echo)
         html = write_report(store, report_dir, "KV-cache tiering on the bundled real traces")
     elapsed_s = time.perf_counter() - t0
     echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png per chart)   [{elapsed_s:.1f} s]")
