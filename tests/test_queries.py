@@ -101,6 +101,18 @@ class TestTierReuse:
             "recomputed": 122_960_095}
 
 
+class TestPrefixCurve:
+    def test_capacity_in_tokens_and_gb(self, analysis_store):
+        """1,000 blocks of 512 tokens; a prefix cache holds MLA rows (78 x 656 B) and the
+        indexer keys of GLM-5.2's 21 Full layers (21 x 132 B) per token."""
+        df = run_query(analysis_store, "prefix_hit_curve", trace="mc").filter(
+            pl.col("capacity_blocks") == 1_000)
+        assert df["capacity_tokens"].to_list() == [512_000, 512_000]
+        assert df["capacity_gb"][0] == pytest.approx(512_000 * (78 * 656 + 21 * 132) / 1e9)
+        ratios = dict(zip(df["metric"], df["ratio"], strict=True))
+        assert ratios["block_hit_ratio"] == pytest.approx(12_831 / 288_500)
+
+
 class TestMissLatency:
     @pytest.mark.parametrize("per,col", [("layer", "layer"), ("step", "step"),
                                          ("request", "request_id")])

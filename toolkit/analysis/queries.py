@@ -94,19 +94,28 @@ def _choice(args: dict[str, Any], name: str, choices: tuple[str, ...]) -> None:
                          f"got {args[name]!r}")
 
 
-def _model_bytes(args: dict[str, Any]) -> dict[str, Any]:
+def _model_bytes(args: dict[str, Any], *, indexer: bool) -> dict[str, Any]:
     from toolkit.models import get_model
+    from toolkit.replay.tiers_service import kv_bytes_per_token
 
     try:
         model = get_model(str(args["model"]))
-        args["kv_bytes_per_token"] = model.mla_bytes_per_token(str(args["kv_dtype"]))
+        dtype = str(args["kv_dtype"])
+        args["kv_bytes_per_token"] = (kv_bytes_per_token(model, dtype) if indexer
+                                      else model.mla_bytes_per_token(dtype))
     except (KeyError, ValueError, ToolkitError) as e:
         raise QueryError(str(e).splitlines()[0]) from None
     return args
 
 
-def _resolve_capacity(store: Store, args: dict[str, Any]) -> dict[str, Any]:
-    return _model_bytes(args)
+def _resolve_prefix_capacity(store: Store, args: dict[str, Any]) -> dict[str, Any]:
+    """A prefix cache holds whole tokens: MLA rows and indexer keys of every layer."""
+    return _model_bytes(args, indexer=True)
+
+
+def _resolve_buffer_capacity(store: Store, args: dict[str, Any]) -> dict[str, Any]:
+    """A HiSparse device buffer holds MLA rows only (indexer keys stay in HBM anyway)."""
+    return _model_bytes(args, indexer=False)
 
 
 def _resolve_link(store: Store, args: dict[str, Any]) -> dict[str, Any]:
@@ -289,9 +298,9 @@ _LIST: list[NamedQuery] = [
         """, (_TRACE, _MODEL, _KV),
         (("trace", "name"), ("policy", "name"), ("capacity_blocks", "blocks; null = unbounded"),
          ("kv_model", "model of the GB conversion"), ("capacity_tokens", "tokens"),
-         ("capacity_gb", "GB (1e9 B) of MLA KV, all layers"),
+         ("capacity_gb", "GB (1e9 B) of KV: MLA rows + indexer keys, all layers"),
          ("metric", "block_hit_ratio | token_hit_ratio"), ("ratio", "fraction")),
-        resolve=_resolve_capacity),
+        resolve=_resolve_prefix_capacity),
     NamedQuery(
         "selection_position_mix", "Where selections fall, per trace and layer: last $window "
         "positions, first $sinks positions, position 0.",
@@ -446,10 +455,10 @@ _LIST: list[NamedQuery] = [
         (("trace", "name"), ("mode", "plain | hisparse"), ("indexshare", "bool"),
          ("policy", "name"), ("kv_model", "model of the GB conversion"),
          ("buffer_tokens", "tokens per layer per request"),
-         ("buffer_gb_per_request", "GB (1e9 B) over all layers of the named model"),
+         ("buffer_gb_per_request", "GB (1e9 B) of MLA rows over all layers of the model"),
          ("accesses", "rows"), ("misses", "rows"), ("miss_ratio", "fraction"),
          ("is_bound", "true for OPT"), ("run_id", "selection run")),
-        resolve=_resolve_capacity),
+        resolve=_resolve_buffer_capacity),
     NamedQuery(
         "policy_vs_opt", "Each online policy against OPT at the same trace, mode, buffer and "
         "IndexShare setting: how many more misses it takes than the bound.",
