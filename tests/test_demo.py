@@ -12,7 +12,10 @@ def test_demo_writes_report_and_summaries(tmp_path):
     html = run_demo(tmp_path / "store", tmp_path / "report", ROOT / "traces", echo=lines.append)
     out = "\n".join(lines)
     assert html.is_file() and html.stat().st_size > 100_000  # JS inlined: works offline
-    for stem in ("prefix_hit_ratio", "hisparse_miss_ratio"):
+    assert html.name == "index.html"
+    for stem in ("prefix_hit_ratio", "miss_ratio_curve", "tier_reuse", "step_time",
+                 "cost_vs_interactivity_decode", "cost_vs_interactivity_tiers",
+                 "model_vs_measured"):
         assert (tmp_path / "report" / f"{stem}.svg").is_file()
         assert (tmp_path / "report" / f"{stem}.png").is_file()
     assert "ingested 12,031 requests" in out and "ingested 8,819 requests" in out

@@ -180,30 +180,65 @@ def replay_prefix_cmd(
 
 @app.command("sql")
 def sql_cmd(
-    query: Annotated[str, typer.Argument(
-        help="DuckDB SQL over the store's views; - reads it from standard input.")],
-    store: StoreOpt,
+    query: Annotated[str | None, typer.Argument(
+        help="DuckDB SQL over the store's views; - reads it from standard input.")] = None,
+    store: Annotated[Path | None, typer.Option("--store", help="Store directory.")] = None,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
+    named: Annotated[
+        str | None, typer.Option("--query", help="Run a named query (see --list-queries).")
+    ] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", help="k=v parameter of --query; repeat.")
+    ] = None,
+    list_queries: Annotated[
+        bool, typer.Option("--list-queries", help="List the named queries and exit.")
+    ] = False,
 ) -> None:
-    """Run SQL against a store (views: requests, replay_runs, ...)."""
+    """Run SQL, or a named query, against a store (views: requests, replay_runs, ...)."""
     import duckdb
 
+    from toolkit.commands.queries import list_named, run_named
+
+    if list_queries:
+        typer.echo(list_named())
+        return
     out = Output.from_options(fmt, as_json, output)
+    if store is None:
+        fail("--store DIR is required")
     if query == "-":
         query = sys.stdin.read()
-    if not query.strip():
-        fail("empty query; give a SQL statement, e.g. \"SELECT * FROM requests LIMIT 5\"")
+    if named is None and not (query or "").strip():
+        fail("empty query; give a SQL statement, e.g. \"SELECT * FROM requests LIMIT 5\", "
+             "or --query NAME")
     with cli_store(store) as s:
         try:
-            rel = s.con.sql(query)
-            if rel is None:  # a statement without a result (SET, CREATE on the session)
-                return
-            df = rel.pl()
+            if named is not None:
+                df = run_named(s, named, param or [])
+            else:
+                rel = s.con.sql(query)
+                if rel is None:  # a statement without a result (SET, CREATE on the session)
+                    return
+                df = rel.pl()
         except duckdb.Error as e:
             fail(str(e).splitlines()[0], code=1)
     out.emit(df)
+
+
+@app.command("report")
+def report_cmd(
+    store: StoreOpt,
+    out: Annotated[Path, typer.Option("--out", help="Report directory (index.html, SVG, PNG).")],
+    title: Annotated[str, typer.Option("--title", help="Report title.")] = (
+        "KV-cache tiering report"),
+) -> None:
+    """Write a self-contained HTML report of a store plus SVG and PNG of every chart."""
+    from toolkit.report import write_report
+
+    with cli_store(store) as s:
+        path = guard(write_report, s, out, title)
+    typer.echo(f"report: {path}")
 
 
 @app.command("info")
