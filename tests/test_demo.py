@@ -28,3 +28,17 @@ def test_demo_writes_report_and_summaries(tmp_path):
     assert "GLM-5.2 $/M tokens from the serving model" in out
     for hw in ("gb200", "gb300", "mi355x"):
         assert hw in out
+
+
+def test_demo_with_a_wrong_traces_dir_creates_nothing(tmp_path):
+    """Every bundled input is checked before the store is opened: exit 2, one line, and
+    neither the store nor the report directory exists afterwards."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    res = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "s"), "--report",
+                                   str(tmp_path / "r"), "--traces", str(tmp_path / "nope")])
+    assert res.exit_code == 2
+    assert "no bundled trace at" in res.output
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()

@@ -20,6 +20,7 @@ import polars as pl
 from toolkit.analysis import run_query
 from toolkit.cost.from_replay import cost_of_replay
 from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
+from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay.prefix import sweep_prefix
@@ -143,6 +144,13 @@ def run_demo(
     store_dir: Path, report_dir: Path, traces_dir: Path, echo: Callable[[str], None] = print
 ) -> Path:
     """Ingest, replay, price, summarise and chart; returns the HTML report path."""
+    # every input is checked before the store is opened, so a wrong --traces leaves no
+    # half-built store behind
+    needed = [traces_dir / rel for _, rel, _ in BUNDLED] + [traces_dir / SELECTION_TRACE[0]]
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        raise ToolkitError(f"no bundled trace at {', '.join(missing)}; --traces must be the "
+                           "repository's traces/ directory")
     t0 = time.perf_counter()
     with open_store(store_dir) as store, pl.Config(
         tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, tbl_hide_column_data_types=True,
