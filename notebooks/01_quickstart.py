@@ -19,7 +19,7 @@
 # store. It runs under `pytest --nbval` in `make test`, so its outputs are deterministic.
 
 # %%
-import tempfile
+import shutil
 from pathlib import Path
 
 import altair as alt
@@ -33,9 +33,11 @@ from toolkit.replay.prefix import sweep_prefix
 alt.renderers.enable("svg")  # deterministic output for nbval (the HTML renderer is not)
 pl.Config(tbl_rows=20, tbl_width_chars=120, tbl_hide_column_data_types=True,
           tbl_hide_dataframe_shape=True)
-TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
-workdir = tempfile.TemporaryDirectory()
-store = toolkit.open_store(Path(workdir.name) / "store")
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+STORE_DIR = ROOT / "build" / "notebooks" / "01"
+shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
+store = toolkit.open_store(STORE_DIR)
+TRACES = ROOT / "traces"
 
 # %% [markdown]
 # ## 1. Ingest
@@ -105,4 +107,5 @@ print({k: round(v, 4) for k, v in unbounded.items()}, "vs paper: 0.40")
 
 # %%
 store.close()
-workdir.cleanup()
+print("store kept at build/notebooks/01; e.g. toolkit sql --store build/notebooks/01 "
+      "--query runs")

@@ -20,7 +20,7 @@
 # A labelled **SYNTHETIC** trace (k = 2048, 16K context) is shown for contrast.
 
 # %%
-import tempfile
+import shutil
 from pathlib import Path
 
 import altair as alt
@@ -28,18 +28,18 @@ import polars as pl
 
 import toolkit
 from toolkit.analysis import run_query
-from toolkit.analysis.locality import indexshare_overlap, layer_overlap, position_mix, step_overlap
-from toolkit.charts import metric_by_layer, selection_heatmap
+from toolkit.charts import indexshare_bars, metric_by_layer, selection_heatmap
 from toolkit.models.spec import indexer_layer_ids
 from toolkit.synth.selections import SyntheticSelectionConfig, generate
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=120, tbl_hide_column_data_types=True,
           tbl_hide_dataframe_shape=True, float_precision=3)
-TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
-workdir = tempfile.TemporaryDirectory()
-store = toolkit.open_store(Path(workdir.name) / "store")
-store.ingest("bundle", TRACES / "smollm2", "smollm2", select="smollm2-softmax-sum")
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+STORE_DIR = ROOT / "build" / "notebooks" / "02"
+shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
+store = toolkit.open_store(STORE_DIR)
+store.ingest("bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
 store.write_many(generate(SyntheticSelectionConfig(prompt_tokens=16_384, steps=32, layers=8),
                           "synthetic_k2048"), "synthetic_k2048")
 store.query("SELECT trace, model, k, score, \"order\", n_layers, synthetic FROM selection_traces")
@@ -54,18 +54,20 @@ store.query("""
 
 # %% [markdown]
 # ## 1. Recency, sinks and position 0, per layer
-# `frac_recent`: share of selected positions among the last W = 2k positions;
-# `frac_sinks`: share among the first S = 4 positions; `pos0_rate`: share of selections that
-# include position 0 (the classic attention sink).
+# The named query `selection_locality` (`toolkit sql --query selection_locality --param
+# trace=smollm2 --param window=128`): `frac_recent`, the share of selected positions among
+# the last W = 2k positions; `frac_sinks`, the share among the first S = 4 positions;
+# `pos0_rate`, the share of selections that include position 0 (the classic attention sink);
+# and the overlaps of section 2.
 
 # %%
 k = store.query("SELECT k FROM selection_traces WHERE trace = 'smollm2'").item()
-mix = position_mix(store, "smollm2", window=2 * k, sinks=4)
-metric_by_layer(mix, ["frac_recent", "frac_sinks", "pos0_rate"],
+loc = run_query(store, "selection_locality", trace="smollm2", window=2 * k, sinks=4)
+metric_by_layer(loc, ["frac_recent", "frac_sinks", "pos0_rate"],
                 f"SmolLM2 (real): where the top-{k} falls, per layer (W = {2 * k}, S = 4)")
 
 # %%
-mix.select("layer", "frac_recent", "frac_sinks", "pos0_rate").describe()
+loc.select("layer", "frac_recent", "frac_sinks", "pos0_rate").describe()
 
 # %% [markdown]
 # ## 2. Overlap between adjacent layers and adjacent steps
@@ -74,22 +76,15 @@ mix.select("layer", "frac_recent", "frac_sinks", "pos0_rate").describe()
 # adjacent DSA layers of trained DSA models).
 
 # %%
-lo = layer_overlap(store, "smollm2").rename({"jaccard": "layer_jaccard",
-                                              "overlap_of_k": "layer_overlap_of_k"})
-so = step_overlap(store, "smollm2").rename({"jaccard": "step_jaccard",
-                                             "overlap_of_k": "step_overlap_of_k"})
-both = so.join(lo, on=["trace", "layer"], how="left")
-metric_by_layer(both, ["step_overlap_of_k", "layer_overlap_of_k"],
+metric_by_layer(loc, ["step_overlap_of_k", "layer_overlap_of_k"],
                 "SmolLM2 (real): overlap with the next step / the next layer", "|A∩B| / k")
 
 # %%
-pl.DataFrame({
-    "trace": ["smollm2", "synthetic_k2048 (SYNTHETIC)"],
-    "mean_step_overlap_of_k": [so["step_overlap_of_k"].mean(),
-                               step_overlap(store, "synthetic_k2048")["overlap_of_k"].mean()],
-    "mean_layer_overlap_of_k": [lo["layer_overlap_of_k"].mean(),
-                                layer_overlap(store, "synthetic_k2048")["overlap_of_k"].mean()],
-})
+run_query(store, "selection_locality").group_by("trace").agg(
+    pl.col("step_overlap_of_k").mean().alias("mean_step_overlap_of_k"),
+    pl.col("layer_overlap_of_k").mean().alias("mean_layer_overlap_of_k"),
+).sort("trace").with_columns(pl.col("trace").replace(
+    {"synthetic_k2048": "synthetic_k2048 (SYNTHETIC)"}))
 
 # %% [markdown]
 # ## 3. IndexShare: what a Shared layer still gets from its Full layer
@@ -100,15 +95,12 @@ pl.DataFrame({
 # %%
 n_layers = store.query("SELECT n_layers FROM selection_traces WHERE trace='smollm2'").item()
 full = indexer_layer_ids(n_layers, 4, 3)
-share = indexshare_overlap(store, "smollm2", full)
+share = run_query(store, "indexshare_overlap", trace="smollm2", freq=4, offset=3)
 print(f"Full layers ({len(full)} of {n_layers}): {list(full)}")
-share.with_columns(distance=pl.col("layer") - pl.col("anchor"))
+share
 
 # %%
-alt.Chart(share.with_columns(distance=pl.col("layer") - pl.col("anchor"))).mark_bar().encode(
-    x=alt.X("layer:O"), y=alt.Y("overlap_of_k:Q", title="|own ∩ Full| / k"),
-    color=alt.Color("distance:O", title="layers after Full"),
-).properties(title="SmolLM2 (real): a Shared layer's overlap with its Full layer", width=520)
+indexshare_bars(share, "SmolLM2 (real): a Shared layer's overlap with its Full layer")
 
 # %% [markdown]
 # ## 4. Step x position heat map of one layer
@@ -122,4 +114,5 @@ selection_heatmap(heat, "SmolLM2 (real), request 0, layer 15: selections per 32-
 
 # %%
 store.close()
-workdir.cleanup()
+print("store kept at build/notebooks/02; e.g. toolkit sql --store build/notebooks/02 "
+      "--query selection_locality --param trace=smollm2")

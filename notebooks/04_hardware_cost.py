@@ -22,19 +22,21 @@
 # * **Prices: sourced** InferenceX survey values (July 2026, hyperscaler tier unless stated).
 # * **Selections: real** (the bundled SmolLM2 recording) for the HiSparse section, scaled to
 #   k = 2048 by keeping each row's miss ratio (an **assumption**).
-# * **Published figures** (a public analysis of GLM-5.3 serving, BRIEF §6) are shown next to
+# * **Published figures** (a public analysis of GLM-5.3 serving) are shown next to
 #   the model's answers, never used to fit it.
 
 # %%
-import tempfile
+import shutil
 from pathlib import Path
 
 import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.charts import grouped_bars
+from toolkit.analysis import run_query
+from toolkit.charts import cost_pareto, step_time_breakdown
 from toolkit.cost.compare import CompareConfig, compare
+from toolkit.cost.records import DecodeCostConfig, record_replay_cost
 from toolkit.models import get_model
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
 from toolkit.serving import predict, validate
@@ -141,10 +143,11 @@ pl.DataFrame(rows, schema=["figure", "published", "model"], orient="row").with_c
 # layer stays in HBM, the indexer keys stay for every token, the full KV moves to host DRAM.
 
 # %%
-workdir = tempfile.TemporaryDirectory()
-TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
-store = toolkit.open_store(Path(workdir.name) / "store")
-store.ingest("bundle", TRACES / "smollm2", "smollm2", select="smollm2-softmax-sum")
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+STORE_DIR = ROOT / "build" / "notebooks" / "04"
+shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
+store = toolkit.open_store(STORE_DIR)
+store.ingest("bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
 rows_ = load_rows(store, "smollm2")
 run = replay_selections(store, SelectionReplayConfig("smollm2", "lru", 2 * rows_.k), rows=rows_)
 hs = hisparse_columns(store, run["run_id"], GLM)
@@ -174,7 +177,34 @@ hisparse = predict(validate(pl.DataFrame(cases)), breakdown=True).select(
     pl.col("pred_median_ttft").alias("ttft_s"))
 hisparse
 
+# %% [markdown]
+# ## 5. Priced HiSparse decode per GPU: cost vs interactivity, and where the step time goes
+# The decode-step model (`toolkit/cost/decode.py`) prices the same replay at batches 8, 32
+# and 128 per GPU, synchronous and overlapped, on each accelerator (GLM-5.2, 32K in / 8K out,
+# misses scaled to k = 2048: an **assumption**); each pricing is a `decode_costs` row, and
+# both charts are named queries (`cost_per_mtok`, `step_time`). Diamonds: the published
+# GLM-5.3 figures (a different, agentic workload), for scale only.
+
 # %%
-grouped_bars(hisparse.filter(pl.col("conc") == 1024).with_columns(
-    pl.col("tput_per_gpu").round(0)), "hardware", "tput_per_gpu", "mode",
-    "GLM-5.2 32K/8K, 1,024 users on 32+8 GPUs: throughput per GPU with and without HiSparse")
+for hw in HARDWARE:
+    for batch in (8, 32, 128):
+        for overlap in (False, True):
+            record_replay_cost(store, DecodeCostConfig(
+                run["run_id"], "glm-5.2", hw, batch, overlap, miss_scale=GLM.index_topk / rows_.k,
+                isl_tokens=32_768, osl_tokens=8_192))
+cost = run_query(store, "cost_per_mtok")
+cost.select("hardware", "setting", pl.col("interactivity_tok_s_user").round(1),
+            pl.col("usd_per_mtok_total").round(4), "on_front")
+
+# %%
+cost_pareto(cost, run_query(store, "published_costs"),
+            "GLM-5.2 HiSparse decode (SmolLM2 selections): $/M total tokens vs interactivity")
+
+# %%
+step_time_breakdown(run_query(store, "step_time"),
+                    "GLM-5.2 decode step: HBM/compute work and exposed miss I/O")
+
+# %%
+store.close()
+print("store kept at build/notebooks/04; e.g. toolkit sql --store build/notebooks/04 "
+      "--query cost_per_mtok")

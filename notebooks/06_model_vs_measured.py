@@ -24,20 +24,24 @@
 #   toolkit/serving/fitted/cv`, whose output is bundled; the last cell re-runs one fold and
 #   checks it reproduces).
 #
-# All tables come from DuckDB queries over the points and the predictions.
+# All tables and charts come from named queries (`model_vs_measured`, `model_error`; e.g.
+# `toolkit sql --store build/notebooks/06 --query model_error --param group=framework`) over
+# the bundled held-out predictions, run on the notebook's store at `build/notebooks/06`.
 
 # %%
+import shutil
 from importlib.resources import files
 from pathlib import Path
 
 import altair as alt
-import duckdb
 import polars as pl
 
+import toolkit
+from toolkit.analysis import run_query
 from toolkit.charts import error_by_group, pareto_fronts, predicted_vs_measured
-from toolkit.cost.compare import CompareConfig, sweep
-from toolkit.cost.interpolate import pareto_front
-from toolkit.serving import bundled_points_path, predict, read_points
+from toolkit.cost.compare import CompareConfig
+from toolkit.cost.records import record_serving_fronts
+from toolkit.serving import bundled_points_path, read_points
 from toolkit.serving.validate import cross_validate
 
 alt.renderers.enable("svg")
@@ -45,8 +49,10 @@ pl.Config(tbl_rows=40, tbl_width_chars=130, tbl_hide_column_data_types=True,
           tbl_hide_dataframe_shape=True, float_precision=3)
 CV = Path(str(files("toolkit.serving").joinpath("fitted", "cv")))
 heldout = pl.read_csv(CV / "heldout_hardware.csv")
-con = duckdb.connect()
-con.register("heldout", heldout.to_arrow())
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+STORE_DIR = ROOT / "build" / "notebooks" / "06"
+shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
+store = toolkit.open_store(STORE_DIR)
 print(f"{heldout.height} held-out predictions, "
       f"{heldout['hardware'].n_unique()} accelerators, {heldout['framework'].n_unique()} engines")
 
@@ -55,19 +61,9 @@ print(f"{heldout.height} held-out predictions, "
 # The dashed line is y = x, the band +-25%. Hover a point for its configuration.
 
 # %%
-MODEL_VS_MEASURED = """
-SELECT hardware, framework, precision, spec_method, isl, osl, conc,
-       CASE WHEN disagg THEN 'disagg P' || num_prefill_gpu || '/D' || num_decode_gpu
-                         || ' TP' || decode_tp || ' EP' || decode_ep
-            ELSE 'TP' || decode_tp || ' EP' || decode_ep END
-       || CASE WHEN decode_dp_attention THEN ' DPA' ELSE '' END AS layout,
-       {measured} AS measured, {predicted} AS predicted
-FROM heldout WHERE {measured} > 0
-"""
-tput = con.sql(MODEL_VS_MEASURED.format(measured="tput_per_gpu",
-                                        predicted="pred_tput_per_gpu")).pl()
-tpot = con.sql(MODEL_VS_MEASURED.format(measured="median_tpot * 1000",
-                                        predicted="pred_median_tpot * 1000")).pl()
+tput = run_query(store, "model_vs_measured", metric="tput_per_gpu")
+tpot = run_query(store, "model_vs_measured", metric="median_tpot").with_columns(
+    pl.col("measured", "predicted") * 1e3)  # s -> ms
 alt.hconcat(
     predicted_vs_measured(tput, "tok/s/GPU", "Throughput per GPU (InferenceX divisors)"),
     predicted_vs_measured(tpot, "TPOT (ms)", "Median TPOT"),
@@ -79,27 +75,23 @@ alt.hconcat(
 # (does the model order configurations correctly?).
 
 # %%
-ERRORS = """
-SELECT {group}, count(*) AS rows,
-       median(abs(pred_tput_per_gpu / tput_per_gpu - 1)) AS tput_median_err,
-       quantile_cont(abs(pred_tput_per_gpu / tput_per_gpu - 1), 0.9) AS tput_p90_err,
-       median(abs(pred_median_tpot / median_tpot - 1)) AS tpot_median_err,
-       median(abs(pred_median_ttft / median_ttft - 1)) AS ttft_median_err
-FROM heldout GROUP BY ALL ORDER BY {group}
-"""
-by_hw = con.sql(ERRORS.format(group="hardware")).pl()
-by_engine = con.sql(ERRORS.format(group="framework")).pl()
-by_hw
+def error_table(group):
+    """Median |predicted / measured - 1| per metric, one row per hardware or engine."""
+    err = run_query(store, "model_error", group=group)
+    rows = err.filter(pl.col("metric_rank") == 1).select("key", "rows")
+    wide = err.pivot(on="metric", index="key", values="median_abs_err")
+    return rows.join(wide, on="key").rename({"key": group})
+
+
+error_table("hardware")
 
 # %%
-by_engine
+error_table("framework")
 
 # %%
-long = by_hw.unpivot(index=["hardware", "rows"], on=["tput_median_err", "tpot_median_err"],
-                     variable_name="metric", value_name="median_abs_err").with_columns(
-    pl.col("metric").replace({"tput_median_err": "throughput per GPU",
-                              "tpot_median_err": "TPOT"}))
-error_by_group(long, "hardware", "Held-out error by hardware (leave-one-hardware-out)")
+by_hw = run_query(store, "model_error", group="hardware").filter(
+    pl.col("metric") != "TTFT").rename({"key": "hardware"})
+error_by_group(by_hw, "hardware", "Held-out error by hardware (leave-one-hardware-out)")
 
 # %% [markdown]
 # ## 3. GB200, GB300 and MI355X fronts: model lines, measured points
@@ -112,24 +104,9 @@ error_by_group(long, "hardware", "Held-out error by hardware (leave-one-hardware
 # %%
 cfg = CompareConfig(model="dsr1", hardware=("gb200", "gb300", "mi355x"), precision="fp4",
                     isl=8192, osl=1024)
-modelled = predict(sweep(cfg))
-fronts = []
-for hw in cfg.hardware:
-    g = modelled.filter(pl.col("hardware") == hw)
-    idx = pareto_front(g["pred_median_intvty"].to_numpy(), g["pred_tput_per_gpu"].to_numpy())
-    fronts.append(g[idx.tolist()].select(
-        "hardware", "framework", pl.col("pred_median_intvty").alias("interactivity"),
-        pl.col("pred_tput_per_gpu").alias("tput_per_gpu"),
-        pl.format("{} P{}/D{} TP{} EP{}", pl.when(pl.col("disagg")).then(pl.lit("disagg"))
-                  .otherwise(pl.lit("agg")), "num_prefill_gpu", "num_decode_gpu", "decode_tp",
-                  "decode_ep").alias("layout")))
-fronts = pl.concat(fronts)
-measured = con.sql("""
-SELECT hardware, framework, conc, median_intvty AS interactivity, tput_per_gpu,
-       'TP' || decode_tp || ' EP' || decode_ep AS layout
-FROM heldout WHERE hardware IN ('gb200', 'gb300', 'mi355x') AND isl = 8192 AND osl = 1024
-  AND precision = 'fp4'
-""").pl()
+record_serving_fronts(store, cfg)
+fronts = run_query(store, "serving_fronts")
+measured = pl.concat([run_query(store, "measured_points", hardware=hw) for hw in cfg.hardware])
 pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts and measured points")
 
 # %% [markdown]
@@ -142,3 +119,8 @@ fold = cross_validate(read_points(bundled_points_path()), "hardware", only=["mi3
 bundled = heldout.filter(pl.col("hardware") == "mi300x")
 diff = (fold["pred_tput_per_gpu"] / bundled["pred_tput_per_gpu"] - 1).abs().max()
 print(f"max relative difference, MI300X fold: {diff:.2e}")
+
+# %%
+store.close()
+print("store kept at build/notebooks/06; e.g. toolkit sql --store build/notebooks/06 "
+      "--query model_error --param group=framework")

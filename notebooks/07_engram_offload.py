@@ -22,13 +22,15 @@
 # over the store's `engram_lookups`, `engram_runs` and `miss_curves` tables.
 
 # %%
-import tempfile
+import shutil
 from pathlib import Path
 
 import altair as alt
 import polars as pl
 
 import toolkit
+from toolkit.analysis import run_query
+from toolkit.charts import engram_bytes_per_token, engram_hit_curve, engram_tokens_per_usd
 from toolkit.cost.engram import missed_rows_per_token_for
 from toolkit.engram.hashing import EngramConfig
 from toolkit.engram.record import record_engram
@@ -39,10 +41,12 @@ from toolkit.replay.mrc import lru_miss_curve
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=160, tbl_hide_column_data_types=True,
           tbl_hide_dataframe_shape=True, float_precision=4)
-TRACES = next(p / "traces" for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
-TEXTS = sorted(p for p in (TRACES / "smollm2/texts").glob("*.txt") if p.name != "LICENSES.txt")
-workdir = tempfile.TemporaryDirectory()
-store = toolkit.open_store(Path(workdir.name) / "store")
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+TEXTS = sorted(p for p in (ROOT / "traces/smollm2/texts").glob("*.txt")
+               if p.name != "LICENSES.txt")
+STORE_DIR = ROOT / "build" / "notebooks" / "07"
+shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
+store = toolkit.open_store(STORE_DIR)
 record_engram(store, "bundled", TEXTS, EngramConfig())
 store.query("""
     SELECT trace, requests, tokens, lookups, compressed_vocab, backbone_vocab, table_rows,
@@ -95,20 +99,8 @@ runs = store.query("""
 runs.filter(pl.col("policy") == "lru")
 
 # %%
-curve = store.query("""
-    SELECT capacity * 128 / 1e6 AS cache_mb, 1 - miss_ratio AS hit_ratio, 'lru (one pass)' AS policy
-    FROM miss_curves WHERE trace = 'bundled' AND kind = 'engram' AND capacity > 0
-      AND (capacity % 500 = 0 OR capacity = (SELECT max(capacity) FROM miss_curves
-                                            WHERE kind = 'engram'))
-""")
-points = runs.select("cache_mb", "hit_ratio", "policy")
-line = alt.Chart(curve).mark_line(color="gray").encode(
-    x=alt.X("cache_mb:Q", scale=alt.Scale(type="log"), title="HBM row cache (MB)"),
-    y=alt.Y("hit_ratio:Q", title="hit ratio"))
-dots = alt.Chart(points).mark_point(filled=True).encode(
-    x="cache_mb:Q", y="hit_ratio:Q", color=alt.Color("policy:N"), shape="policy:N")
-(line + dots).properties(width=520, height=260,
-                         title="Engram row-cache hit ratio, bundled texts (real, 33K tokens)")
+engram_hit_curve(run_query(store, "engram_hit_curve", trace="bundled", step=500),
+                 "Engram row-cache hit ratio, bundled texts (real, 33K tokens)")
 
 # %% [markdown]
 # The LRU replays sit on the one-pass curve (a test pins that equality). On 33K tokens most
@@ -134,15 +126,8 @@ bytes_tier = store.query("""
 bytes_tier
 
 # %%
-long = bytes_tier.unpivot(
-    index=["backing", "cache_mb"],
-    on=["hbm_bytes_per_token", "backing_useful_bytes_per_token", "backing_read_bytes_per_token"],
-    variable_name="tier", value_name="bytes_per_token")
-alt.Chart(long).mark_bar().encode(
-    x=alt.X("tier:N", title=None, axis=alt.Axis(labelAngle=-30)),
-    y=alt.Y("bytes_per_token:Q", scale=alt.Scale(type="symlog"), title="bytes per token"),
-    color="tier:N", column=alt.Column("backing:N"), row=alt.Row("cache_mb:O"),
-).properties(width=160, height=90)
+engram_bytes_per_token(run_query(store, "engram_bytes_per_token", trace="bundled").filter(
+    pl.col("cache_mb").is_in([1.0, 10.0, 100.0])))
 
 # %% [markdown]
 # An SSD read moves a 4 KiB block for a 128 B row (assumed granularity, no coalescing), so
@@ -160,26 +145,12 @@ HARDWARE = ["gb200", "gb300", "mi355x", "b200", "h200"]
 for hw in HARDWARE:
     for backing in ("dram", "ssd"):
         replay_engram(store, EngramReplayConfig("bundled", 10e6, backing=backing, hardware=hw))
-placements = store.query("""
-    WITH r AS (SELECT * FROM engram_runs WHERE trace = 'bundled' AND policy = 'lru'
-                 AND hbm_cache_bytes = 1e7)
-    SELECT hardware, 'hbm' AS placement, 'none' AS fetch_mode,
-           round(any_value(tokens_per_usd_hbm) / 1e6, 2) AS m_tokens_per_usd
-      FROM r GROUP BY hardware
-    UNION ALL
-    SELECT hardware, backing, 'overlapped', round(tokens_per_usd_overlapped / 1e6, 2) FROM r
-    UNION ALL
-    SELECT hardware, backing, 'sync', round(tokens_per_usd_sync / 1e6, 2) FROM r
-    ORDER BY hardware, placement, fetch_mode
-""")
+placements = run_query(store, "engram_tokens_per_usd", trace="bundled",
+                       cache_bytes=1e7).with_columns(pl.col("m_tokens_per_usd").round(2))
 placements.pivot(on="hardware", index=["placement", "fetch_mode"], values="m_tokens_per_usd")
 
 # %%
-alt.Chart(placements).mark_bar().encode(
-    x=alt.X("placement:N", sort=["hbm", "dram", "ssd"], title=None),
-    xOffset="fetch_mode:N", y=alt.Y("m_tokens_per_usd:Q", title="M tokens per $"),
-    color="fetch_mode:N", column=alt.Column("hardware:N"),
-).properties(width=110, height=220)
+engram_tokens_per_usd(placements)
 
 # %% [markdown]
 # ## 5. The published 121 M vs 52 M tokens per dollar
@@ -218,3 +189,8 @@ pl.DataFrame(gap)
 # seeds price (121 M tokens/$ at $1.86 is 62.5 K tokens/s/GPU, total tokens, 2.5x what
 # this decode-only model gives DeepSeek-V3.2). The toolkit cannot pin the seeds'
 # configuration: the V4.1-Flash Engram layout and table size are not public to us.
+
+# %%
+store.close()
+print("store kept at build/notebooks/07; e.g. toolkit sql --store build/notebooks/07 "
+      "--query engram_tokens_per_usd --param trace=bundled")

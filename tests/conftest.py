@@ -35,3 +35,6 @@ def snapshot(root: Path) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and ".staging" not in p.parts
     }
+
+
+from tests.analysis_store import analysis_store  # noqa: E402, F401  (session fixture)

@@ -91,7 +91,7 @@ class TestTransfer:
 
 class TestPrice:
     def test_gb200_0044(self):
-        """GB200 at $1.86/GPU-hr and 11,742 tok/s/GPU is $0.0440/M (BRIEF §6.1)."""
+        """GB200 at $1.86/GPU-hr and 11,742 tok/s/GPU is $0.0440/M (published GLM-5.3)."""
         assert round(usd_per_million_tokens(1.86, 11_742), 4) == 0.0440
         assert usd_per_million_tokens(1.86, 11_742) == pytest.approx(1.86 / 42.2712, rel=1e-12)
         assert usd_per_million_tokens(1.86, 11_742) == pytest.approx(0.0440016, abs=5e-8)
@@ -274,7 +274,7 @@ class TestDecode:
         assert shared.height == 57 and shared["indexer_bytes"].sum() == 0
 
     def test_attention_flops(self):
-        """2 x heads x k x (576 + 512) per layer: 570 MFLOP for 128 heads (hardware.md §3.2)."""
+        """2 x heads x k x (576 + 512) per layer: 570 MFLOP for 128 heads."""
         r = decode_step(self._sc(model=get_model("deepseek-v3.2")))
         assert r.layers["attention_flops"][0] == 2 * 128 * 2048 * 1088 == 570_425_344
 

@@ -12,7 +12,10 @@ def test_demo_writes_report_and_summaries(tmp_path):
     html = run_demo(tmp_path / "store", tmp_path / "report", ROOT / "traces", echo=lines.append)
     out = "\n".join(lines)
     assert html.is_file() and html.stat().st_size > 100_000  # JS inlined: works offline
-    for stem in ("prefix_hit_ratio", "hisparse_miss_ratio"):
+    assert html.name == "index.html"
+    for stem in ("prefix_hit_ratio", "miss_ratio_curve", "tier_reuse", "step_time",
+                 "cost_vs_interactivity_decode", "cost_vs_interactivity_tiers",
+                 "model_vs_measured"):
         assert (tmp_path / "report" / f"{stem}.svg").is_file()
         assert (tmp_path / "report" / f"{stem}.png").is_file()
     assert "ingested 12,031 requests" in out and "ingested 8,819 requests" in out
@@ -25,3 +28,17 @@ def test_demo_writes_report_and_summaries(tmp_path):
     assert "GLM-5.2 $/M tokens from the serving model" in out
     for hw in ("gb200", "gb300", "mi355x"):
         assert hw in out
+
+
+def test_demo_with_a_wrong_traces_dir_creates_nothing(tmp_path):
+    """Every bundled input is checked before the store is opened: exit 2, one line, and
+    neither the store nor the report directory exists afterwards."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    res = CliRunner().invoke(app, ["demo", "--store", str(tmp_path / "s"), "--report",
+                                   str(tmp_path / "r"), "--traces", str(tmp_path / "nope")])
+    assert res.exit_code == 2
+    assert "no bundled trace at" in res.output
+    assert not (tmp_path / "s").exists() and not (tmp_path / "r").exists()

@@ -61,7 +61,7 @@ class TestBundledHardware:
         assert "2025-08" in [p.survey for p in hw.price_history]
 
     def test_gb200_headline_figures(self):
-        """GB200 per hardware.md §1.1 and BRIEF §5."""
+        """GB200's sourced values (InferenceX-app gpu-specs.ts, aiconfigurator)."""
         hw = get_hardware("gb200")
         assert hw.hbm_bytes == 192 * 2**30  # nominal GiB (one convention, see the spec note)
         assert hw.hbm_usable_bytes == 189471 * 2**20  # nvidia-smi MiB
@@ -250,7 +250,7 @@ class TestModels:
         ],
     )
     def test_per_token_kv_bytes(self, name, fp8, bf16, indexer):
-        """Whole-model per-token KV matches anchors.md §3's derived table."""
+        """Whole-model per-token KV matches the derived table (MLA rows + indexer keys)."""
         m = get_model(name)
         assert m.mla_bytes_per_token("fp8") == fp8
         assert m.mla_bytes_per_token("bf16") == bf16

@@ -125,3 +125,18 @@ def test_segments_are_independent_calls(w):
         hits = np.concatenate([p.hits for p in parts]) if parts else np.zeros(0, dtype=np.bool_)
         np.testing.assert_array_equal(whole.hits, hits, err_msg=name)
         assert whole.evictions == sum(p.evictions for p in parts), name
+
+
+@SETTINGS
+@given(workloads())
+def test_opt_equals_brute_force_belady(w):
+    """The bitset OPT kernel (the cache as a set of pending next-use times, dead keys only
+    counted) gives the hits and evictions of a brute-force Belady, with and without bypass."""
+    from toolkit.policies.reference import PythonOPT
+
+    keys, n_keys, capacity, segments = w
+    for bypass, name in ((False, "opt"), (True, "opt-bypass")):
+        got = policies.get(name).simulate(keys, n_keys, capacity, segments)
+        ref = PythonOPT(bypass).simulate(keys, n_keys, min(capacity, n_keys), segments)
+        assert got.hits.tolist() == ref.hits.tolist(), name
+        assert got.evictions == ref.evictions, name

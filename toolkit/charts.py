@@ -5,36 +5,70 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-_METRIC_LABELS = {"block_hit_ratio": "blocks", "token_hit_ratio": "prompt tokens"}
+_METRIC_LABELS = {"block_hit_ratio": "share of block lookups",
+                  "token_hit_ratio": "share of prompt tokens"}
+
+
+def _fit(values: pl.Series, *, log: bool = False, zero: bool = True) -> alt.Scale:
+    """A scale whose domain spans the data (with a little headroom), not a fixed [0, 1]."""
+    v = values.drop_nulls().cast(pl.Float64)
+    if log:
+        v = v.filter(v > 0)
+    if v.is_empty():
+        return alt.Scale(type="log") if log else alt.Scale(zero=zero)
+    lo, hi = float(v.min()), float(v.max())
+    if log:
+        return alt.Scale(type="log", domain=[lo / 1.15, hi * 1.15], nice=False)
+    hi = hi * 1.05 if hi > 0 else 1.0
+    return alt.Scale(domain=[0.0 if zero else lo, hi], nice=False)
+
+
+def _numeric_order(values: pl.Series) -> list:
+    """Distinct values sorted as numbers, for categorical axes and legends (4 < 16)."""
+    return sorted(set(values.drop_nulls().to_list()))
+
+
+def _capacity_axis(df: pl.DataFrame, tokens: str, gb: str, model: str, what: str) -> alt.Axis:
+    """Tokens axis whose labels also give GB of the named model's KV (GB = tokens x bytes
+    per token / 1e9, the ratio read from the query's own columns)."""
+    both = df.filter(pl.col(tokens).is_not_null() & (pl.col(tokens) > 0))
+    per_token_gb = float((both[gb] / both[tokens]).first()) if both.height else 0.0
+    return alt.Axis(
+        title=what.format(model=model), values=_numeric_order(both[tokens]),
+        labelExpr=f"format(datum.value, '.2~s') + ' / ' + "
+                  f"format(datum.value * {per_token_gb!r}, ',.3~r') + ' GB'",
+        labelAngle=-30, labelOverlap=True)
 
 
 def hit_ratio_vs_capacity(curve: pl.DataFrame, title: str | None = None) -> alt.LayerChart:
-    """Hit ratio against cache capacity (log scale); unbounded runs become dashed rules.
+    """Hit ratio against cache capacity (log scale, tokens and GB); unbounded runs become
+    dashed rules. One legend: which share is plotted.
 
     Args:
-        curve: the ``prefix_hit_curve`` query result (trace, policy, capacity_blocks,
-            metric, ratio).
+        curve: the ``prefix_hit_curve`` query result.
     """
     df = curve.with_columns(
         pl.col("metric").replace_strict(_METRIC_LABELS, default=pl.col("metric")).alias("hit of")
     )
     bounded = df.filter(pl.col("capacity_blocks").is_not_null())
     unbounded = df.filter(pl.col("capacity_blocks").is_null())
-    color = alt.Color("hit of:N", title="hit ratio of")
+    model = str(curve["kv_model"].first()) if "kv_model" in curve.columns else "model"
+    color = alt.Color("hit of:N", title="hit ratio as", sort=list(_METRIC_LABELS.values()))
+    y = alt.Y("ratio:Q", title="hit ratio", scale=_fit(df["ratio"]), axis=alt.Axis(format="%"))
     base = alt.Chart(bounded).encode(
-        x=alt.X("capacity_blocks:Q", scale=alt.Scale(type="log"), title="LRU capacity (blocks)"),
-        y=alt.Y("ratio:Q", title="hit ratio", scale=alt.Scale(domain=[0, 1])),
-        color=color,
-        detail="trace:N",
-        tooltip=[
-            "trace", "policy", "capacity_blocks", "hit of", alt.Tooltip("ratio", format=".4f")
-        ],
+        x=alt.X("capacity_tokens:Q", scale=_fit(bounded["capacity_tokens"], log=True),
+                axis=_capacity_axis(bounded, "capacity_tokens", "capacity_gb", model,
+                                    "LRU capacity (tokens / GB of {model} KV)")),
+        y=y, color=color, detail="trace:N",
+        tooltip=["trace", "policy", "capacity_blocks", "capacity_tokens",
+                 alt.Tooltip("capacity_gb", format=".1f"), "hit of",
+                 alt.Tooltip("ratio", format=".4f")],
     )
     lines = base.mark_line(point=True)
     rules = (
         alt.Chart(unbounded)
         .mark_rule(strokeDash=[4, 3])
-        .encode(y="ratio:Q", color=color, tooltip=["trace", "hit of", "ratio"])
+        .encode(y=y, color=color, tooltip=["trace", "hit of", alt.Tooltip("ratio", format=".4f")])
     )
     return (lines + rules).properties(
         title=title or "Prefix-cache hit ratio vs capacity (dashed: unbounded)",
@@ -43,14 +77,219 @@ def hit_ratio_vs_capacity(curve: pl.DataFrame, title: str | None = None) -> alt.
     )
 
 
+def tier_reuse_bars(reuse: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """Stacked bars: where prompt tokens came from (GPU, host, storage, recomputed) against
+    concurrency, one panel per hardware (the ``tier_reuse`` query)."""
+    df = reuse.with_columns(
+        pl.when(pl.col("concurrency").is_null()).then(pl.lit("trace arrivals"))
+        .otherwise(pl.col("concurrency").cast(pl.String)).alias("load"))
+    loads = ["trace arrivals"] if df["concurrency"].null_count() else []
+    loads += [str(c) for c in _numeric_order(df["concurrency"])]
+    sources = df.sort("source_rank")["source"].unique(maintain_order=True).to_list()
+    chart = alt.Chart(df).mark_bar().encode(
+        x=alt.X("load:O", title="concurrent users", sort=loads),
+        y=alt.Y("share:Q", title="share of prompt tokens", stack="zero",
+                scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+        color=alt.Color("source:N", title="served from", sort=sources),
+        order=alt.Order("source_rank:Q"),
+        tooltip=["hardware", "load", "source", alt.Tooltip("share:Q", format=".1%"),
+                 alt.Tooltip("tokens:Q", format=","), "run_id"],
+    ).properties(width=max(90, 45 * len(loads)), height=240)
+    hws = _numeric_order(df["hardware"])
+    return chart.facet(column=alt.Column("hardware:N", title=None, sort=hws)).properties(
+        title=title or "Where prompt tokens come from, by concurrency")
+
+
+def miss_latency_cdf(cdf: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """CDF of per-(request, step, layer) miss latency, one line per run (the
+    ``miss_latency_cdf`` query), latency in microseconds."""
+    df = cdf.with_columns(
+        (pl.col("miss_latency_s") * 1e6).alias("miss_latency_us"),
+        pl.format("{} buffer {}", "policy", "buffer_tokens").alias("run"))
+    order = [f"{p} buffer {b}" for b, p in sorted(
+        set(zip(df["buffer_tokens"].to_list(), df["policy"].to_list(), strict=True)))]
+    hw = str(df["hardware"].first()) if df.height else ""
+    return alt.Chart(df).mark_line(interpolate="step-after").encode(
+        x=alt.X("miss_latency_us:Q", title=f"miss latency per (request, layer, step) on {hw} "
+                "(µs)", scale=_fit(df["miss_latency_us"])),
+        y=alt.Y("fraction:Q", title="fraction of samples", scale=alt.Scale(domain=[0, 1]),
+                axis=alt.Axis(format="%")),
+        color=alt.Color("run:N", title="policy, buffer (tokens)", sort=order),
+        tooltip=["run", alt.Tooltip("miss_latency_us:Q", format=".3f"),
+                 alt.Tooltip("fraction:Q", format=".0%")],
+    ).properties(title=title or "Miss-latency CDF", width=520, height=280)
+
+
+def cost_pareto(cost: pl.DataFrame, published: pl.DataFrame | None = None,
+                title: str | None = None) -> alt.LayerChart:
+    """$ per M total tokens against interactivity per hardware (the ``cost_per_mtok``
+    query): every run as a faint point, each hardware's Pareto front as a line, published
+    figures (``published_costs``) as black-edged diamonds."""
+    hws = _numeric_order(cost["hardware"])
+    if published is not None:
+        hws = _numeric_order(pl.concat([cost["hardware"], published["hardware"]]))
+    color = alt.Color("hardware:N", title="hardware", sort=hws)
+    xs = cost["interactivity_tok_s_user"]
+    ys = cost["usd_per_mtok_total"]
+    if published is not None and published.height:
+        xs = pl.concat([xs, published["interactivity_tok_s_user"]])
+        ys = pl.concat([ys, published["usd_per_mtok_total"]])
+    x = alt.X("interactivity_tok_s_user:Q", title="interactivity (tok/s/user)",
+              scale=_fit(xs, log=True))
+    y = alt.Y("usd_per_mtok_total:Q", title="$ per M total tokens", scale=_fit(ys, log=True))
+    tip = ["hardware", "source", "setting", "run_id",
+           alt.Tooltip("interactivity_tok_s_user:Q", format=".1f"),
+           alt.Tooltip("usd_per_mtok_total:Q", format=".4f")]
+    points = alt.Chart(cost).mark_point(opacity=0.45).encode(x=x, y=y, color=color,
+                                                             tooltip=tip)
+    front = alt.Chart(cost.filter(pl.col("on_front"))).mark_line(point=True).encode(
+        x=x, y=y, color=color, detail="source:N", order="interactivity_tok_s_user:Q",
+        tooltip=tip)
+    layers = points + front
+    if published is not None and published.height:
+        layers += alt.Chart(published).mark_point(
+            shape="diamond", size=110, filled=True, stroke="black", strokeWidth=1).encode(
+            x=x, y=y, color=color,
+            tooltip=["hardware", "engine", "model", "condition", "derivation", "source",
+                     alt.Tooltip("usd_per_mtok_total:Q", format=".4f")])
+    return layers.properties(
+        title=title or "Cost vs interactivity (lines: Pareto fronts; diamonds: published)",
+        width=520, height=300)
+
+
+def miss_ratio_curves(mrc: pl.DataFrame, title: str | None = None) -> alt.LayerChart:
+    """Miss ratio against device-buffer size, one line per online policy and the OPT bound
+    dashed (the ``miss_ratio_curve`` query); buffer in tokens and GB per request."""
+    df = mrc.with_columns(pl.when(pl.col("is_bound")).then(pl.lit("OPT (bound)"))
+                          .otherwise(pl.col("policy")).alias("policy_label"))
+    model = str(mrc["kv_model"].first()) if "kv_model" in mrc.columns else "model"
+    labels = sorted(set(df.filter(~pl.col("is_bound"))["policy_label"].to_list()))
+    labels += ["OPT (bound)"] if df["is_bound"].any() else []
+    x = alt.X("buffer_tokens:Q", scale=_fit(df["buffer_tokens"], log=True),
+              axis=_capacity_axis(df, "buffer_tokens", "buffer_gb_per_request", model,
+                                  "device buffer (tokens per layer / GB per request, all "
+                                  "layers of {model})"))
+    color = alt.Color("policy_label:N", title="policy", sort=labels)
+    return alt.Chart(df).mark_line(point=True).encode(
+        x=x, y=alt.Y("miss_ratio:Q", title="miss ratio", scale=_fit(df["miss_ratio"]),
+                      axis=alt.Axis(format="%")),
+        color=color,
+        strokeDash=alt.condition("datum.is_bound", alt.value([5, 3]), alt.value([1, 0])),
+        detail="trace:N",
+        tooltip=["trace", "mode", "policy_label", "buffer_tokens",
+                 alt.Tooltip("buffer_gb_per_request:Q", format=".4f"),
+                 alt.Tooltip("miss_ratio:Q", format=".4f"), "run_id"],
+    ).properties(title=title or "Miss ratio vs device buffer (dashed: OPT bound)",
+                 width=520, height=280)
+
+
+def step_time_breakdown(steps: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """Stacked mean decode-step time per priced configuration, one segment per term (the
+    ``step_time`` query), in milliseconds."""
+    df = steps.with_columns((pl.col("time_s") * 1e3).alias("time_ms"))
+    configs = (df.sort("hardware", "batch_per_gpu", "overlap")["config"]
+               .unique(maintain_order=True).to_list())
+    terms = df.sort("term_rank")["term"].unique(maintain_order=True).to_list()
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("config:N", title=None, sort=configs, axis=alt.Axis(labelAngle=-30)),
+        y=alt.Y("time_ms:Q", title="mean decode step (ms)", stack="zero",
+                scale=_fit(df.group_by("config").agg(pl.col("time_ms").sum())["time_ms"])),
+        color=alt.Color("term:N", title="term", sort=terms),
+        order=alt.Order("term_rank:Q"),
+        tooltip=["config", "term", alt.Tooltip("time_ms:Q", format=".3f"), "run_id"],
+    ).properties(title=title or "Decode step time by term", width=max(200, 60 * len(configs)),
+                 height=260)
+
+
+def indexshare_bars(share: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """Overlap of each Shared layer with the Full layer it reuses, coloured by distance
+    from that layer (the ``indexshare_overlap`` query)."""
+    dist = [str(d) for d in _numeric_order(share["distance"])]
+    df = share.with_columns(pl.col("distance").cast(pl.String))
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("layer:O", title="Shared layer", sort=_numeric_order(share["layer"])),
+        y=alt.Y("overlap_of_k:Q", title="|own ∩ Full| / k", scale=_fit(share["overlap_of_k"]),
+                axis=alt.Axis(format="%")),
+        color=alt.Color("distance:N", title="layers after its Full layer", sort=dist),
+        tooltip=["layer", "anchor", "distance", alt.Tooltip("overlap_of_k:Q", format=".3f")],
+    ).properties(title=title or "IndexShare: a Shared layer's overlap with its Full layer",
+                 width=520, height=240)
+
+
+def engram_hit_curve(curve: pl.DataFrame, title: str | None = None) -> alt.LayerChart:
+    """Engram row-cache hit ratio against cache size: the one-pass LRU curve as a grey line,
+    replayed policies as points (the ``engram_hit_curve`` query)."""
+    line_df = curve.filter(pl.col("source") == "curve")
+    dots_df = curve.filter(pl.col("source") == "replay")
+    x = alt.X("cache_mb:Q", title="HBM row cache (MB)",
+              scale=_fit(curve["cache_mb"], log=True))
+    y = alt.Y("hit_ratio:Q", title="hit ratio", scale=_fit(curve["hit_ratio"]),
+              axis=alt.Axis(format="%"))
+    line = alt.Chart(line_df).mark_line(color="gray").encode(
+        x=x, y=y, tooltip=[alt.Tooltip("cache_mb:Q", format=".2f"),
+                           alt.Tooltip("hit_ratio:Q", format=".4f")])
+    policies = _numeric_order(dots_df["policy"])
+    dots = alt.Chart(dots_df).mark_point(filled=True, size=60).encode(
+        x=x, y=y, color=alt.Color("policy:N", title="replayed policy", sort=policies),
+        shape=alt.Shape("policy:N", sort=policies, legend=None),
+        tooltip=["policy", "cache_mb", alt.Tooltip("hit_ratio:Q", format=".4f")])
+    return (line + dots).properties(
+        title=title or "Engram row-cache hit ratio (grey: one-pass LRU)", width=520, height=260)
+
+
+def engram_bytes_per_token(df: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """Bytes per token from each tier by cache size, one panel per backing store (the
+    ``engram_bytes_per_token`` query); log y, since SSD block reads dwarf the rest."""
+    tiers = df.sort("tier_rank")["tier"].unique(maintain_order=True).to_list()
+    sizes = _numeric_order(df["cache_mb"])
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("cache_mb:O", title="HBM row cache (MB)", sort=sizes),
+        xOffset=alt.XOffset("tier:N", sort=tiers),
+        y=alt.Y("bytes_per_token:Q", title="bytes per token (log)", stack=None,
+                scale=_fit(df["bytes_per_token"], log=True)),
+        color=alt.Color("tier:N", title="read from", sort=tiers),
+        tooltip=["backing", "cache_mb", "tier", alt.Tooltip("bytes_per_token:Q", format=",.0f")],
+    ).properties(width=240, height=200).facet(
+        column=alt.Column("backing:N", title="backing store", sort=["dram", "ssd"])
+    ).properties(title=title or "Engram bytes per token by tier")
+
+
+def engram_tokens_per_usd(df: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """Tokens per dollar per placement and fetch mode, one panel per hardware (the
+    ``engram_tokens_per_usd`` query)."""
+    modes = [m for m in ("none", "sync", "overlapped") if m in set(df["fetch_mode"])]
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("placement:N", sort=["hbm", "dram", "ssd"], title=None),
+        xOffset=alt.XOffset("fetch_mode:N", sort=modes),
+        y=alt.Y("m_tokens_per_usd:Q", title="M tokens per $"),
+        color=alt.Color("fetch_mode:N", title="fetch", sort=modes),
+        tooltip=["hardware", "placement", "fetch_mode",
+                 alt.Tooltip("m_tokens_per_usd:Q", format=".2f")],
+    ).properties(width=110, height=220).facet(
+        column=alt.Column("hardware:N", title=None, sort=_numeric_order(df["hardware"]))
+    ).properties(title=title or "Engram table placement: tokens per dollar")
+
+
+#: Readable legend labels for the ``selection_locality`` columns.
+LOCALITY_LABELS = {
+    "frac_recent": "in the recency window", "frac_sinks": "in the sink positions",
+    "pos0_rate": "selections holding position 0",
+    "step_overlap_of_k": "overlap with the next step", "layer_overlap_of_k":
+    "overlap with the next layer",
+}
+
+
 def metric_by_layer(df: pl.DataFrame, metrics: list[str], title: str,
-                    y_title: str = "share") -> alt.Chart:
-    """One line per metric across layers (e.g. frac_recent, frac_sinks, pos0_rate)."""
+                    y_title: str = "share", labels: dict[str, str] | None = None) -> alt.Chart:
+    """One line per metric across layers (e.g. frac_recent, frac_sinks, pos0_rate), the
+    legend showing ``labels`` (default :data:`LOCALITY_LABELS`), never raw column names."""
+    names = {**LOCALITY_LABELS, **(labels or {})}
     long = df.unpivot(index="layer", on=metrics, variable_name="metric", value_name="value")
+    long = long.with_columns(pl.col("metric").replace_strict(names, default=pl.col("metric")))
     return alt.Chart(long).mark_line(point=True).encode(
         x=alt.X("layer:O", title="layer"),
-        y=alt.Y("value:Q", title=y_title),
-        color=alt.Color("metric:N", title=None),
+        y=alt.Y("value:Q", title=y_title, scale=_fit(long["value"])),
+        color=alt.Color("metric:N", title=None, sort=[names.get(m, m) for m in metrics]),
         tooltip=["layer", "metric", alt.Tooltip("value", format=".3f")],
     ).properties(title=title, width=520, height=240)
 

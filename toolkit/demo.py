@@ -4,7 +4,8 @@
    over capacities, and GPU/host prefix tiers with GB200 defaults.
 2. Top-k selections (SmolLM2 recording): HiSparse device-buffer replay over buffer sizes
    and policies, then GLM-5.2 decode cost on GB200, GB300 and MI355X.
-3. Charts to ``build/report/`` (HTML with inlined JS, plus SVG and PNG).
+3. The report (``toolkit report``) to ``build/report/``: ``index.html`` with inlined JS,
+   plus SVG and PNG of every chart.
 """
 
 from __future__ import annotations
@@ -14,17 +15,18 @@ from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
-import altair as alt
 import polars as pl
 
 from toolkit.analysis import run_query
-from toolkit.charts import hit_ratio_vs_capacity, misses_vs_buffer
 from toolkit.cost.from_replay import cost_of_replay
+from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
+from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay.prefix import sweep_prefix
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
 from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+from toolkit.report import write_report
 from toolkit.store import Store, open_store
 
 #: Bundled request timelines: (reader, relative path, trace name).
@@ -36,9 +38,13 @@ BUNDLED = (
 DEMO_CAPACITIES: tuple[int | None, ...] = (300, 1_000, 3_000, 10_000, 30_000, 100_000, None)
 SELECTION_TRACE = ("smollm2", "smollm2-softmax-sum")
 HARDWARE = ("gb200", "gb300", "mi355x")
+#: Closed-loop users per tier replay, and decode batches per priced selection replay, for
+#: the report's reuse-vs-concurrency and cost-vs-interactivity charts.
+DEMO_CONCURRENCY = (8, 16, 32)
+DEMO_BATCHES = (8, 32, 128)
 
 
-def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> alt.Chart:
+def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> None:
     for fmt, rel, name in BUNDLED:
         res = store.ingest(fmt, traces_dir / rel, name, replace=True)
         echo(f"ingested {res.rows:,} requests from {rel} as {name!r} ({res.elapsed_s:.2f} s)")
@@ -53,10 +59,15 @@ def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) 
     echo(f"\nGPU/host prefix tiers, GB200 + GLM-5.2 default pools, trace arrivals: GPU hit "
          f"{s['gpu_hit_rate']:.4f}, host hit {s['host_hit_rate']:.4f}, overall "
          f"{s['overall_hit_rate']:.4f}, p90 TTFT {s['p90_ttft_s']:.3f} s")
-    return hit_ratio_vs_capacity(run_query(store, "prefix_hit_curve"))
+    for hw in HARDWARE:
+        for users in DEMO_CONCURRENCY:
+            replay_tiers(store, TierReplayConfig("mooncake_conversation", hw, "glm-5.2",
+                                                 concurrency=users))
+    echo(f"tier replays, closed loop at {', '.join(map(str, DEMO_CONCURRENCY))} users on "
+         f"{', '.join(HARDWARE)}: see the report's tier section")
 
 
-def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> alt.Chart:
+def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> None:
     name, select = SELECTION_TRACE
     store.ingest("bundle", traces_dir / name, name, replace=True, select=select)
     rows = load_rows(store, name)
@@ -90,10 +101,15 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
          f"{lru_2k['miss_ratio'].item():.4f} scaled to k = 2048), batch 64/GPU, 32K in / 8K "
          "out, hyperscaler prices (model: computed from sourced specs + labelled assumptions):")
     echo(str(pl.DataFrame(costs)))
-    return misses_vs_buffer(runs, f"SmolLM2 (real) HiSparse replay: miss ratio (k = {rows.k})")
+    for hw in HARDWARE:
+        for batch in DEMO_BATCHES:
+            for overlap in (False, True):
+                record_replay_cost(store, DecodeCostConfig(
+                    run_id, "glm-5.2", hw, batch, overlap, miss_scale=glm.index_topk / rows.k,
+                    isl_tokens=32_768, osl_tokens=8_192))
 
 
-def _serving_part(echo: Callable[[str], None]) -> None:
+def _serving_part(store: Store, echo: Callable[[str], None]) -> None:
     from toolkit.cost.compare import CompareConfig, compare
     from toolkit.serving import bundled_points_path, predict, read_points
     from toolkit.serving.params import bundled_params
@@ -112,6 +128,9 @@ def _serving_part(echo: Callable[[str], None]) -> None:
     err = (p["pred_tput_per_gpu"] / p["tput_per_gpu"] - 1).abs().median()
     echo(f"(in-sample, fitted on the same rows: throughput median error {err:.3f}; not the "
          "measure)")
+    # modelled DeepSeek-R1 FP4 8K/1K fronts, shown in the report with the measured points
+    record_serving_fronts(store, CompareConfig(model="dsr1", hardware=tuple(HARDWARE),
+                                               precision="fp4"))
     cmp = compare(CompareConfig(model="glm-5.2", hardware=tuple(HARDWARE), isl=65536, osl=512,
                                 cached_prefix_fraction=0.95, max_p90_ttft_s=2.0))
     echo("\nGLM-5.2 $/M tokens from the serving model (agentic mix: 64K prompts, 95% cached "
@@ -125,21 +144,22 @@ def run_demo(
     store_dir: Path, report_dir: Path, traces_dir: Path, echo: Callable[[str], None] = print
 ) -> Path:
     """Ingest, replay, price, summarise and chart; returns the HTML report path."""
+    # every input is checked before the store is opened, so a wrong --traces leaves no
+    # half-built store behind
+    needed = [traces_dir / rel for _, rel, _ in BUNDLED] + [traces_dir / SELECTION_TRACE[0]]
+    missing = [str(p) for p in needed if not p.exists()]
+    if missing:
+        raise ToolkitError(f"no bundled trace at {', '.join(missing)}; --traces must be the "
+                           "repository's traces/ directory")
     t0 = time.perf_counter()
     with open_store(store_dir) as store, pl.Config(
         tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, tbl_hide_column_data_types=True,
         tbl_hide_dataframe_shape=True,
     ):
-        prefix_chart = _requests_part(store, traces_dir, echo)
-        selection_chart = _selections_part(store, traces_dir, echo)
-        _serving_part(echo)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    html = report_dir / "report.html"
-    alt.vconcat(prefix_chart, selection_chart).save(html, inline=True)
-    for stem, chart in (("prefix_hit_ratio", prefix_chart), ("hisparse_miss_ratio",
-                                                             selection_chart)):
-        chart.save(report_dir / f"{stem}.svg")
-        chart.save(report_dir / f"{stem}.png", scale_factor=2)
+        _requests_part(store, traces_dir, echo)
+        _selections_part(store, traces_dir, echo)
+        _serving_part(store, echo)
+        html = write_report(store, report_dir, "KV-cache tiering on the bundled real traces")
     elapsed_s = time.perf_counter() - t0
     echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png per chart)   [{elapsed_s:.1f} s]")
     return html

@@ -122,6 +122,9 @@ SELECTION_RUNS = pa.schema(
         pa.field("buffer_tokens", pa.int64(), nullable=False),
         pa.field("indexshare", pa.bool_(), nullable=False),
         pa.field("row_bytes", pa.int64(), nullable=False),
+        pa.field("model", pa.string()),  # spec behind row_bytes / IndexShare; null = none
+        pa.field("initial", pa.string()),  # hisparse start state: "first" | "empty"
+        pa.field("kv_dtype", pa.string()),  # MLA row format: "fp8" | "bf16"
         pa.field("rows", pa.int64(), nullable=False),
         pa.field("accesses", pa.int64(), nullable=False),
         pa.field("hits", pa.int64(), nullable=False),
@@ -356,6 +359,57 @@ COMPARE_RUNS = pa.schema([
     pa.field("toolkit_version", pa.string(), nullable=False),
 ])
 
+#: One row per priced selection replay: the decode-step model on one hardware at one batch
+#: (toolkit.cost.records), so cost figures are rows a report can query like any other run.
+DECODE_COSTS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),  # fingerprint of the cost config
+    pa.field("selection_run_id", pa.string(), nullable=False),
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("batch_per_gpu", pa.int64(), nullable=False),
+    pa.field("overlap", pa.bool_(), nullable=False),  # miss I/O overlapped with compute
+    pa.field("mechanism", pa.string(), nullable=False),
+    pa.field("kv_dtype", pa.string(), nullable=False),
+    pa.field("miss_scale", pa.float64(), nullable=False),
+    pa.field("isl_tokens", pa.float64(), nullable=False),
+    pa.field("osl_tokens", pa.float64(), nullable=False),
+    pa.field("price_tier", pa.string(), nullable=False),
+    pa.field("p50_tpot_s", pa.float64(), nullable=False),
+    pa.field("p90_tpot_s", pa.float64(), nullable=False),
+    pa.field("p99_tpot_s", pa.float64(), nullable=False),
+    pa.field("mean_tpot_s", pa.float64(), nullable=False),
+    pa.field("mean_t_work_s", pa.float64(), nullable=False),  # HBM or compute, per step
+    pa.field("mean_t_miss_s", pa.float64(), nullable=False),  # miss transfers, per step
+    pa.field("mean_t_miss_exposed_s", pa.float64(), nullable=False),  # what it adds to TPOT
+    pa.field("miss_share_of_step", pa.float64(), nullable=False),
+    pa.field("prefill_share_of_gpu_time", pa.float64(), nullable=False),
+    pa.field("interactivity_tok_s_user", pa.float64(), nullable=False),  # 1 / p50 TPOT
+    pa.field("total_tokens_per_s_per_gpu", pa.float64(), nullable=False),
+    pa.field("output_tokens_per_s_per_gpu", pa.float64(), nullable=False),
+    pa.field("usd_per_gpu_hour", pa.float64(), nullable=False),
+    pa.field("usd_per_million_total_tokens", pa.float64(), nullable=False),
+    pa.field("usd_per_million_output_tokens", pa.float64(), nullable=False),
+    pa.field("config_json", pa.string(), nullable=False),
+    pa.field("toolkit_version", pa.string(), nullable=False),
+])
+
+#: Modelled Pareto fronts of throughput per GPU vs interactivity, one row per front point
+#: (toolkit.cost.records.record_serving_fronts), keyed by the comparison's fingerprint.
+SERVING_FRONTS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("precision", pa.string(), nullable=False),
+    pa.field("isl", pa.int64(), nullable=False),
+    pa.field("osl", pa.int64(), nullable=False),
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("framework", pa.string(), nullable=False),
+    pa.field("layout", pa.string(), nullable=False),
+    pa.field("interactivity_tok_s_user", pa.float64(), nullable=False),
+    pa.field("tput_per_gpu", pa.float64(), nullable=False),  # tok/s/GPU, input + output
+    pa.field("config_json", pa.string(), nullable=False),
+])
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -375,6 +429,8 @@ TABLES: dict[str, pa.Schema] = {
     "engram_runs": ENGRAM_RUNS,
     "sweeps": SWEEPS,
     "compare_runs": COMPARE_RUNS,
+    "decode_costs": DECODE_COSTS,
+    "serving_fronts": SERVING_FRONTS,
 }
 
 

@@ -220,7 +220,7 @@ class Store:
             if self.root.exists():
                 raise StoreError(f"store path {self.root} is not a directory")
             if not create:
-                raise StoreError(f"no store at {self.root} (nothing has been ingested there)")
+                raise StoreError(f"no store at {self.root}; create one with toolkit ingest")
             self.root.mkdir(parents=True)
         self.problems: list[str] = []
         self._tx: _Transaction | None = None

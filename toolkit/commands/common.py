@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,13 +16,21 @@ from toolkit.registry import RegistryError
 if TYPE_CHECKING:
     from toolkit.store import Store
 
+#: Largest size in GB a command accepts (1 PB): beyond any machine, and far inside int64
+#: once turned into tokens, rows or blocks.
+MAX_GB = 1e6
+
 StoreOpt = Annotated[Path, typer.Option(
-    "--store", help="Store directory (ingest, synth and record create it if missing).")]
+    "--store", help="Store directory (ingest, synth and record create it if missing; other "
+    "commands need an existing one).")]
 
 
 def fail(msg: str, code: int = 2) -> None:
     """Print ``error: msg`` on stderr and exit (2: bad input or usage; 1: query failed)."""
-    typer.echo(f"error: {msg}", err=True)
+    from tqdm.std import tqdm
+
+    with tqdm.external_write_mode(file=sys.stderr):  # not glued to a progress line
+        typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
 
 
@@ -32,21 +40,17 @@ def guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
+    except OverflowError as e:  # a number beyond int64 reached a kernel or Arrow
+        fail(f"a value is too large for the replay ({e}); use smaller sizes")
     except OSError as e:  # disk full, permissions: the store is left as it was
         fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
 
 
 def print_record(row: dict[str, Any], as_json: bool) -> None:
     """One run summary: a JSON object, or aligned ``key  value`` lines."""
-    if as_json:
-        typer.echo(json.dumps(row, sort_keys=False))
-        return
-    width = max(len(k) for k in row)
-    for k, v in row.items():
-        if k == "config_json":
-            continue
-        shown = f"{v:.6f}" if isinstance(v, float) else str(v)
-        typer.echo(f"{k:<{width}}  {shown}")
+    from toolkit.commands.output import Output
+
+    Output("json" if as_json else "table").emit(row)
 
 
 @contextmanager
@@ -58,6 +62,9 @@ def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
     from toolkit.store import open_store
 
     existed = path.exists()
+    if not create and (not existed or (path.is_dir() and not any(path.iterdir()))):
+        # a mistyped --store must not answer queries with zero rows from an empty store
+        fail(f"no store at {path}; create one with toolkit ingest")
     s = guard(open_store, path, create=create)
     shown, ok = 0, False
     try:
@@ -73,3 +80,21 @@ def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
         if not existed and not ok and not any(s.keys(t) for t in s.tables()):
             # a first ingest that failed leaves no empty store behind
             shutil.rmtree(s.root, ignore_errors=True)
+
+
+def choices(family: str) -> str:
+    """The registered names of a plugin family, for option help: ``--help`` then lists
+    what ``--policy``/``--hardware``/``--model`` accept, third-party plug-ins included."""
+    if family == "policy":
+        from toolkit.policies import policies
+
+        names = policies.names()
+    elif family == "hardware":
+        from toolkit.hardware import hardware_names
+
+        names = hardware_names()
+    else:
+        from toolkit.models import model_names
+
+        names = model_names()
+    return ", ".join(names)

@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from toolkit.commands.common import choices
+from toolkit.commands.output import FormatOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
 
@@ -26,10 +28,26 @@ def fail(msg: str) -> None:
 
 
 @hardware_app.command("list")
-def hardware_list_cmd() -> None:
+def hardware_list_cmd(fmt: FormatOpt = None,
+                      as_json: Annotated[bool, typer.Option(
+                          "--json", help="Same as --format json.")] = False,
+                      output: OutputOpt = None) -> None:
     """List registered accelerators with HBM, host link and hyperscaler price."""
     from toolkit.hardware import get_hardware, hardware_names
 
+    out = Output.from_options(fmt, as_json, output)
+    if out.fmt != "table" or out.path is not None:
+        rows = []
+        for name in hardware_names():
+            hw = get_hardware(name)
+            rows.append({"name": name, "label": hw.label, "hbm_bytes": hw.hbm_bytes,
+                         "hbm_bandwidth_bytes_per_s": hw.hbm_bandwidth_bytes_per_s,
+                         "host_link": hw.host_link,
+                         "price_hyperscaler_usd_per_gpu_hour":
+                             hw.price_hyperscaler_usd_per_gpu_hour,
+                         "price_vintage": hw.price_vintage()})
+        out.emit(rows)
+        return
     for name in hardware_names():
         hw = get_hardware(name)
         typer.echo(
@@ -41,24 +59,29 @@ def hardware_list_cmd() -> None:
 
 @hardware_app.command("show")
 def hardware_show_cmd(
-    name: Annotated[str, typer.Argument(help="Accelerator name, e.g. gb200.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    name: Annotated[str, typer.Argument(help=f"Accelerator: {choices('hardware')}.")],
+    fmt: FormatOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    output: OutputOpt = None,
 ) -> None:
     """Print every value of one spec with its kind and source."""
     from toolkit.hardware import get_hardware
 
+    out = Output.from_options(fmt, as_json, output)
     try:
         hw = get_hardware(name)
     except RegistryError as e:
         fail(str(e))
-    if as_json:
-        out = {
+    if out.fmt == "json" and out.path is None:
+        typer.echo(json.dumps({
             "name": hw.name,
             "label": hw.label,
             "vendor": hw.vendor,
             "fields": {k: s.__dict__ for k, s in hw.provenance.items()},
-        }
-        typer.echo(json.dumps(out))
+        }))
+        return
+    if out.fmt != "table" or out.path is not None:
+        out.emit([{"field": k, **s.__dict__} for k, s in hw.provenance.items()])
         return
     typer.echo(f"{hw.label} ({hw.name}, {hw.vendor})")
     width = max(len(k) for k in hw.provenance)
@@ -73,13 +96,13 @@ def hardware_show_cmd(
             typer.echo(f"{'':<{width}}  {'':<14} {'note':<8} {s.note}")
 
 
-_HARDWARE = typer.Option("--hardware", help="Accelerator name, e.g. gb200.")
+_HARDWARE = typer.Option("--hardware", help=f"Accelerator: {choices('hardware')}.")
 _TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
 PriceTierOpt = Annotated[str, typer.Option("--price-tier",
                                            help="hyperscaler, neocloud or rental.")]
 SurveyOpt = Annotated[str | None, typer.Option("--survey",
                                                help="Earlier price survey, e.g. 2025-08.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 
 
 def cost_cmd(
@@ -88,9 +111,13 @@ def cost_cmd(
     price_tier: PriceTierOpt = "hyperscaler",
     survey: SurveyOpt = None,
     as_json: JsonOpt = False,
+    fmt: str | None = None,
+    output: Path | None = None,
 ) -> None:
     """$ per million tokens at a throughput (InferenceX: $/GPU-hr / (tok/s/GPU x 3600 / 1e6))."""
     from toolkit.cost.price import quote
+
+    out = Output.from_options(fmt, as_json, output)
     from toolkit.hardware import get_hardware
 
     try:
@@ -104,11 +131,7 @@ def cost_cmd(
         "usd_per_gpu_hour": q.usd_per_gpu_hour,
         "usd_per_million_tokens": q.usd_per_million_tokens,
     }
-    if as_json:
-        typer.echo(json.dumps(row))
-        return
-    for k, v in row.items():
-        typer.echo(f"{k:<22}  {v:.6f}" if isinstance(v, float) else f"{k:<22}  {v}")
+    out.emit(row)
 
 
 def cost_at_interactivity_cmd(
@@ -125,25 +148,21 @@ def cost_at_interactivity_cmd(
     max_p90_ttft_s: Annotated[
         float | None, typer.Option("--max-p90-ttft-s", help="Drop slower points first.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """$/M tokens per (hardware, engine) at a target interactivity: Steffen spline on each
     series' throughput-vs-interactivity Pareto front, as InferenceX does."""
-    import polars as pl
-
     from toolkit.cost.interpolate import cost_at_interactivity, read_measurements
 
+    out = Output.from_options(fmt, as_json, output)
     try:
         df = cost_at_interactivity(read_measurements(measurements), interactivity, price_tier,
                                    max_p90_ttft_s=max_p90_ttft_s)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
-    if as_json:
-        typer.echo(json.dumps(df.to_dicts()))
-    else:
-        with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200,
-                       tbl_hide_dataframe_shape=True):
-            typer.echo(str(df))
+    out.emit(df)
 
 
 cost_app = typer.Typer(
@@ -160,14 +179,16 @@ def cost_group(
     tokens_per_s_per_gpu: Annotated[float | None, _TPUT] = None,
     price_tier: PriceTierOpt = "hyperscaler",
     survey: SurveyOpt = None,
+    fmt: FormatOpt = None,
     as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """$ per million tokens at a throughput (InferenceX: $/GPU-hr / (tok/s/GPU x 3600 / 1e6))."""
     if ctx.invoked_subcommand:
         return
     if hardware is None or tokens_per_s_per_gpu is None:
         fail("give --hardware and --tokens-per-s-per-gpu, or a subcommand (toolkit cost compare)")
-    cost_cmd(hardware, tokens_per_s_per_gpu, price_tier, survey, as_json)
+    cost_cmd(hardware, tokens_per_s_per_gpu, price_tier, survey, as_json, fmt, output)
 
 
 def _csv_list(text: str, what: str, cast=str) -> tuple:
@@ -182,10 +203,10 @@ def _csv_list(text: str, what: str, cast=str) -> tuple:
 
 @cost_app.command("compare")
 def cost_compare_cmd(
-    model: Annotated[str, typer.Option("--model", help="Model spec, e.g. glm-5.2 (toolkit "
-                                       "models: deepseek-v3.2, dsr1, glm-5, glm-5.2).")],
-    hardware: Annotated[str, typer.Option("--hardware", help="Comma-separated accelerators; "
-                                          "ratios are to the first.")] = "gb200,gb300,mi355x",
+    model: Annotated[str, typer.Option("--model", help=f"Model spec: {choices('model')}.")],
+    hardware: Annotated[str, typer.Option("--hardware", help="Comma-separated accelerators "
+                                          f"({choices('hardware')}); ratios are to the first.")]
+    = "gb200,gb300,mi355x",
     interactivity: Annotated[str, typer.Option("--interactivity", help="Comma-separated "
                                                "targets, tok/s/user.")] = "100,150",
     max_p90_ttft_s: Annotated[float | None, typer.Option(
@@ -204,7 +225,9 @@ def cost_compare_cmd(
     params: Annotated[Path | None, typer.Option(
         "--params", help="Fitted parameters (toolkit serving fit); default: the bundled "
         "fit on InferenceX DeepSeek-R1 points.")] = None,
+    fmt: FormatOpt = None,
     as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Sweep layouts x concurrency per accelerator with the serving model, build each Pareto
     front of throughput/GPU vs interactivity, interpolate at the targets, price it."""
@@ -213,6 +236,7 @@ def cost_compare_cmd(
     from toolkit.cost.compare import CompareConfig, compare
     from toolkit.serving.params import ServingParams, bundled_params
 
+    out = Output.from_options(fmt, as_json, output)
     engines = {}
     for item in engine or []:
         hw, sep, eng = item.partition("=")
@@ -235,8 +259,11 @@ def cost_compare_cmd(
             "params_fitted_on": p.fitted_on,
             "note": "modelled, not measured: serving model with efficiencies fitted on "
                     "InferenceX DeepSeek-R1 points (SemiAnalysis InferenceX, Apache-2.0)"}
-    if as_json:
+    if out.fmt == "json" and out.path is None:
         typer.echo(json.dumps({**meta, "rows": df.to_dicts()}))
+        return
+    if out.fmt != "table" or out.path is not None:
+        out.emit(df)
         return
     for k, v in meta.items():
         typer.echo(f"{k:<24}  {v}")

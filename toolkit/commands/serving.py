@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import guard
+from toolkit.commands.common import fail, guard
+from toolkit.commands.output import FormatOpt, Output, OutputOpt, check_output_file
 
 serving_app = typer.Typer(
     help="Serving-performance model: fit efficiencies to measured points, predict TPOT / TTFT "
@@ -49,6 +50,8 @@ def fit_cmd(
     weight, TTFT); writes them with kind = "fitted", the data used and in-sample residuals."""
     from toolkit.serving.fit import fit
 
+    if out is not None:
+        check_output_file(out, "--out", (".json",))
     df = _points(points)
     label = f"{points or 'bundled dsr1_serving_points.csv (SemiAnalysis InferenceX)'}: "
     label += f"{df.height} rows"
@@ -56,7 +59,7 @@ def fit_cmd(
     if out is None:
         typer.echo(params.to_json())
         return
-    params.save(out)
+    guard(params.save, out)
     for target, r in params.residuals.items():
         typer.echo(f"{target:<13} in-sample median |err| {r['median_abs_rel_err']:.3f}  "
                    f"p90 {r['p90_abs_rel_err']:.3f}  ({r['rows']} rows)")
@@ -75,14 +78,13 @@ def predict_cmd(
 ) -> None:
     """Predict median TPOT, median / p90 TTFT (s), interactivity and throughput per GPU
     (InferenceX divisors) for every row; unknown hardware, model or engine stops at its row."""
+    from toolkit.commands.output import write_file
     from toolkit.serving.predict import predict
 
+    check_output_file(out, "--out", (".csv", ".parquet"))
     df = _points(points)
     res = guard(predict, df, _params(params), breakdown=breakdown)
-    if out.suffix == ".parquet":
-        res.write_parquet(out)
-    else:
-        res.write_csv(out)
+    write_file(res, out)
     typer.echo(f"wrote {res.height} rows to {out}", err=True)
 
 
@@ -95,7 +97,10 @@ def validate_cmd(
                                           help="Cap on model evaluations per fold.")] = 100,
     out_dir: Annotated[Path | None, typer.Option(
         "--out-dir", help="Also write held-out predictions and error tables (CSV) here.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, no progress.")] = False,
+    fmt: FormatOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json (no "
+                                          "progress).")] = False,
+    output: OutputOpt = None,
 ) -> None:
     """Leave-one-hardware-out and leave-one-shape-out cross-validation: median / p90 |error|
     of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only."""
@@ -103,6 +108,10 @@ def validate_cmd(
 
     from toolkit.serving.validate import cross_validate, error_table
 
+    out = Output.from_options(fmt, as_json, output)
+    as_json = out.quiet
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        fail(f"--out-dir {out_dir}: exists and is not a directory")
     df = _points(points)
     schemes = ("hardware", "shape") if scheme == "both" else (scheme,)
     result = {}
@@ -117,11 +126,15 @@ def validate_cmd(
         table = error_table(pred)
         result[s] = table
         if out_dir:
-            out_dir.mkdir(parents=True, exist_ok=True)
+            guard(out_dir.mkdir, parents=True, exist_ok=True)
             pred.write_csv(out_dir / f"heldout_{s}.csv")
             table.write_csv(out_dir / f"errors_{s}.csv")
-    if as_json:
+    if out.fmt == "json" and out.path is None:
         typer.echo(json.dumps({s: t.to_dicts() for s, t in result.items()}))
+        return
+    if out.fmt != "table" or out.path is not None:
+        out.emit(pl.concat([t.with_columns(pl.lit(s).alias("scheme")).select("scheme", *t.columns)
+                            for s, t in result.items()], how="diagonal"))
         return
     for s, t in result.items():
         typer.echo(f"leave-one-{s}-out (held-out rows only; errors are |pred/measured - 1|)")

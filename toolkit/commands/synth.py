@@ -31,7 +31,7 @@ def synth_selections_cmd(
     streamed to the store request batch by request batch (bounded memory, any size)."""
     import time
 
-    from toolkit.replay.progress import progress
+    from toolkit.replay.progress import compile_notice, progress
     from toolkit.store import check_key
     from toolkit.synth.selections import SyntheticSelectionConfig
     from toolkit.synth.selections_fast import write_streaming
@@ -41,7 +41,7 @@ def synth_selections_cmd(
     guard(check_key, name)
     total = sum(min(prompt_tokens + s + 1, k) for s in range(steps)) * layers * requests
     t0 = time.perf_counter()
-    with cli_store(store, create=True) as s:
+    with cli_store(store, create=True) as s, compile_notice():
         if name in s.keys("selections") and not replace:
             fail(f"selections {name!r} already exists in {s.root}; pass --replace to overwrite")
         with progress(total, f"synth {name}") as bar:

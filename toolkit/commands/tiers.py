@@ -8,22 +8,23 @@ Mount in ``toolkit/cli.py`` (after ``replay_app`` exists)::
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import cli_store, fail
+from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail
+from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
 
 
 def tiers_cmd(
-    store: Annotated[Path, typer.Option("--store", help="Store directory.")],
+    store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Request timeline with hashes.")],
-    hardware: Annotated[str, typer.Option("--hardware", help="Accelerator, e.g. gb200.")] = "gb200",
-    model: Annotated[str, typer.Option("--model", help="Model spec, e.g. glm-5.2.")] = "glm-5.2",
+    hardware: Annotated[str, typer.Option(
+        "--hardware", help=f"Accelerator: {choices('hardware')}.")] = "gb200",
+    model: Annotated[str, typer.Option("--model", help=f"Model spec: {choices('model')}.")]
+    = "glm-5.2",
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", min=1, help="Closed loop with N users.")
     ] = None,
@@ -34,13 +35,16 @@ def tiers_cmd(
         int | None, typer.Option("--device-tokens", help="KV pool; -1 unbounded; default HBM.")
     ] = None,
     host_ratio: Annotated[
-        float | None, typer.Option("--host-ratio", help="Host pool / device pool (default 2).")
+        float | None, typer.Option("--host-ratio", min=0.0, max=1e6,
+                                   help="Host pool / device pool (default 2).")
     ] = None,
     host_gb: Annotated[
-        float | None, typer.Option("--host-gb", help="Host pool in GB (overrides the ratio).")
+        float | None, typer.Option("--host-gb", min=0.0, max=MAX_GB,
+                                   help="Host pool in GB (overrides the ratio).")
     ] = None,
     storage_gb: Annotated[
-        float, typer.Option("--storage-gb", help="L3 capacity in GB; 0 off, -1 unbounded.")
+        float, typer.Option("--storage-gb", min=-1.0, max=MAX_GB,
+                            help="L3 capacity in GB; 0 off, -1 unbounded.")
     ] = 0.0,
     page_tokens: Annotated[
         int | None, typer.Option(
@@ -59,10 +63,13 @@ def tiers_cmd(
         str, typer.Option("--write-policy",
                           help="write_through, write_through_selective or write_back.")
     ] = "write_through",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the run summary as JSON.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Replay a timeline through GPU / host / storage prefix tiers (HiCache semantics)."""
     from toolkit.models import get_model
+    from toolkit.replay.progress import compile_notice, status
     from toolkit.replay.tiers import (
         UNBOUNDED,
         TierReplayConfig,
@@ -71,6 +78,8 @@ def tiers_cmd(
     )
     from toolkit.replay.tiers_service import kv_bytes_per_token
 
+    out = Output.from_options(fmt, as_json, output)
+    quiet = False if out.quiet else None
     try:
         kvb = kv_bytes_per_token(get_model(model))
 
@@ -85,14 +94,9 @@ def tiers_cmd(
             storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
             write_policy=write_policy, radix_semantics=radix_semantics, sequential=sequential,
         )
-        with cli_store(store) as s:
+        with cli_store(store) as s, compile_notice(quiet), status(f"replay tiers {trace}",
+                                                                   quiet):
             res = replay_tiers(s, cfg)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
-    row = summary_json(res)
-    if as_json:
-        typer.echo(json.dumps(row))
-        return
-    width = max(len(k) for k in row)
-    for k, v in row.items():
-        typer.echo(f"{k:<{width}}  {v:.6f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    out.emit(summary_json(res))

@@ -22,7 +22,9 @@ ReplaceOpt = Annotated[
 def run_ingest(fmt: str, path: Path, store: Path, name: str | None, replace: bool,
                **options: object) -> None:
     """Ingest, print the reader's notes on stderr and the summary line on stdout."""
-    with cli_store(store, create=True) as s:
+    from toolkit.replay.progress import status
+
+    with cli_store(store, create=True) as s, status(f"ingest {path.name}"):
         res = guard(s.ingest, fmt, path, name, replace=replace, **options)
     for n in res.notes:
         typer.echo(f"note: {n}", err=True)

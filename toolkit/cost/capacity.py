@@ -5,9 +5,9 @@ Per GPU, the KV budget is usable HBM capacity minus this GPU's share of the weig
 HBM; 10% assumed). Without offload a request holds its full MLA and indexer rows for
 every token. With HiSparse the MLA rows live in host DRAM and only a device buffer of
 ``buffer_tokens`` (+1 newest-token slot) per layer stays in HBM; the indexer keys stay in
-HBM for every token (BRIEF §3), and the full MLA rows must fit in this GPU's share of host
-DRAM (``host_mem_bytes_per_gpu``). KV is assumed replicated per GPU (DP attention), which is
-how SGLang serves MLA models at high batch.
+HBM for every token (SGLang HiSparse offloads only the MLA rows), and the full MLA rows
+must fit in this GPU's share of host DRAM (``host_mem_bytes_per_gpu``). KV is assumed
+replicated per GPU (DP attention), which is how SGLang serves MLA models at high batch.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A first-order decode-step model with every number visible (hardware.md §3.2).
+"""A first-order decode-step model with every number visible.
 
 Per layer and GPU, one decode step reads weights, indexer keys (132 B x context on indexer
 layers only), the top-k MLA rows (k x row bytes), and pulls ``misses`` rows from host
@@ -8,9 +8,9 @@ transfer adds to it (synchronous, HiSparse v1) or hides behind the previous laye
 
 Labelled assumptions (each is a field of :class:`DecodeScenario`, so it can be changed):
 
-* HBM efficiency 0.8: AIC's ``mem_bw_empirical_scaling_factor`` (hardware.md §3.2).
+* HBM efficiency 0.8: ai-dynamo/aiconfigurator's ``mem_bw_empirical_scaling_factor``.
 * Compute efficiency 0.5: assumed; FlashMLA sparse decode reaches ~350-410 TFLOPS of
-  989-2,250 dense BF16 (hardware.md §3.2), i.e. 0.16-0.41, so 0.5 is optimistic for attention.
+  989-2,250 dense BF16, i.e. 0.16-0.41, so 0.5 is optimistic for attention.
 * Weights split evenly over layers and over ``gpus_per_replica`` GPUs; a step touches the
   fraction ``1 - (1 - active/total)^(tokens in the replica's batch)`` of them (tokens route
   independently; shared experts and dense layers treated like routed ones).

@@ -18,10 +18,10 @@ deployment row, which no Engram model has). Engram adds, per decode step:
 * Engram's own FLOPs (projections, gating, short conv) are not modelled; they are equal in
   every placement, so they do not change the ranking.
 
-SSD tier assumptions (per GPU, one drive per GPU as in the MLC node layouts of hardware.md
-§1.10): bandwidth = the spec's ``nvme_read_bytes_per_s_per_gpu`` (sourced there); 4 KiB random
-read IOPS 2.5 M (Samsung PM1743, hardware.md §1.10 [R]); access latency 80 µs
-(**assumed**: typical enterprise NVMe 4K random-read latency, not in the references); read
+SSD tier assumptions (per GPU, one drive per GPU as in the MLCommons node layouts):
+bandwidth = the spec's ``nvme_read_bytes_per_s_per_gpu`` (sourced there); 4 KiB random
+read IOPS 2.5 M (Samsung PM1743 datasheet, as reported); access latency 80 µs
+(**assumed**: typical enterprise NVMe 4K random-read latency, no public figure used); read
 granularity 4 KiB (**assumed**: one row per I/O, no coalescing of neighbouring rows).
 """
 
@@ -36,7 +36,7 @@ from toolkit.cost.transfer import transfer_path
 from toolkit.hardware import HardwareSpec
 from toolkit.models import ModelSpec
 
-SSD_IOPS_PER_GPU = 2.5e6  # PM1743 4K random read, hardware.md §1.10 [R]; 1 drive per GPU
+SSD_IOPS_PER_GPU = 2.5e6  # PM1743 4K random read (datasheet, as reported); 1 drive per GPU
 SSD_LATENCY_S = 80e-6  # assumed
 SSD_IO_BYTES = 4096  # assumed read granularity
 # pulse.bot summary of arXiv 2601.07372: "a 100-billion-parameter table offloaded to host

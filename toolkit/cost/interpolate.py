@@ -115,7 +115,8 @@ def read_measurements(path: str | Path) -> pl.DataFrame:
     """
     path = Path(path)
     if not path.is_file():
-        raise MeasurementError(f"{path}: no such file")
+        raise MeasurementError(f"{path}: " + ("is a directory; expected a CSV or Parquet file"
+                                      if path.is_dir() else "no such file"))
     try:
         df = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
     except (pl.exceptions.PolarsError, OSError) as e:

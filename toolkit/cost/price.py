@@ -1,9 +1,10 @@
 """InferenceX cost arithmetic: $ per million tokens from $/GPU-hr and tokens/s/GPU.
 
 ``$/M = $/GPU-hr / (tok/s/GPU x 3600 / 1e6)`` (InferenceX-app ``chart-utils.ts``), for
-total, input and output tokens and each price tier (hardware.md §2.2). Throughput per GPU
-counts input + output tokens; which token type is the denominator must always be stated,
-because total and output $/M differ by about the input/output ratio.
+total, input and output tokens and each price tier (InferenceX-app ``gpu-keys.ts``
+costh / costn / costr). Throughput per GPU counts input + output tokens; which token type
+is the denominator must always be stated, because total and output $/M differ by about the
+input/output ratio.
 """
 
 from __future__ import annotations

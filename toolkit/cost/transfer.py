@@ -2,7 +2,8 @@
 
 Why per mechanism: a 656-1152 B KV row is far below the size where a DMA engine is
 efficient, so the same bytes cost 100x more time through per-row copy calls than through
-an SM gather kernel (hardware.md §4). The three mechanisms:
+an SM gather kernel (per-call and per-descriptor costs: the hardware specs). The three
+mechanisms:
 
 * ``ce_call``: one cudaMemcpyAsync per contiguous run; ~2.3 µs fixed each.
 * ``batch_descriptor``: one cuMemcpyBatchAsync descriptor per run; ~0.5 µs each.

@@ -43,7 +43,8 @@ def run_kernel(
         raise ValueError(
             f"n_keys must be < {INT32_LIMIT} (kernels link keys with int32), got {n_keys}"
         )
-    hits = np.zeros(keys.size, dtype=np.uint8)
+    # every kernel writes hits[i] for every access (segments cover [0, n)): no memset
+    hits = np.empty(keys.size, dtype=np.uint8)
     ev = kernel(keys, int(n_keys), int(capacity), as_segments(segments, keys.size), hits, *extra)
     return SimResult(hits.view(np.bool_), int(ev))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,6 +301,7 @@ def record_selections(
     source: str | None = None,
     model: SmolLM2 | None = None,
     threads: int | None = 1,
+    on_request: Callable[[int], None] | None = None,
 ) -> RecordedTrace:
     """Record top-k selections of SmolLM2-135M-Instruct, one request per text.
 
@@ -322,6 +323,7 @@ def record_selections(
         source: provenance text for ``selection_traces.source``; default: the call.
         model: a loaded model; default :func:`load_smollm2` ("float32").
         threads: BLAS threads while recording (None: the library default).
+        on_request: called with ``steps`` after each request is recorded (a progress bar).
 
     Raises:
         ValueError: an unknown option, or a text too short for teacher mode.
@@ -362,6 +364,8 @@ def record_selections(
         requests["source_text"].append(label)
         all_ids.append(tokens)
         all_texts.append(model.decode(tokens[prompt_tokens:]))
+        if on_request is not None:
+            on_request(steps)
 
     offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int32)
     topk = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.concatenate(values)))

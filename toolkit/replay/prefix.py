@@ -9,6 +9,7 @@ no capacity means unbounded. Block ``i`` of a request covers
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,8 @@ from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
 from toolkit.replay.keys import dense_ids
-from toolkit.replay.parallel import resolve_workers, thread_map
+from toolkit.replay.parallel import ordered_results, resolve_workers
+from toolkit.replay.progress import progress as progress_bar
 from toolkit.store import Store, bounded_key
 
 
@@ -199,18 +201,24 @@ def replay_prefix(
 
 def sweep_prefix(
     store: Store, trace: str, capacities: list[int | None], policy: str = "lru",
-    *, workers: int | None = None, save: bool = True,
+    *, workers: int | None = None, save: bool = True, progress: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Replay one trace at several capacities, flattening it once.
 
     Capacities replay on ``workers`` threads (``None`` = every core; the kernels release
     the GIL); rows come back in the order of ``capacities`` and are written from this
-    thread, so the result does not depend on ``workers``.
+    thread, so the result does not depend on ``workers``. ``progress``: a bar of block
+    lookups replayed (``None`` = on a terminal or in a notebook, after 2 s).
     """
     stream = load_stream(store, trace)
     cfgs = [PrefixReplayConfig(trace, policy, c) for c in capacities]
-    rows = thread_map(lambda c: replay_prefix(store, c, stream=stream, save=False), cfgs,
-                      resolve_workers(workers))
+    work = [functools.partial(replay_prefix, store, c, stream=stream, save=False) for c in cfgs]
+    rows = []
+    with progress_bar(len(cfgs) * stream.keys.size, f"prefix sweep {trace}", progress,
+                      unit="lookup") as bar:
+        for row in ordered_results(work, resolve_workers(workers)):
+            rows.append(row)
+            bar.update(stream.keys.size)
     if save:
         for cfg, row in zip(cfgs, rows, strict=True):
             store.write("replay_runs", cfg.run_id, pa.Table.from_pylist([row]), replace=True)

@@ -1,19 +1,26 @@
-"""Progress of long replays (accesses done, rate, ETA) on a terminal or in a notebook.
+"""Feedback during long work: progress bars, a status line for single long calls, and a
+notice when numba compiles kernels (the first run only; later runs load them from cache).
 
-Quiet unless asked for or attached to a terminal/notebook, and silent for the first 2 s,
-so tests, ``--json`` output and short notebook cells never show a bar. In a notebook the
-bar is a widget (needs ``ipywidgets``); without it the bar stays off rather than writing
-text to the cell's stderr, which executed notebooks would record.
+Quiet unless asked for or attached to a terminal or a notebook, and silent for the first
+2 s, so tests, ``--json`` output and short notebook cells never show anything. In a
+notebook the bar is a widget when ``ipywidgets`` is installed (the ``dev`` extra has it),
+else tqdm's text bar on the cell's stderr. ``TOOLKIT_PROGRESS=0`` turns everything off
+(``make notebooks`` and the notebook tests set it, so executed notebooks never record a
+bar); ``TOOLKIT_PROGRESS=1`` turns it on even when piped.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 DELAY_S = 2.0
+ENV = "TOOLKIT_PROGRESS"
 
 
 def _in_notebook() -> bool:
@@ -26,12 +33,19 @@ def _bar_class(enabled: bool | None) -> Any:
     """The tqdm class to use, or ``None`` for no bar."""
     if enabled is False:
         return None
+    if enabled is None:
+        env = os.environ.get(ENV, "").strip().lower()
+        if env in ("0", "false", "no", "off"):
+            return None
+        enabled = True if env in ("1", "true", "yes", "on") else None
     if _in_notebook():
         try:
             import ipywidgets  # noqa: F401
             from tqdm.notebook import tqdm as notebook_tqdm
-        except ImportError:
-            return None
+        except ImportError:  # a text bar on the cell's stderr still beats silence
+            from tqdm.std import tqdm as text_tqdm
+
+            return text_tqdm
         return notebook_tqdm
     if enabled or (sys.stderr is not None and sys.stderr.isatty()):
         from tqdm.std import tqdm
@@ -40,24 +54,128 @@ def _bar_class(enabled: bool | None) -> Any:
     return None
 
 
-def _interactive() -> bool:
-    """Whether a bar would show with ``enabled=None``."""
-    return _bar_class(None) is not None
+def interactive(enabled: bool | None = None) -> bool:
+    """Whether feedback would show (``enabled=None``: on a terminal or in a notebook)."""
+    return _bar_class(enabled) is not None
+
+
+_interactive = interactive  # the name callers used before
+
+
+def _bar(enabled: bool | None, **kwargs: Any) -> Any:
+    cls = _bar_class(enabled)
+    disable = cls is None
+    if cls is None:
+        from tqdm.std import tqdm as cls  # disabled: one code path for callers
+    return cls(delay=DELAY_S, disable=disable, leave=False, dynamic_ncols=True, **kwargs)
 
 
 @contextmanager
-def progress(total: int, desc: str, enabled: bool | None = None) -> Iterator[Any]:
-    """A bar counting accesses; ``enabled=None`` = only on a terminal or in a notebook.
+def progress(total: int, desc: str, enabled: bool | None = None,
+             unit: str = "acc") -> Iterator[Any]:
+    """A bar counting ``unit`` (accesses by default); ``enabled=None`` = only on a terminal
+    or in a notebook.
 
     Yields an object with ``update(n)``; a disabled bar costs nothing.
     """
-    cls = _bar_class(enabled)
-    if cls is None:
-        from tqdm.std import tqdm as cls  # disabled below: one code path for callers
-
-    bar = cls(total=total, desc=desc, unit="acc", unit_scale=True, delay=DELAY_S,
-              disable=_bar_class(enabled) is None, leave=False, dynamic_ncols=True)
+    bar = _bar(enabled, total=total, desc=desc, unit=unit, unit_scale=True)
     try:
         yield bar
     finally:
         bar.close()
+
+
+class Status:
+    """Handle of :func:`status`: :meth:`write` prints a line without tearing the status."""
+
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def write(self, text: str) -> None:
+        if self._bar.disable:
+            print(text, flush=True)
+        else:
+            from tqdm.std import tqdm
+
+            tqdm.write(text)  # clears the status line, prints, redraws it
+
+
+@contextmanager
+def status(desc: str, enabled: bool | None = None) -> Iterator[Status]:
+    """Elapsed time for long work that cannot count its progress (a single kernel call,
+    a multi-part job): a line ``desc: 0:12`` refreshed twice a second after the first 2 s.
+
+    Yields a :class:`Status` whose ``write`` prints output lines above the status line.
+    """
+    bar = _bar(enabled, total=None, desc=desc, bar_format="{desc}: {elapsed}")
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(0.5):
+            bar.update(0)  # redraws the elapsed time, honouring the delay (refresh() would not)
+
+    ticker = None if bar.disable else threading.Thread(target=tick, daemon=True)
+    if ticker is not None:
+        ticker.start()
+    try:
+        yield Status(bar)
+    finally:
+        done.set()
+        if ticker is not None:
+            ticker.join()
+        bar.close()
+
+
+def _compile_listener() -> Any:
+    """A numba ``numba:compile`` listener: says once that kernels are being compiled, and
+    counts them and the seconds spent. Cache loads raise no such event, so later runs
+    are quiet."""
+    from numba.core import event
+
+    class CompileNotice(event.Listener):
+        def __init__(self) -> None:
+            self.depth, self.kernels, self.seconds, self._t0 = 0, 0, 0.0, 0.0
+            self._lock = threading.Lock()
+
+        def on_start(self, event: Any) -> None:
+            with self._lock:
+                if self.depth == 0:
+                    self._t0 = time.perf_counter()
+                    if self.kernels == 0:
+                        _say("compiling kernels (first run only; cached for later runs)...")
+                self.depth += 1
+
+        def on_end(self, event: Any) -> None:
+            with self._lock:
+                self.depth -= 1
+                self.kernels += 1
+                if self.depth == 0:
+                    self.seconds += time.perf_counter() - self._t0
+
+    return CompileNotice()
+
+
+def _say(text: str) -> None:
+    from tqdm.std import tqdm
+
+    tqdm.write(text, file=sys.stderr)  # above any bar in progress
+
+
+@contextmanager
+def compile_notice(enabled: bool | None = None) -> Iterator[None]:
+    """Tell a terminal (never a notebook, whose outputs are recorded) when the first run
+    compiles numba kernels, which takes tens of seconds once per machine."""
+    show = enabled is not False and interactive(enabled) and not _in_notebook()
+    if not show:
+        yield
+        return
+    from numba.core import event
+
+    listener = _compile_listener()
+    event.register("numba:compile", listener)
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", listener)
+        if listener.kernels:
+            _say(f"compiled {listener.kernels} kernel(s) in {listener.seconds:.0f} s")

@@ -32,6 +32,7 @@ replay on worker threads (the kernels release the GIL) with identical results.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Iterator
@@ -56,7 +57,8 @@ from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, row_hits
 from toolkit.store import Store, bounded_key
 
 MODES = ("plain", "hisparse")
-DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope), BRIEF §2
+KV_DTYPES = ("fp8", "bf16")
+DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope; FlashMLA's format)
 CHUNK_ACCESSES = 1 << 22  # ~4 M positions (16 MB int32) per chunk: reading the next chunk
 # overlaps replaying this one, and memory stays a few chunks whatever the trace size
 
@@ -75,6 +77,9 @@ class SelectionReplayConfig:
         full_layers: IndexShare Full layers (hisparse mode); every other layer reuses the
             nearest preceding Full layer's selection. ``None`` = every layer has its own.
         row_bytes: bytes moved host->device per miss (MLA row; 656 = FP8 FlashMLA).
+        model: model spec the row bytes and IndexShare layers came from (``None`` = none;
+            :func:`model_config` fills them); recorded so runs can be told apart in SQL.
+        kv_dtype: MLA row format behind ``row_bytes``: ``"fp8"`` or ``"bf16"``.
     """
 
     trace: str
@@ -84,6 +89,8 @@ class SelectionReplayConfig:
     initial: str = "first"
     full_layers: tuple[int, ...] | None = None
     row_bytes: int = DEFAULT_ROW_BYTES
+    model: str | None = None
+    kv_dtype: str = "fp8"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -94,10 +101,41 @@ class SelectionReplayConfig:
             raise ValueError(f"buffer_tokens must be >= 1, got {self.buffer_tokens}")
         if self.full_layers is not None and self.mode != "hisparse":
             raise ValueError("IndexShare (full_layers) applies to mode='hisparse' only")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}")
 
-    def run_id(self, buffer_tokens: int) -> str:
-        return bounded_key(
-            f"sel-{self.trace}-{self.mode}-{self.policy}-{buffer_tokens}-{fingerprint(self)[:8]}")
+    def resolved(self, k: int) -> SelectionReplayConfig:
+        """This config with the default buffer (2 x k) filled in: the form that is
+        fingerprinted, so leaving ``buffer_tokens`` out and giving 2 x k are one run."""
+        return self if self.buffer_tokens else dataclasses.replace(self, buffer_tokens=2 * k)
+
+    def run_id(self, buffer_tokens: int | None = None) -> str:
+        """Run key of this config; call on :meth:`resolved` (``buffer_tokens`` is kept for
+        callers that pass the size they resolved themselves)."""
+        cfg = self if buffer_tokens is None else dataclasses.replace(
+            self, buffer_tokens=buffer_tokens)
+        if cfg.buffer_tokens is None:
+            raise ValueError("run_id needs a resolved buffer size; call resolved(k) first")
+        return bounded_key(f"sel-{cfg.trace}-{cfg.mode}-{cfg.policy}-{cfg.buffer_tokens}-"
+                           f"{fingerprint(cfg)[:8]}")
+
+
+def model_config(store: Store, trace: str, model: str, *, kv_dtype: str = "fp8",
+                 **options: Any) -> SelectionReplayConfig:
+    """A config whose row bytes and (hisparse mode) IndexShare Full layers come from a model
+    spec; the spec's sharing rule is applied to the trace's own layer count."""
+    from toolkit.models.spec import get_model, indexer_layer_ids
+
+    spec = get_model(model)
+    mode = options.get("mode", "hisparse")
+    full = None
+    if mode == "hisparse" and spec.index_topk_freq > 1:
+        _trace_k(store, trace)  # a clear error for an unknown trace
+        n_layers = store.query("SELECT n_layers FROM selection_traces WHERE trace = $t",
+                               {"t": trace}).item()
+        full = indexer_layer_ids(n_layers, spec.index_topk_freq, spec.index_skip_topk_offset)
+    return SelectionReplayConfig(trace, full_layers=full, row_bytes=spec.mla_row_bytes(kv_dtype),
+                                 model=model, kv_dtype=kv_dtype, **options)
 
 
 @dataclass(frozen=True)
@@ -475,8 +513,9 @@ def replay_selections(
     """
     policy = policies.get(cfg.policy)
     k = rows.k if rows is not None else _trace_k(store, cfg.trace)
-    n = cfg.buffer_tokens or 2 * k
-    run_id = cfg.run_id(n)
+    cfg = cfg.resolved(k)
+    n = cfg.buffer_tokens
+    run_id = cfg.run_id()
     n_workers = resolve_workers(workers)
     if rows is not None:
         total = int(rows.offsets[-1] - rows.offsets[0])
@@ -514,7 +553,8 @@ def replay_selections(
         summary = {
             "run_id": run_id, "trace": cfg.trace, "policy": cfg.policy, "mode": cfg.mode,
             "buffer_tokens": n, "indexshare": cfg.full_layers is not None,
-            "row_bytes": cfg.row_bytes, **totals,
+            "row_bytes": cfg.row_bytes, "model": cfg.model, "initial": cfg.initial,
+            "kv_dtype": cfg.kv_dtype, **totals,
             "miss_ratio": totals["misses"] / totals["accesses"] if totals["accesses"] else 0.0,
             "bytes_h2d": totals["misses"] * cfg.row_bytes, "elapsed_s": elapsed,
             "config_json": config_json(cfg), "toolkit_version": __version__,

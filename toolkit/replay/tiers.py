@@ -13,7 +13,7 @@ pages, only the current request locked): the regime SGLang's cache can be driven
 offline, hence the one the peer check uses.
 
 HiCache semantics of ``page`` (sglang ``mem_cache/hiradix_cache.py``,
-``docs/advanced_features/hicache_design.md``; BRIEF §4, anchors §1.3):
+``docs/advanced_features/hicache_design.md``):
 
 * pages of ``page_tokens`` tokens keyed by chained hashes; a page is usable only if its
   whole prefix is (device run, then host run, then storage run, then computed);
@@ -23,7 +23,7 @@ HiCache semantics of ``page`` (sglang ``mem_cache/hiradix_cache.py``,
   ``write_back`` (copied on eviction); host hits are loaded back to the device;
 * the optional storage tier (L3) receives every host copy and is an LRU of pages.
 
-Metrics follow InferenceX (anchors §6): hit rate of a source = tokens from that source /
+Metrics follow InferenceX: hit rate of a source = tokens from that source /
 prompt tokens. Requests are admitted FCFS when their pages fit on the device, so with
 unbounded tiers lookups happen in arrival order and the overall hit rate equals
 :mod:`toolkit.replay.prefix`'s unbounded ``prefix_token_hit_ratio``. Service-time
@@ -133,8 +133,14 @@ class TierReplayConfig:
             raise ValueError(
                 f"arrivals must be trace, scaled:F or from:TRACE; got {self.arrivals!r}"
             )
-        if self.arrivals.startswith("scaled:") and not float(self.arrivals[7:]) > 0:
-            raise ValueError("scaled:F needs F > 0")
+        if self.arrivals.startswith("scaled:"):
+            try:
+                factor = float(self.arrivals[7:])
+            except ValueError:
+                raise ValueError(f"arrivals {self.arrivals!r}: F in scaled:F must be a number, "
+                                 "e.g. scaled:2") from None
+            if not factor > 0:
+                raise ValueError(f"arrivals {self.arrivals!r}: scaled:F needs F > 0")
         for name in ("device_tokens", "host_tokens"):
             v = getattr(self, name)
             if v is not None and v < UNBOUNDED:

@@ -76,7 +76,8 @@ def read_points(path: str | Path) -> pl.DataFrame:
     """
     path = Path(path)
     if not path.is_file():
-        raise PointsError(f"{path}: no such file")
+        raise PointsError(f"{path}: " + ("is a directory; expected a CSV or Parquet file"
+                                      if path.is_dir() else "no such file"))
     try:
         if path.suffix == ".parquet":
             df = pl.read_parquet(path)

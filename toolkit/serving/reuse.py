@@ -1,6 +1,6 @@
 """Inputs the serving model takes from stored replays: HiSparse misses and prefix reuse.
 
-Serving never replays (ARCHITECTURE.md): a selection replay or a tier replay already in the
+Serving never replays: a selection replay or a tier replay already in the
 store is read here and turned into per-row columns for :func:`toolkit.serving.predict`.
 
 Labelled assumption (as in :mod:`toolkit.cost.from_replay`): a trace recorded with a small

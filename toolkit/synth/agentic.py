@@ -9,7 +9,7 @@ from the full page that later turns hold). Timestamps are nominal: sessions star
 Poisson process and turn ``t+1`` is sent ``think time`` after turn ``t`` *as if service
 were instant*; a closed-loop replay uses those gaps as think times.
 
-Presets (see :data:`PRESETS`) are calibrated to public figures in reference/anchors.md:
+Presets (see :data:`PRESETS`) are calibrated to public figures:
 ``toolagent`` to Mooncake FAST'25 Table 2's tool&agent column (average input 8,596,
 output 182, cache ratio 59%); ``coding`` to coding-agent traffic (ISL/OSL >> 100, GitHub
 Copilot coding agent 2026: 540.95B of 631.4B prompt tokens cached, 86%), with contexts

@@ -1,0 +1,148 @@
+"""Chart builders: one per named query, asserted on ``chart.to_dict()`` (nothing drawn)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from toolkit import charts as ch
+from toolkit.analysis import run_query
+
+
+def _layers(spec: dict) -> list[dict]:
+    return spec.get("layer", [spec])
+
+
+def _legends(spec: dict) -> set[str]:
+    """Titles of every colour legend in a (possibly layered/faceted) spec."""
+    inner = spec.get("spec", spec)
+    return {layer["encoding"]["color"].get("title") for layer in _layers(inner)
+            if "color" in layer.get("encoding", {})}
+
+
+class TestPrefixCurve:
+    def test_one_readable_legend_and_capacity_in_gb(self, analysis_store):
+        """Legend names the share, not raw column names or policies; the x axis gives tokens
+        and GB of the named model at the replayed capacities; y is fitted to the data."""
+        curve = run_query(analysis_store, "prefix_hit_curve", trace="mc")
+        spec = ch.hit_ratio_vs_capacity(curve).to_dict()
+        assert _legends(spec) == {"hit ratio as"}
+        line = spec["layer"][0]["encoding"]
+        assert line["color"]["sort"] == ["share of block lookups", "share of prompt tokens"]
+        assert line["x"]["field"] == "capacity_tokens"
+        assert line["x"]["axis"]["values"] == [512_000, 5_120_000]
+        assert "GB of glm-5.2 KV" in line["x"]["axis"]["title"]
+        assert "GB" in line["x"]["axis"]["labelExpr"]
+        top = curve["ratio"].max()
+        assert line["y"]["scale"]["domain"] == pytest.approx([0.0, top * 1.05])
+        values = {r["hit of"] for r in spec["datasets"][spec["layer"][0]["data"]["name"]]}
+        assert values == {"share of block lookups", "share of prompt tokens"}
+
+
+class TestTierReuse:
+    def test_stacked_in_numeric_order(self, analysis_store):
+        """Bars stack GPU, host, storage, recomputed; concurrency sorted as numbers; one
+        panel per hardware."""
+        spec = ch.tier_reuse_bars(run_query(analysis_store, "tier_reuse")).to_dict()
+        enc = spec["spec"]["encoding"]
+        assert spec["spec"]["mark"]["type"] == "bar"
+        assert enc["x"]["sort"] == ["8", "16"]
+        assert enc["color"]["sort"] == ["GPU (L1)", "host (L2)", "storage (L3)", "recomputed"]
+        assert enc["y"]["stack"] == "zero" and enc["order"]["field"] == "source_rank"
+        assert spec["facet"]["column"]["sort"] == ["gb200", "mi355x"]
+
+    def test_numeric_sort_beyond_single_digits(self):
+        """4, 8, 16, 32 sort as numbers (not 16, 32, 4, 8)."""
+        rows = [{"run_id": f"r{c}", "hardware": "gb200", "concurrency": c, "source": s,
+                 "source_rank": i, "share": 0.5, "tokens": 1}
+                for c in (16, 32, 4, 8) for i, s in enumerate(("GPU (L1)", "recomputed"), 1)]
+        spec = ch.tier_reuse_bars(pl.DataFrame(rows)).to_dict()
+        assert spec["spec"]["encoding"]["x"]["sort"] == ["4", "8", "16", "32"]
+
+
+class TestSelections:
+    def test_miss_ratio_curves_opt_dashed(self, analysis_store):
+        """Policies in one legend with OPT labelled as the bound and drawn dashed."""
+        spec = ch.miss_ratio_curves(run_query(analysis_store, "miss_ratio_curve")).to_dict()
+        enc = spec["encoding"]
+        assert enc["color"]["sort"] == ["lru", "OPT (bound)"]
+        assert enc["strokeDash"]["condition"]["test"] == "datum.is_bound"
+        assert enc["x"]["axis"]["values"] == [64, 128]
+        assert "GB per request" in enc["x"]["axis"]["title"]
+        assert enc["x"]["scale"]["type"] == "log"
+
+    def test_miss_latency_cdf(self, analysis_store):
+        """One line per run ordered by buffer size; latency in µs, fraction on [0, 1]."""
+        spec = ch.miss_latency_cdf(run_query(analysis_store, "miss_latency_cdf")).to_dict()
+        enc = spec["encoding"]
+        assert spec["mark"]["type"] == "line"
+        assert enc["x"]["field"] == "miss_latency_us"
+        assert enc["color"]["sort"] == ["lru buffer 64", "opt buffer 64", "lru buffer 128",
+                                        "opt buffer 128"]
+        assert enc["y"]["scale"]["domain"] == [0, 1]
+
+    def test_heatmap(self, analysis_store):
+        """Heat map of step x position bin, coloured by count."""
+        heat = run_query(analysis_store, "selection_heatmap", trace="smollm2", layer=15,
+                         request=0, bin=32)
+        spec = ch.selection_heatmap(heat, "t").to_dict()
+        assert spec["mark"]["type"] == "rect"
+        assert spec["encoding"]["color"]["field"] == "selected"
+
+
+class TestCost:
+    def test_pareto_with_published(self, analysis_store):
+        """Points, front lines and published diamonds share one hardware legend whose
+        domain includes hardware only the published figures have."""
+        cost = run_query(analysis_store, "cost_per_mtok")
+        pub = run_query(analysis_store, "published_costs")
+        spec = ch.cost_pareto(cost, pub).to_dict()
+        marks = [layer["mark"]["type"] for layer in spec["layer"]]
+        assert marks == ["point", "line", "point"]
+        assert spec["layer"][2]["mark"]["shape"] == "diamond"
+        assert _legends(spec) == {"hardware"}
+        assert spec["layer"][0]["encoding"]["color"]["sort"] == ["gb200", "gb300", "mi355x"]
+        front = spec["datasets"][spec["layer"][1]["data"]["name"]]
+        assert all(r["on_front"] for r in front)
+        lo, hi = spec["layer"][0]["encoding"]["y"]["scale"]["domain"]
+        assert lo < 0.044 and hi > cost["usd_per_mtok_total"].max()
+
+    def test_step_time_stacked_terms(self, analysis_store):
+        """Work below exposed miss I/O, configurations sorted by hardware and batch."""
+        spec = ch.step_time_breakdown(run_query(analysis_store, "step_time")).to_dict()
+        enc = spec["encoding"]
+        assert enc["color"]["sort"] == ["HBM / compute work", "miss I/O (exposed)"]
+        assert enc["x"]["sort"] == ["gb200 b16 sync", "gb200 b64 sync", "gb200 b64 overlapped"]
+        assert enc["y"]["field"] == "time_ms"
+
+
+class TestMoreBuilders:
+    def test_engram_bytes_log_bars_unstacked(self, analysis_store):
+        """Log-scale bars must not stack from zero (they would vanish); tiers in order."""
+        spec = ch.engram_bytes_per_token(
+            run_query(analysis_store, "engram_bytes_per_token")).to_dict()
+        enc = spec["spec"]["encoding"]
+        assert enc["y"]["stack"] is None and enc["y"]["scale"]["type"] == "log"
+        assert enc["color"]["sort"] == ["HBM", "backing, useful", "backing, read"]
+        assert spec["facet"]["column"]["sort"] == ["dram", "ssd"]
+
+    def test_engram_hit_curve_layers(self, analysis_store):
+        """Grey one-pass line under replayed points, one legend for the policies."""
+        spec = ch.engram_hit_curve(run_query(analysis_store, "engram_hit_curve")).to_dict()
+        assert [lyr["mark"]["type"] for lyr in spec["layer"]] == ["line", "point"]
+        assert _legends(spec) == {"replayed policy"}
+
+    def test_indexshare_distance_order(self, analysis_store):
+        """Distance legend sorted as numbers; the y domain fitted to the overlaps."""
+        share = run_query(analysis_store, "indexshare_overlap", trace="smollm2")
+        spec = ch.indexshare_bars(share).to_dict()
+        assert spec["encoding"]["color"]["sort"] == ["1", "2", "3"]
+        assert spec["encoding"]["y"]["scale"]["domain"][1] == pytest.approx(
+            share["overlap_of_k"].max() * 1.05)
+
+    def test_locality_legend_readable(self, analysis_store):
+        """No raw column names in the legend (the nb02 defect)."""
+        loc = run_query(analysis_store, "selection_locality", trace="smollm2")
+        spec = ch.metric_by_layer(loc, ["frac_recent", "pos0_rate"], "t").to_dict()
+        values = {r["metric"] for r in spec["datasets"][spec["data"]["name"]]}
+        assert values == {"in the recency window", "selections holding position 0"}

@@ -1,0 +1,287 @@
+"""CLI edges (issue 13 point 5): one output convention, missing stores, several cache sizes
+per call, choices in help, models, and one-line errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from toolkit import __version__
+from toolkit.cli import app
+
+from .conftest import MOONCAKE, ROOT
+
+runner = CliRunner()
+SMOLLM2 = ROOT / "traces" / "smollm2"
+
+
+@pytest.fixture(scope="module")
+def cli_store(tmp_path_factory):
+    """Mooncake conversation trace as ``conv`` and the bundled SmolLM2 selections as ``sm``."""
+    root = tmp_path_factory.mktemp("edges") / "store"
+    for args in (["ingest", "mooncake", str(MOONCAKE), "--name", "conv"],
+                 ["ingest", "selections", str(SMOLLM2), "--format", "bundle", "--select",
+                  "smollm2-softmax-sum", "--name", "sm"]):
+        res = runner.invoke(app, [*args, "--store", str(root)])
+        assert res.exit_code == 0, res.output
+    return root
+
+
+def _option(path: list[str], name: str):
+    cmd = typer.main.get_command(app)
+    for part in path:
+        cmd = cmd.commands[part]
+    return next(p for p in cmd.params if p.name == name)
+
+
+class TestVersionAndModels:
+    def test_version(self):
+        """`toolkit --version` prints the package version and exits 0."""
+        res = runner.invoke(app, ["--version"])
+        assert res.exit_code == 0 and res.output == f"toolkit {__version__}\n"
+
+    def test_models_list_json(self):
+        """`models list` names every registered model with its KV bytes per token."""
+        from toolkit.models import model_names
+
+        rows = json.loads(runner.invoke(app, ["models", "list", "--json"]).output)
+        assert [r["name"] for r in rows] == model_names()
+        glm = next(r for r in rows if r["name"] == "glm-5.2")
+        assert (glm["layers"], glm["index_topk_freq"], glm["kv_bytes_per_token_fp8"]) == (
+            78, 4, 53_940)
+
+    def test_models_show(self):
+        """`models show` prints each value with kind and source; unknown names exit 2."""
+        res = runner.invoke(app, ["models", "show", "glm-5.2", "--format", "json"])
+        fields = {r["field"]: r for r in json.loads(res.output)}
+        assert fields["num_layers"]["value"] == 78 and fields["num_layers"]["source"]
+        res = runner.invoke(app, ["models", "show", "glm-9"])
+        assert res.exit_code == 2 and res.output.startswith("error: unknown model 'glm-9'")
+
+
+class TestMissingStore:
+    @pytest.mark.parametrize("args", [
+        ["sql", "SELECT 1"], ["info"], ["replay", "prefix", "--trace", "x"],
+        ["replay", "selections", "--trace", "x"],
+        ["replay", "mrc", "--trace", "x", "--max-capacity", "4"],
+        ["replay", "tiers", "--trace", "x"],
+        ["replay", "engram", "--trace", "x", "--hbm-cache-gb", "1"],
+    ])
+    def test_exact_message_and_nothing_created(self, tmp_path, args):
+        """Every reading command: exit 2, the fixed message, no directory left behind."""
+        root = tmp_path / "typo"
+        res = runner.invoke(app, [*args, "--store", str(root)])
+        assert res.exit_code == 2
+        assert res.output == f"error: no store at {root}; create one with toolkit ingest\n"
+        assert not root.exists()
+
+    def test_an_empty_directory_is_no_store(self, tmp_path):
+        """An existing but empty directory answers no queries with zero rows either."""
+        res = runner.invoke(app, ["sql", "--store", str(tmp_path), "SELECT 1"])
+        assert res.exit_code == 2 and "no store at" in res.output
+
+
+class TestSqlOutput:
+    def test_markdown(self, cli_store):
+        """--format markdown prints a pipe table without dtypes or shape."""
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--format", "markdown",
+                                  "SELECT count(*) AS n FROM requests"])
+        assert res.exit_code == 0 and res.output == "| n     |\n|-------|\n| 12031 |\n"
+
+    def test_sql_from_stdin(self, cli_store):
+        """`-` reads the statement from standard input."""
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--format", "csv", "-"],
+                            input="SELECT count(*) AS n FROM requests WHERE trace = 'conv'\n")
+        assert res.exit_code == 0 and res.output == "n\n12031\n"
+
+    def test_json_alias(self, cli_store):
+        """--json is --format json; combining it with another format is refused."""
+        q = "SELECT 1 AS a"
+        a = runner.invoke(app, ["sql", "--store", str(cli_store), "--json", q]).output
+        b = runner.invoke(app, ["sql", "--store", str(cli_store), "--format", "json", q]).output
+        assert a == b == '[{"a": 1}]\n'
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--json", "--format", "csv",
+                                  q])
+        assert res.exit_code == 2 and "--json means --format json" in res.output
+
+    def test_wide_result_prints_vertically(self, cli_store):
+        """A result wider than the terminal is shown one row per block, long values cut."""
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "SELECT * FROM requests "
+                                  "ORDER BY request_id LIMIT 2"], env={"COLUMNS": "60"})
+        assert res.exit_code == 0, res.output
+        lines = res.output.splitlines()
+        assert lines[0].startswith("-[ row 1 ]") and lines[2] == "request_id    | 0"
+        assert lines[4] == "input_tokens  | 6758" and lines[8] == "session_id    | None"
+        assert lines[7].startswith("block_hashes  | [0, 1, 2") and len(lines[7]) == 60
+        assert lines[10] == "-[ row 2 ]--------------------------"
+        assert lines[-1].startswith("(2 long value(s) cut at 44 characters")
+
+    def test_long_result_is_cut_with_a_note(self, cli_store):
+        """Tables stop at 100 rows and say how many more there are."""
+        res = runner.invoke(app, ["sql", "--store", str(cli_store),
+                                  "SELECT request_id FROM requests ORDER BY 1"])
+        assert res.output.splitlines()[-1].startswith("... 11,931 more row(s) not shown")
+
+    @pytest.mark.parametrize("suffix", [".csv", ".json", ".parquet"])
+    def test_output_file(self, cli_store, tmp_path, suffix):
+        """--output writes the rows by extension, the file only (no temp files left)."""
+        out = tmp_path / f"r{suffix}"
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--output", str(out),
+                                  "SELECT request_id, input_tokens FROM requests "
+                                  "ORDER BY request_id LIMIT 3"])
+        assert res.exit_code == 0 and "wrote 3 row(s)" in res.output
+        read = {".csv": pl.read_csv, ".json": pl.read_json, ".parquet": pl.read_parquet}[suffix]
+        assert read(out)["input_tokens"].to_list() == [6758, 7322, 7236]
+        assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+    @pytest.mark.parametrize(("name", "message"), [
+        ("r.txt", "the extension must be one of .csv, .json, .parquet"),
+        ("missing/r.csv", "does not exist"),
+    ])
+    def test_bad_output_is_refused_before_work(self, cli_store, tmp_path, name, message):
+        """A bad --output name fails at once with one line and writes nothing."""
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--output",
+                                  str(tmp_path / name), "SELECT 1"])
+        assert res.exit_code == 2 and message in res.output
+        assert len(res.output.splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+class TestReplayOutput:
+    def test_prefix_several_block_sizes(self, cli_store):
+        """`--capacity-blocks 1000,10000,30000` replays three sizes in one call."""
+        res = runner.invoke(app, ["replay", "prefix", "--store", str(cli_store), "--trace",
+                                  "conv", "--capacity-blocks", "1000,10000,30000", "--json"])
+        rows = json.loads(res.output)
+        assert [(r["capacity_blocks"], r["block_hits"]) for r in rows] == [
+            (1000, 12_831), (10_000, 60_921), (30_000, 93_967)]
+
+    def test_prefix_sizes_in_gb(self, cli_store):
+        """--capacity-gb with --model: GB / (53,940 B/token x 512 tokens) blocks per size."""
+        res = runner.invoke(app, ["replay", "prefix", "--store", str(cli_store), "--trace",
+                                  "conv", "--capacity-gb", "1,2.5", "--model", "glm-5.2",
+                                  "--json"])
+        rows = json.loads(res.output)
+        assert [(r["capacity_gb"], r["capacity_blocks"], r["block_hits"]) for r in rows] == [
+            (1.0, 36, 9_731), (2.5, 90, 11_572)]
+        res = runner.invoke(app, ["replay", "prefix", "--store", str(cli_store), "--trace",
+                                  "conv", "--capacity-gb", "1"])
+        assert res.exit_code == 2 and "--capacity-gb needs --model" in res.output
+
+    def test_replay_output_csv(self, cli_store, tmp_path):
+        """Replay commands take --output too: the run summary as one row."""
+        out = tmp_path / "run.csv"
+        res = runner.invoke(app, ["replay", "prefix", "--store", str(cli_store), "--trace",
+                                  "conv", "--capacity-blocks", "1000", "--output", str(out)])
+        assert res.exit_code == 0, res.output
+        df = pl.read_csv(out)
+        assert df.height == 1 and df["block_hits"].item() == 12_831
+
+    def test_selection_replay_markdown_record(self, cli_store):
+        """A run summary in markdown is a field | value table."""
+        res = runner.invoke(app, ["replay", "selections", "--store", str(cli_store), "--trace",
+                                  "sm", "--mode", "plain", "--buffer-tokens", "64",
+                                  "--format", "markdown"])
+        assert res.exit_code == 0, res.output
+        lines = res.output.splitlines()
+        assert lines[0].startswith("| field") and "| buffer_tokens " in res.output
+        assert "config_json" not in res.output
+
+    def test_info_rows_per_table(self, cli_store):
+        """`info` counts rows per table next to its keys."""
+        res = runner.invoke(app, ["info", "--store", str(cli_store)])
+        assert "requests: 1 key(s), 12,031 row(s): conv" in res.output.splitlines()
+        assert "selections: 1 key(s), 30,720 row(s): sm" in res.output.splitlines()
+
+
+class TestHelpListsChoices:
+    def test_policy_hardware_model_mode(self):
+        """--policy, --hardware, --model and --mode help list what they accept."""
+        from toolkit.hardware import hardware_names
+        from toolkit.models import model_names
+        from toolkit.policies import policies
+
+        for path in (["replay", "prefix"], ["replay", "selections"], ["replay", "engram"]):
+            assert all(p in _option(path, "policy").help for p in policies.names())
+        for path in (["replay", "tiers"], ["replay", "engram"]):
+            assert all(h in _option(path, "hardware").help for h in hardware_names())
+        for path in (["replay", "tiers"], ["replay", "selections"], ["replay", "prefix"]):
+            assert all(m in _option(path, "model").help for m in model_names())
+        mode = _option(["replay", "selections"], "mode").help
+        assert "hisparse" in mode and "plain" in mode
+
+
+class TestOneLineErrors:
+    @pytest.mark.parametrize(("args", "message"), [
+        (["ingest", "mooncake", str(ROOT / "traces")], "is a directory; expected a file"),
+        (["ingest", "selections", str(MOONCAKE), "--format", "npz"], "not an .npz archive"),
+        (["replay", "tiers", "--trace", "conv", "--arrivals", "scaled:abc"],
+         "F in scaled:F must be a number"),
+        (["replay", "mrc", "--trace", "sm", "--max-capacity", "8", "--sizes", "a,b"],
+         "--sizes must be comma-separated integers"),
+        (["replay", "prefix", "--trace", "conv", "--capacity-blocks", "1k"],
+         "'1k' is not an integer"),
+        (["replay", "selections", "--trace", "sm", "--kv-dtype", "bf16"], "needs --model"),
+        (["replay", "prefix", "--trace", "conv", "--capacity-gb", "1e30", "--model", "glm-5.2"],
+         "--capacity-gb <= 1e+06"),
+    ])
+    def test_user_errors(self, cli_store, args, message):
+        """Errors a user can cause print one `error:` line and exit 2, never a traceback."""
+        res = runner.invoke(app, [*args, "--store", str(cli_store)])
+        assert res.exit_code == 2, res.output
+        assert res.output.startswith("error: ") and message in res.output
+        assert len(res.output.splitlines()) == 1
+
+    @pytest.mark.parametrize("args", [
+        ["cost-at-interactivity", "--measurements", str(ROOT / "traces"), "--interactivity", "1"],
+        ["serving", "predict", "--points", str(ROOT / "traces"), "--out", "x.csv"],
+    ])
+    def test_directory_instead_of_a_table(self, args):
+        """A directory where a CSV/Parquet file belongs is named as such."""
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "is a directory" in res.output
+
+    @pytest.mark.parametrize(("args", "message"), [
+        (["serving", "predict", "--points", "P", "--out", "/nonexistent/x.csv"],
+         "--out /nonexistent/x.csv: directory /nonexistent does not exist"),
+        (["serving", "predict", "--points", "P", "--out", "x.txt"],
+         "the extension must be one of .csv, .parquet"),
+        (["serving", "fit", "--out", "/nonexistent/p.json"], "does not exist"),
+        (["serving", "validate", "--out-dir", str(MOONCAKE)], "exists and is not a directory"),
+    ])
+    def test_unwritable_outputs_fail_before_work(self, args, message):
+        """Output paths the command could not write are refused first, in one line."""
+        points = ROOT / "toolkit" / "data" / "inferencex" / "dsr1_serving_points.csv"
+        res = runner.invoke(app, [str(points) if a == "P" else a for a in args])
+        assert res.exit_code == 2 and res.output.startswith("error: --out")
+        assert message in res.output and len(res.output.splitlines()) == 1
+
+
+
+class TestOneConvention:
+    @pytest.mark.parametrize("args", [
+        ["hardware", "list"], ["models", "list"],
+        ["cost", "--hardware", "gb200", "--tokens-per-s-per-gpu", "11742"],
+    ])
+    def test_json_alias_csv_and_output(self, args, tmp_path):
+        """Commands share --format/--json/--output: --json equals --format json, and the
+        CSV and the --output file hold the same rows."""
+        as_json = runner.invoke(app, [*args, "--json"])
+        assert as_json.exit_code == 0, as_json.output
+        assert as_json.output == runner.invoke(app, [*args, "--format", "json"]).output
+        rows = json.loads(as_json.output)
+        rows = rows if isinstance(rows, list) else [rows]
+        csv = pl.read_csv(runner.invoke(app, [*args, "--format", "csv"]).stdout_bytes)
+        assert csv.height == len(rows) and csv.columns == list(rows[0])
+        out = tmp_path / "rows.parquet"
+        assert runner.invoke(app, [*args, "--output", str(out)]).exit_code == 0
+        assert pl.read_parquet(out).height == len(rows)
+
+    def test_cost_figure(self):
+        """The cost command's figure through the shared output: $0.0440/M at 11,742 tok/s."""
+        res = runner.invoke(app, ["cost", "--hardware", "gb200", "--tokens-per-s-per-gpu",
+                                  "11742", "--json"])
+        assert round(json.loads(res.output)["usd_per_million_tokens"], 4) == 0.0440

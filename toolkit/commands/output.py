@@ -1,0 +1,217 @@
+"""One output convention for every command: ``--format``, ``--json`` (its alias) and
+``--output FILE``.
+
+A command builds an :class:`Output` from its options *before* doing any work (so a bad
+``--output`` name fails in a second, not after a long replay) and hands its result to
+:meth:`Output.emit`: one record (a run summary, a dict) or rows (a list of dicts or a
+Polars frame). ``table`` is for people (aligned ``key  value`` lines for a record; a grid
+for rows, shown one record per block when too wide for the terminal, long results cut with
+a note); ``markdown``, ``csv`` and ``json`` are for pasting and for programs. ``--output``
+writes the rows to a file whose type follows its extension, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from toolkit.commands.common import fail
+
+FORMATS = ("table", "markdown", "csv", "json")
+FILE_TYPES = (".csv", ".json", ".parquet")
+TABLE_ROWS = 100  # rows a table/markdown listing shows before it stops with a note
+CELL_CHARS = 80  # longest value shown in the vertical layout
+
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", help=f"Output format: {', '.join(FORMATS)} (default table).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", help="Write the result rows to FILE instead of printing them; the type "
+    "follows the extension: .csv, .json (a list of row objects) or .parquet.")]
+
+Rows = dict[str, Any] | list[dict[str, Any]] | Any  # a record, rows, or a polars.DataFrame
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where and how a command prints its result.
+
+    Attributes:
+        fmt: one of :data:`FORMATS`.
+        path: file to write instead of printing, or ``None``.
+    """
+
+    fmt: str = "table"
+    path: Path | None = None
+
+    @classmethod
+    def from_options(cls, fmt: str | None, as_json: bool = False,
+                     output: Path | None = None) -> Output:
+        """Check the options; exit 2 with one line if they are unusable."""
+        if as_json and fmt not in (None, "json"):
+            fail(f"--json means --format json; it cannot be combined with --format {fmt}")
+        fmt = "json" if as_json else (fmt or "table")
+        if fmt not in FORMATS:
+            fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        if output is not None:
+            check_output_file(output, "--output", FILE_TYPES)
+        return cls(fmt, output)
+
+    @property
+    def quiet(self) -> bool:
+        """No progress bars: the output is for a program."""
+        return self.fmt == "json"
+
+    def emit(self, data: Rows) -> None:
+        """Print ``data`` in this format, or write it to :attr:`path`.
+
+        Args:
+            data: a record (dict), rows (list of dicts) or a Polars frame.
+        """
+        import polars as pl
+
+        record = isinstance(data, dict)
+        if isinstance(data, pl.DataFrame):
+            df = data
+        else:
+            data = data if record else list(data)
+            df = pl.from_dicts([data] if record else data, infer_schema_length=None,
+                               strict=False)  # mixed values (a spec's) become strings
+        if self.path is not None:
+            write_file(df, self.path)
+            typer.echo(f"wrote {df.height:,} row(s) to {self.path}", err=True)
+            return
+        if self.fmt == "json":
+            payload = df.to_dicts() if isinstance(data, pl.DataFrame) else data
+            typer.echo(json.dumps(payload, default=str))
+        elif self.fmt == "csv":
+            _check_flat(df, "CSV")
+            sys.stdout.write(df.write_csv())
+        elif self.fmt == "markdown":
+            typer.echo(_markdown(_record_frame(data) if record else df))
+        else:
+            typer.echo(_record_lines(data) if record else _table(df))
+
+
+def check_output_file(path: Path, option: str, suffixes: tuple[str, ...]) -> None:
+    """Refuse, before any work, a file a command could not write: wrong extension, a
+    directory, or a missing parent directory (one line, exit 2)."""
+    if path.suffix.lower() not in suffixes:
+        fail(f"{option} {path}: the extension must be one of {', '.join(suffixes)}, "
+             f"got {path.suffix or 'none'!r}")
+    if path.is_dir():
+        fail(f"{option} {path}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        fail(f"{option} {path}: directory {path.parent} does not exist")
+
+
+def _check_flat(df: Any, what: str) -> None:
+    nested = [c for c, t in df.schema.items() if t.is_nested()]
+    if nested:
+        fail(f"column(s) {', '.join(nested)} are nested (lists or structs), which {what} "
+             "cannot hold; use --format json or table, or select scalar columns")
+
+
+def write_file(df: Any, path: Path) -> None:
+    """Write ``df`` to ``path`` (type by extension) through a temporary file in the same
+    directory, so an interrupted write never leaves a half-written file under the name."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        _check_flat(df, "CSV")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        if suffix == ".csv":
+            df.write_csv(tmp)
+        elif suffix == ".json":
+            Path(tmp).write_text(json.dumps(df.to_dicts(), default=str) + "\n")
+        else:
+            df.write_parquet(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        fail(f"--output {path}: {e.strerror or e}")
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _record_lines(row: dict[str, Any]) -> str:
+    """Aligned ``key  value`` lines (``config_json`` left out: it is in --format json)."""
+    shown = {k: v for k, v in row.items() if k != "config_json"}
+    width = max((len(k) for k in shown), default=0)
+    return "\n".join(f"{k:<{width}}  {f'{v:.6f}' if isinstance(v, float) else v}"
+                     for k, v in shown.items())
+
+
+def _record_frame(row: dict[str, Any]) -> Any:
+    import polars as pl
+
+    shown = {k: v for k, v in row.items() if k != "config_json"}
+    return pl.DataFrame({"field": list(shown),
+                         "value": [f"{v:.6f}" if isinstance(v, float) else str(v)
+                                   for v in shown.values()]})
+
+
+def _head(df: Any) -> tuple[Any, str | None]:
+    if df.height <= TABLE_ROWS:
+        return df, None
+    return df.head(TABLE_ROWS), (f"... {df.height - TABLE_ROWS:,} more row(s) not shown; "
+                                 "use --output FILE, --format csv/json, or LIMIT")
+
+
+def _markdown(df: Any) -> str:
+    import polars as pl
+
+    df, cut = _head(df)
+    with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True,
+                   tbl_hide_dataframe_shape=True, tbl_rows=-1, tbl_cols=-1,
+                   tbl_width_chars=30_000, fmt_str_lengths=30_000):
+        text = str(df)
+    return text + (f"\n\n{cut}" if cut else "")
+
+
+def terminal_columns() -> int:
+    """Width to fit tables into: the terminal's, ``$COLUMNS``, or 120 when piped."""
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def _table(df: Any) -> str:
+    """A grid if it fits the terminal, else one block per row (``psql``'s expanded view)."""
+    import polars as pl
+
+    if df.width == 0:
+        return "(no columns)"
+    df, cut = _head(df)
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=30_000, fmt_str_lengths=CELL_CHARS,
+                   tbl_hide_dataframe_shape=True):
+        text = str(df)
+    cols = terminal_columns()
+    if df.width > 1 and max(len(line) for line in text.splitlines()) > cols:
+        text = _vertical(df, cols)
+    return text + (f"\n{cut}" if cut else "")
+
+
+def _vertical(df: Any, cols: int) -> str:
+    width = max(len(c) for c in df.columns)
+    room = max(cols - width - 3, 20)
+    lines, cut = [], 0
+    for i, row in enumerate(df.iter_rows(named=True), 1):
+        lines.append(f"-[ row {i} ]".ljust(min(cols, width + 3 + 20), "-"))
+        for k, v in row.items():
+            s = f"{v:.6g}" if isinstance(v, float) else str(v)
+            if len(s) > room:
+                s, cut = s[: room - 1] + "…", cut + 1
+            lines.append(f"{k:<{width}} | {s}")
+    if cut:
+        lines.append(f"({cut} long value(s) cut at {room} characters; --format json or "
+                     "--output FILE shows them whole)")
+    return "\n".join(lines)

@@ -1,0 +1,414 @@
+"""Self-contained HTML report of a store: headline tables, one section per analysis present,
+hardware provenance, the list of runs; every chart also as SVG and PNG.
+
+Why this shape: a report must open offline years later (all JavaScript inline, one
+vega-embed per chart, so one broken chart cannot hide the others) and every figure in it
+must be re-derivable: each table and chart comes from a named query (``toolkit sql --query
+NAME``), and each headline row names the run it came from.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+
+from toolkit import __version__
+from toolkit import charts as ch
+from toolkit.analysis.queries import run_query
+from toolkit.store import Store
+
+HTML_NAME = "index.html"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One chart: a file stem, the named query it draws, and what it shows in words."""
+
+    stem: str
+    query: str
+    explanation: str
+    chart: alt.TopLevelMixin
+
+
+@dataclass(frozen=True)
+class Section:
+    """One analysis: text, tables (title, frame) and figures."""
+
+    key: str
+    title: str
+    intro: str
+    tables: tuple[tuple[str, pl.DataFrame], ...] = ()
+    figures: tuple[Figure, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything the HTML shows, built from a store without drawing anything."""
+
+    title: str
+    store_root: str
+    headline: tuple[tuple[str, pl.DataFrame], ...]
+    sections: tuple[Section, ...]
+    provenance: pl.DataFrame
+    runs: pl.DataFrame
+    figures: tuple[Figure, ...] = field(default=())
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _has(store: Store, table: str) -> bool:
+    return bool(store.query(f"SELECT count(*) > 0 FROM {table}").item())
+
+
+# --- sections --------------------------------------------------------------------------------
+
+def _prefix(store: Store) -> Section | None:
+    if not store.query("SELECT count(*) FROM replay_runs WHERE kind = 'prefix'").item():
+        return None
+    curve = run_query(store, "prefix_hit_curve")
+    tok = curve.filter(pl.col("metric") == "token_hit_ratio")
+    unb = tok.filter(pl.col("capacity_blocks").is_null())
+    bounded = tok.filter(pl.col("capacity_blocks").is_not_null()).sort("capacity_tokens")
+    parts = []
+    for t in unb["trace"].unique(maintain_order=True):
+        u = unb.filter(pl.col("trace") == t)["ratio"].max()
+        b = bounded.filter(pl.col("trace") == t)
+        s = f"On {t}, an unbounded LRU cache hits {_pct(u)} of prompt tokens"
+        if b.height:
+            r = b.row(0, named=True)
+            s += (f"; the smallest cache replayed ({r['capacity_tokens']:,} tokens, "
+                  f"{r['capacity_gb']:.1f} GB of {r['kv_model']} KV) hits {_pct(r['ratio'])}")
+        parts.append(s + ".")
+    fig = Figure("prefix_hit_ratio", "prefix_hit_curve",
+                 "Hit ratio of the prefix-block cache against its capacity (log scale, tokens and "
+                 "GB); the dashed rules are the unbounded cache, the most any cache can hit. "
+                 + " ".join(parts), ch.hit_ratio_vs_capacity(curve))
+    return Section("prefix", "Prefix caching", "Block-level replay of request timelines "
+                   "(chained prefix-block hashes) through a cache of fixed capacity.",
+                   (("Prefix replay runs", run_query(store, "prefix_runs")),), (fig,))
+
+
+def _selections(store: Store) -> Section | None:
+    if not _has(store, "selection_runs"):
+        return None
+    mrc = run_query(store, "miss_ratio_curve")
+    figs = []
+    vs = run_query(store, "policy_vs_opt")
+    gap = ""
+    if vs.height:
+        worst = vs.sort("misses_over_opt", descending=True, nulls_last=True).row(0, named=True)
+        gap = (f" The largest gap to OPT: {worst['policy']} at {worst['buffer_tokens']:,} tokens "
+               f"takes {worst['misses_over_opt']:.2f}x OPT's misses ({worst['trace']}, "
+               f"{worst['mode']}).")
+    figs.append(Figure("miss_ratio_curve", "miss_ratio_curve",
+                       "Miss ratio of the per-layer device buffer against its size, per policy; "
+                       "the dashed OPT (Belady) line is the bound no online policy can beat." + gap,
+                       ch.miss_ratio_curves(mrc)))
+    cdf = run_query(store, "miss_latency_cdf")
+    if cdf.height:
+        p99 = run_query(store, "miss_latency", per="layer")["p99_miss_latency_s"].max()
+        figs.append(Figure(
+            "miss_latency_cdf", "miss_latency_cdf",
+            "Distribution of the time to fetch one request's missed rows of one layer over "
+            "GB200's host link (SM gather kernel, all GPUs loading): one round trip plus bytes "
+            "over bandwidth, for the trace's own misses (not scaled to a model's k). The worst "
+            f"per-layer p99 is {1e6 * p99:.2f} µs.",
+            ch.miss_latency_cdf(cdf)))
+    loc = run_query(store, "selection_locality")
+    if loc.height:
+        tr = loc["trace"].first()
+        one = loc.filter(pl.col("trace") == tr)
+        figs.append(Figure(
+            "selection_locality", "selection_locality",
+            f"Per layer of {tr}: share of selected positions among the last 128, share of "
+            "selections holding position 0, and overlap with the next step and the next layer "
+            f"(|A∩B|/k). Mean step overlap {one['step_overlap_of_k'].mean():.2f}: the share an "
+            "LRU buffer can turn into hits.",
+            ch.metric_by_layer(one, ["frac_recent", "pos0_rate", "step_overlap_of_k",
+                                     "layer_overlap_of_k"],
+                               f"{tr}: selection locality per layer")))
+    return Section("selections", "Top-k selections (HiSparse device buffer)",
+                   "Replays of recorded top-k selections through a per-request, per-layer "
+                   "device buffer.",
+                   (("Selection replay runs", run_query(store, "selection_runs")),),
+                   tuple(figs))
+
+
+def _tiers(store: Store) -> Section | None:
+    if not _has(store, "tier_runs"):
+        return None
+    reuse = run_query(store, "tier_reuse")
+    wide = _tier_rates(reuse)
+    best = wide.sort("overall", descending=True).row(0, named=True)
+    text = (f"Share of each run's prompt tokens served from GPU, host DRAM and storage, or "
+            f"recomputed. Highest overall reuse: {_pct(best['overall'])} ({best['hardware']}, "
+            f"{best['load']}; GPU {_pct(best['GPU (L1)'])}, host {_pct(best['host (L2)'])}).")
+    return Section("tiers", "Prefix tiers (GPU / host / storage)",
+                   "Timeline replays of the prefix cache across memory tiers with service "
+                   "times from the hardware specs.", (),
+                   (Figure("tier_reuse", "tier_reuse", text, ch.tier_reuse_bars(reuse)),))
+
+
+def _tier_rates(reuse: pl.DataFrame) -> pl.DataFrame:
+    wide = reuse.with_columns(
+        pl.when(pl.col("concurrency").is_null()).then(pl.lit("trace arrivals"))
+        .otherwise(pl.format("{} users", "concurrency")).alias("load")
+    ).pivot(on="source", index=["run_id", "trace", "hardware", "load", "concurrency"],
+            values="share")
+    hits = [c for c in ("GPU (L1)", "host (L2)", "storage (L3)") if c in wide.columns]
+    return wide.with_columns(pl.sum_horizontal(hits).alias("overall")).sort(
+        "trace", "hardware", "concurrency", nulls_last=False)
+
+
+def _cost(store: Store) -> Section | None:
+    cost = run_query(store, "cost_per_mtok")
+    if not cost.height:
+        return None
+    pub = run_query(store, "published_costs")
+    what = {"decode": "priced selection replays (decode-step model, one row of decode_costs "
+                      "per hardware, batch and overlap)",
+            "tiers": "prefix-tier replays (one tier run per hardware and concurrency)"}
+    figs = []
+    for source in sorted(set(cost["source"])):
+        one = cost.filter(pl.col("source") == source)
+        cheapest = one.sort("usd_per_mtok_total").row(0, named=True)
+        figs.append(Figure(
+            f"cost_vs_interactivity_{source}", "cost_per_mtok",
+            f"$ per million total tokens against interactivity (tok/s/user) of the "
+            f"{what.get(source, source)}, per hardware; lines join each hardware's "
+            "Pareto-optimal runs, diamonds are published figures for GLM-5.3 agentic serving "
+            "(a different workload, for scale only). Cheapest: "
+            f"{cheapest['hardware']} {cheapest['setting']} at "
+            f"${cheapest['usd_per_mtok_total']:.4f}/M.",
+            ch.cost_pareto(one, pub, f"Cost vs interactivity: {source} "
+                           "(lines: Pareto fronts; diamonds: published)")))
+    steps = run_query(store, "step_time")
+    if steps.height:
+        exposed = steps.filter(pl.col("term_rank") == 2)
+        worst = exposed.sort("time_s", descending=True).row(0, named=True)
+        figs.append(Figure(
+            "step_time", "step_time",
+            "Mean decode-step time of each priced selection replay, split into HBM/compute "
+            "work and the miss I/O it does not hide. Most exposed I/O: "
+            f"{worst['config']}, {1e3 * worst['time_s']:.2f} of {1e3 * worst['mean_tpot_s']:.2f}"
+            " ms.", ch.step_time_breakdown(steps)))
+    return Section("cost", "Cost", "Prices are survey values per GPU-hour (vintage in the "
+                   "provenance table); throughput counts input + output tokens.",
+                   (("Published figures shown", pub),), tuple(figs))
+
+
+def _engram(store: Store) -> Section | None:
+    if not _has(store, "engram_runs"):
+        return None
+    curve = run_query(store, "engram_hit_curve")
+    runs = curve.filter(pl.col("source") == "replay").sort("hit_ratio", descending=True)
+    figs = []
+    if curve.height:
+        best = runs.row(0, named=True) if runs.height else None
+        text = ("Hit ratio of an HBM cache of Engram table rows against its size: the grey "
+                "line is LRU at every size (one pass over the lookups), points are replays.")
+        if best:
+            text += (f" Best replay: {best['policy']} at {best['cache_mb']:g} MB hits "
+                     f"{_pct(best['hit_ratio'])}.")
+        figs.append(Figure("engram_hit_curve", "engram_hit_curve", text,
+                           ch.engram_hit_curve(curve)))
+    per_token = run_query(store, "engram_bytes_per_token")
+    if per_token.height:
+        figs.append(Figure(
+            "engram_bytes_per_token", "engram_bytes_per_token",
+            "Bytes each token reads from HBM and from the backing store (useful row bytes, and "
+            "bytes actually read: an SSD moves a whole block per row), per cache size.",
+            ch.engram_bytes_per_token(per_token)))
+    return Section("engram", "Engram table offload", "Hashed N-gram table lookups of real "
+                   "text replayed through an HBM row cache over DRAM or SSD.", (), tuple(figs))
+
+
+def _model_vs_measured(store: Store) -> Section:
+    mvm = run_query(store, "model_vs_measured")
+    med = float(mvm["rel_err"].abs().median())
+    df = mvm.select("hardware", "framework", "precision", "spec_method", "layout", "isl",
+                    "osl", "conc", "measured", "predicted")
+    fig = Figure("model_vs_measured", "model_vs_measured",
+                 f"Held-out predictions of throughput per GPU against {mvm.height} measured "
+                 "InferenceX DeepSeek-R1 points (leave-one-hardware-out: the fit that predicts a "
+                 f"hardware never saw it); median |error| {_pct(med)}. Dashed: y = x; band: "
+                 "±25%.", ch.predicted_vs_measured(df, "tok/s/GPU", "Throughput per GPU"))
+    figs = [fig]
+    fronts = run_query(store, "serving_fronts")
+    for run in fronts["run_id"].unique(maintain_order=True):
+        f = fronts.filter(pl.col("run_id") == run)
+        r = f.row(0, named=True)
+        pts = pl.concat([run_query(store, "measured_points", hardware=hw, isl=r["isl"],
+                                   osl=r["osl"], precision=r["precision"])
+                         for hw in f["hardware"].unique(maintain_order=True)])
+        figs.append(Figure(
+            f"serving_fronts_{len(figs)}", "serving_fronts",
+            f"Modelled Pareto fronts of {r['model']} {r['precision']} at {r['isl']}/{r['osl']} "
+            f"tokens (lines) with the {pts.height} measured points at that shape (diamonds).",
+            ch.pareto_fronts(f, pts, f"{r['model']} {r['precision']} {r['isl']}/{r['osl']}: "
+                             "modelled fronts and measured points")))
+    return Section("model_vs_measured", "Serving model vs measured",
+                   "The step-level serving model (bundled fit) against measured points "
+                   "(SemiAnalysis InferenceX, Apache-2.0).", (), tuple(figs))
+
+
+def _headline(store: Store) -> tuple[tuple[str, pl.DataFrame], ...]:
+    out = []
+    best = run_query(store, "best_policy")
+    if best.height:
+        out.append(("Best online policy per buffer size", best.select(
+            "trace", "mode", "buffer_tokens", "best_policy",
+            pl.col("best_miss_ratio").round(4), pl.col("opt_miss_ratio").round(4), "run_id")))
+    if _has(store, "tier_runs"):
+        wide = _tier_rates(run_query(store, "tier_reuse"))
+        out.append(("Hit rates per tier (share of prompt tokens)", wide.select(
+            "trace", "hardware", "load",
+            *[pl.col(c).round(4) for c in wide.columns
+              if c in ("GPU (L1)", "host (L2)", "storage (L3)", "overall")], "run_id")))
+    cost = run_query(store, "cost_per_mtok")
+    if cost.height:
+        cheapest = cost.sort("usd_per_mtok_total").group_by(
+            "source", "hardware", maintain_order=True).first().sort("source", "hardware")
+        out.append(("Lowest $ per M total tokens per hardware", cheapest.select(
+            "source", "hardware", "trace", "model", "setting",
+            pl.col("interactivity_tok_s_user").round(1),
+            pl.col("usd_per_mtok_total").round(4), pl.col("usd_per_mtok_output").round(3),
+            "usd_per_gpu_hour", "run_id")))
+    return tuple(out)
+
+
+def _provenance(store: Store) -> pl.DataFrame:
+    from toolkit.hardware import get_hardware
+
+    names: set[str] = set()
+    for t in ("tier_runs", "decode_costs", "engram_runs"):
+        names |= set(store.query(f"SELECT DISTINCT hardware FROM {t}")["hardware"])
+    rows = []
+    for n in sorted(names):
+        spec = get_hardware(n)
+        for f, src in spec.provenance.items():
+            rows.append({"hardware": n, "field": f, "value": str(src.value), "kind": src.kind,
+                         "source": src.source, "vintage": src.vintage})
+    return pl.DataFrame(rows, schema=dict.fromkeys(
+        ("hardware", "field", "value", "kind", "source", "vintage"), pl.String))
+
+
+def build_report(store: Store, title: str = "KV-cache tiering report") -> Report:
+    """Collect every section the store has data for; draws and writes nothing."""
+    builders: list[Callable[[Store], Section | None]] = [_prefix, _selections, _tiers, _cost,
+                                                         _engram]
+    sections = [s for s in (b(store) for b in builders) if s is not None]
+    sections.append(_model_vs_measured(store))
+    figs = tuple(f for s in sections for f in s.figures)
+    return Report(title, str(store.root), _headline(store), tuple(sections),
+                  _provenance(store), run_query(store, "runs"), figs)
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
+th { background: #f3f3f3; } .fig { margin: 1em 0 2em; } .muted { color: #666; }
+details { margin: 0.5em 0; }
+"""
+
+
+def _table_html(df: pl.DataFrame, limit: int = 200) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r)
+        + "</tr>" for r in df.head(limit).iter_rows())
+    more = (f"<p class='muted'>{df.height - limit} more rows: run the named query.</p>"
+            if df.height > limit else "")
+    return f"<table><tr>{head}</tr>{body}</table>{more}"
+
+
+def _script_json(obj: object) -> str:
+    """JSON safe inside a <script> element."""
+    return json.dumps(obj).replace("</", "<\\/")
+
+
+def render_html(report: Report, js_bundle: str) -> str:
+    """The whole page as one string (``js_bundle``: vega, vega-lite and vega-embed)."""
+    out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(report.title)}"
+           f"</title><style>{_CSS}</style><script>{js_bundle}</script></head><body>",
+           f"<h1>{html.escape(report.title)}</h1>",
+           f"<p class='muted'>Store {html.escape(report.store_root)}; toolkit {__version__}. "
+           "Every table and chart below is a named query: <code>toolkit sql --store DIR "
+           "--query NAME</code>.</p>", "<h2>Headline</h2>"]
+    for cap, df in report.headline:
+        out += [f"<h3>{html.escape(cap)}</h3>", _table_html(df)]
+    embeds = []
+    for s in report.sections:
+        out += [f"<h2 id='{s.key}'>{html.escape(s.title)}</h2>", f"<p>{html.escape(s.intro)}</p>"]
+        for f in s.figures:
+            div = f"chart-{f.stem}"
+            out.append(f"<div class='fig'><div id='{div}' class='chart' data-query='{f.query}'>"
+                       f"</div><p>{html.escape(f.explanation)} <span class='muted'>(query "
+                       f"<code>{f.query}</code>; files {f.stem}.svg, {f.stem}.png)</span></p>"
+                       "</div>")
+            embeds.append((div, f.chart.to_dict()))
+        for cap, df in s.tables:
+            out += [f"<details><summary>{html.escape(cap)} ({df.height} rows)</summary>",
+                    _table_html(df), "</details>"]
+    out += ["<h2 id='provenance'>Hardware figures and their provenance</h2>",
+            "<p>Every field of every hardware spec used by a run in this store.</p>",
+            _table_html(report.provenance, limit=10_000),
+            "<h2 id='runs'>Runs</h2>", _table_html(report.runs, limit=10_000)]
+    calls = "\n".join(
+        f"vegaEmbed('#{div}', {_script_json(spec)}, {{renderer: 'svg', actions: false}})"
+        f".catch(e => console.error('{div}', e));" for div, spec in embeds)
+    out += [f"<script>\n{calls}\n</script>", "</body></html>"]
+    return "\n".join(out)
+
+
+def _js_bundle() -> str:
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    return vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+
+
+def write_report(store: Store, out_dir: str | Path, title: str = "KV-cache tiering report"
+                 ) -> Path:
+    """Write ``index.html`` plus ``STEM.svg`` and ``STEM.png`` per chart into ``out_dir``.
+
+    Files are produced in a temporary sibling directory and moved in at the end, so a
+    failure leaves ``out_dir`` as it was.
+    """
+    import vl_convert as vlc
+
+    out = Path(out_dir)
+    report = build_report(store, title)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        (tmp / HTML_NAME).write_text(render_html(report, _js_bundle()), encoding="utf-8")
+        for f in report.figures:
+            spec = f.chart.to_dict()
+            (tmp / f"{f.stem}.svg").write_text(vlc.vegalite_to_svg(spec), encoding="utf-8")
+            (tmp / f"{f.stem}.png").write_bytes(vlc.vegalite_to_png(spec, scale=2))
+        out.mkdir(exist_ok=True)
+        for p in tmp.iterdir():
+            p.replace(out / p.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out / HTML_NAME
+
+
+def chart_divs(page: str) -> list[str]:
+    """Ids of the chart containers of a rendered page (what a browser check expects)."""
+    return re.findall(r"<div id='(chart-[\w-]+)' class='chart'", page)
