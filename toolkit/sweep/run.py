@@ -9,10 +9,8 @@ earlier sweep, a killed one, or by hand from the CLI) is skipped and points at t
 from __future__ import annotations
 
 import json
-import sys
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,19 +77,12 @@ def _check_traces(store: Store, grid: Grid, cells: list[Any]) -> None:
                 f"({table}); known: {', '.join(sorted(known)) or 'none'}")
 
 
-@contextmanager
-def _progress(total: int, enabled: bool | None):
-    """A cell counter on a terminal only (never under --json, in tests or notebooks,
-    whose stderr nbval compares)."""
-    from tqdm.std import tqdm
+def _progress(total: int, enabled: bool | None) -> Any:
+    """A cell counter: on a terminal or in a notebook, never under --json or
+    ``TOOLKIT_PROGRESS=0`` (tests, executed notebooks); see toolkit.replay.progress."""
+    from toolkit.replay.progress import progress
 
-    on = enabled if enabled is not None else bool(sys.stderr and sys.stderr.isatty())
-    bar = tqdm(total=total, desc="sweep", unit="cell", disable=not on, leave=False,
-               dynamic_ncols=True)
-    try:
-        yield bar
-    finally:
-        bar.close()
+    return progress(total, "sweep", enabled, unit="cell")
 
 
 def new_sweep_id(grid: Grid) -> str:
