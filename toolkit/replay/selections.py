@@ -435,15 +435,36 @@ def _order(rows: SelectionRows, full_layers: tuple[int, ...] | None) -> _Ordered
     return _Ordered(r, st, la, sl, src, new_group, accesses)
 
 
+SUB_ACCESSES = 1 << 19
+"""Accesses planned, replayed and folded at a time (whole buffers): the key stream and hit
+array of one piece stay in cache between the three passes instead of going to DRAM, which
+is what kept two workers from scaling (memory bandwidth, not cores, was the limit)."""
+
+
 def _replay_part(rows: SelectionRows, o: _Ordered, lo: int, hi: int, n: int, n_keys: int,
                  cfg: SelectionReplayConfig, policy: Any) -> tuple[np.ndarray, np.ndarray, int]:
     """Plan, simulate and fold replay rows ``lo:hi`` (whole buffers): (hits, fast, evictions)."""
-    p = fused_plan(rows.values, rows.offsets, o.src[lo:hi], o.seq_len[lo:hi],
-                   o.new_group[lo:hi], n, cfg.mode, cfg.initial)
-    sim = policy.simulate(p.keys, n_keys, n, p.segments)
-    flags = np.asarray(sim.hits, dtype=np.bool_).view(np.uint8)  # any policy's hit array
-    hits = row_hits(flags, p.row_start, p.row_policy)
-    return hits + (o.accesses[lo:hi] - p.row_policy), p.fast_path, sim.evictions
+    starts = lo + np.flatnonzero(o.new_group[lo:hi])
+    bounds = np.r_[starts, hi] if starts.size and starts[0] == lo else np.r_[lo, starts, hi]
+    weight = np.r_[0, np.cumsum(o.accesses[lo:hi])][bounds - lo]
+    # cut at the buffer starts where the running access count crosses a multiple of SUB
+    step = np.flatnonzero(np.diff(weight // SUB_ACCESSES) > 0) + 1
+    cuts = [lo, *bounds[step[step < bounds.size - 1]].tolist(), hi] if hi > lo else [lo]
+    hits_parts, fast_parts, evictions = [], [], 0
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        p = fused_plan(rows.values, rows.offsets, o.src[a:b], o.seq_len[a:b],
+                       o.new_group[a:b], n, cfg.mode, cfg.initial)
+        sim = policy.simulate(p.keys, n_keys, n, p.segments)
+        flags = np.asarray(sim.hits, dtype=np.bool_).view(np.uint8)  # any policy's hit array
+        hits_parts.append(row_hits(flags, p.row_start, p.row_policy)
+                          + (o.accesses[a:b] - p.row_policy))
+        fast_parts.append(p.fast_path)
+        evictions += sim.evictions
+    if len(hits_parts) == 1:
+        return hits_parts[0], fast_parts[0], evictions
+    if not hits_parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.bool_), 0
+    return np.concatenate(hits_parts), np.concatenate(fast_parts), evictions
 
 
 def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, policy: Any,
