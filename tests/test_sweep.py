@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 import toolkit
 from toolkit import sweep
+from toolkit.analysis import QUERIES, run_query
 from toolkit.cli import app
 from toolkit.errors import StoreError
 from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
@@ -154,6 +155,12 @@ class TestRun:
         assert cells["status"].to_list() == ["done"] * 4
         assert cells["error"].null_count() == 4 and (cells["seconds"] > 0).all()
         assert set(cells["run_id"]) == set(sel_store.keys("selection_runs"))
+        # the surface and cell queries are registered named queries with documented columns
+        for name in ("sweep_cells", "sweep_miss_surface"):
+            df = run_query(sel_store, name, sweep_id=res.sweep_id)
+            assert df.columns == [c for c, _ in QUERIES[name].columns] and df.height == 4
+        surface = run_query(sel_store, "sweep_miss_surface", sweep_id=res.sweep_id)
+        assert surface.select("policy", "buffer_tokens", "misses").rows() == got
 
     def test_rerun_skips_every_cell(self, sel_store):
         """Re-running a grid skips cells whose run exists and points at that run."""
@@ -227,6 +234,10 @@ class TestRun:
                                         'hardware = ["gb200", "mi355x"]\n'
                                         'concurrency = [4, 16]'), workers=1)
             assert (r.ran, r.failed) == (4, 0)
+            df = run_query(s, "sweep_cost_surface", sweep_id=r.sweep_id)
+            assert df.columns == [c for c, _ in QUERIES["sweep_cost_surface"].columns]
+            assert df.select("hardware", "concurrency").rows() == [
+                ("gb200", 4), ("gb200", 16), ("mi355x", 4), ("mi355x", 16)]
             direct = replay_tiers(s, TierReplayConfig("conv", "mi355x", concurrency=16,
                                                       device_tokens=200_000), save=False)
             row = s.query("SELECT * FROM tier_runs WHERE run_id = $r",

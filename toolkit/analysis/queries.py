@@ -912,6 +912,56 @@ _LIST: list[NamedQuery] = [
         resolve=_resolve_runs),
 ]
 
+
+
+def _resolve_sweep(store: Store, args: dict[str, Any]) -> dict[str, Any]:
+    if not args["sweep_id"]:
+        raise QueryError("sweep queries need --param sweep_id=ID (toolkit sweep --json prints "
+                         "it; list them with: SELECT DISTINCT sweep_id FROM sweeps)")
+    return args
+
+
+def _sweep_queries() -> list[NamedQuery]:
+    """The sweep result surfaces (SQL kept next to the sweep code, documented here)."""
+    from toolkit.sweep.queries import SWEEP_QUERIES
+
+    sweep = (Param("sweep_id", None, "the sweep's id (required; printed by toolkit sweep)"),)
+    return [
+        NamedQuery(
+            "sweep_cells", "Every cell of one sweep: its status, the run that answers it, "
+            "its wall time and error.", SWEEP_QUERIES["sweep_cells"], sweep,
+            (("cell", "index in the grid's product order"), ("status", "done | skipped | failed"),
+             ("run_id", "answering run"), ("seconds", "cell wall time (s; 0 if skipped)"),
+             ("error", "error text of a failed cell"), ("cell_json", "the cell's settings")),
+            resolve=_resolve_sweep),
+        NamedQuery(
+            "sweep_miss_surface", "Selection sweep surface: miss ratio and host-to-device "
+            "bytes per (mode, policy, buffer, IndexShare) cell.",
+            SWEEP_QUERIES["sweep_miss_surface"], sweep,
+            (("trace", "name"), ("mode", "plain | hisparse"), ("policy", "name"),
+             ("buffer_tokens", "slots per (request, layer) buffer (tokens)"),
+             ("indexshare", "IndexShare on"), ("miss_ratio", "misses / accesses"),
+             ("misses", "count"), ("bytes_h2d", "bytes fetched host -> device"),
+             ("cell", "grid index"), ("status", "done | skipped"), ("run_id", "id")),
+            resolve=_resolve_sweep),
+        NamedQuery(
+            "sweep_cost_surface", "Tier sweep surface: $ per million tokens and hit rates per "
+            "(hardware, device pool, concurrency) cell.", SWEEP_QUERIES["sweep_cost_surface"],
+            sweep,
+            (("trace", "name"), ("hardware", "name"), ("concurrency", "closed-loop users"),
+             ("device_capacity_tokens", "GPU prefix pool (tokens)"),
+             ("radix_semantics", "sglang | page"),
+             ("usd_per_million_total_tokens", "$ per M input + output tokens"),
+             ("tokens_per_s_per_gpu", "tok/s/GPU"), ("gpu_hit_rate", "share"),
+             ("host_hit_rate", "share"), ("overall_hit_rate", "share"),
+             ("p90_ttft_s", "s"), ("cell", "grid index"), ("status", "done | skipped"),
+             ("run_id", "id")),
+            resolve=_resolve_sweep),
+    ]
+
+
+_LIST.extend(_sweep_queries())
+
 #: Every named query by name.
 QUERIES: Mapping[str, NamedQuery] = {q.name: q for q in _LIST}
 

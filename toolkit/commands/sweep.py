@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands.common import StoreOpt, cli_store, fail, guard
+from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
 
@@ -33,12 +34,15 @@ def sweep_cmd(
         str, typer.Option("--on-error", help="raise (stop at the first failed cell) or "
                           "record (record it, run the rest).")
     ] = "raise",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Run every cell of a grid not already in the store (resumable; exit 1 if a cell
     failed). Shows a cell counter on a terminal (never with --json)."""
     from toolkit.sweep import SweepError, load_grid, run
 
+    out = Output.from_options(fmt, as_json, output)
     if on_error not in ("raise", "record"):
         fail(f"--on-error must be raise or record, got {on_error!r}")
     if engine not in ("local", "ray"):
@@ -49,16 +53,16 @@ def sweep_cmd(
     with cli_store(store) as s:
         try:
             res = run(s, g, engine=engine, workers=workers, address=address,
-                      on_error=on_error, progress=False if as_json else None)
+                      on_error=on_error, progress=False if out.quiet else None)
         except SweepError as e:
             fail(str(e), code=1)
         except (ToolkitError, RegistryError, ValueError) as e:  # nothing ran
             fail(str(e))
-    if as_json:
-        typer.echo(json.dumps(res.as_json()))
-    else:
+    if out.fmt == "table" and out.path is None:
         typer.echo(f"sweep {res.sweep_id}: {res.cells} cells, {res.ran} ran, {res.skipped} "
                    f"skipped, {res.failed} failed in {res.elapsed_s:.1f} s")
+    else:  # --json prints exactly the summary object
+        out.emit(res.as_json())
     if res.failed:
         raise typer.Exit(1)
 
@@ -70,14 +74,19 @@ def compact_cmd(
         list[str] | None, typer.Option("--table", help="Table to compact (repeatable); "
                                        "default: every run/result table.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
 ) -> None:
     """Merge small per-run files into one partitioned dataset per table (queries return
     the same rows; keys stay readable and replaceable)."""
+    out = Output.from_options(fmt, as_json, output)
     with cli_store(store) as s:
         res = guard(s.compact, table)
-    if as_json:
-        typer.echo(json.dumps(res))
-        return
-    for t, n in res.items():
-        typer.echo(f"{t}: merged {n} file(s)")
+    if out.fmt == "json" and out.path is None:
+        typer.echo(json.dumps(res))  # {table: files merged}
+    elif out.fmt == "table" and out.path is None:
+        for t, n in res.items():
+            typer.echo(f"{t}: merged {n} file(s)")
+    else:
+        out.emit([{"table": t, "files_merged": n} for t, n in res.items()])

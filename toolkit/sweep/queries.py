@@ -1,7 +1,8 @@
 """SQL over a sweep's cells joined to their runs: the result surface of one sweep.
 
-Kept here until the named-query registry takes them (each is ``$sweep_id``-parametrised;
-skipped cells point at the run that answered them, so a resumed sweep shows every cell).
+Registered as named queries in :mod:`toolkit.analysis.queries` (each is
+``$sweep_id``-parametrised; skipped cells point at the run that answered them, so a resumed
+sweep shows every cell).
 """
 
 from __future__ import annotations
@@ -44,10 +45,11 @@ SWEEP_QUERIES: dict[str, str] = {
 
 
 def sweep_query(store: Store, name: str, sweep_id: str) -> pl.DataFrame:
-    """Run one of :data:`SWEEP_QUERIES` for ``sweep_id``."""
-    try:
-        sql = SWEEP_QUERIES[name]
-    except KeyError:
+    """Run one of :data:`SWEEP_QUERIES` for ``sweep_id`` (they are registered named
+    queries too: ``run_query(store, name, sweep_id=...)``, ``toolkit sql --query``)."""
+    from toolkit.analysis.queries import run_query
+
+    if name not in SWEEP_QUERIES:
         raise KeyError(f"unknown sweep query {name!r}; known: "
-                       f"{', '.join(sorted(SWEEP_QUERIES))}") from None
-    return store.query(sql, {"sweep_id": sweep_id})
+                       f"{', '.join(sorted(SWEEP_QUERIES))}")
+    return run_query(store, name, sweep_id=sweep_id)
