@@ -100,15 +100,11 @@ sweep_surface(surface, "buffer_tokens", "policy", "miss_ratio",
 # policy could do with perfect knowledge of future selections.
 
 # %%
-gap = store.query("""
-    SELECT r.policy, r.buffer_tokens, r.misses,
-           round(r.misses / o.misses::DOUBLE, 3) AS misses_over_opt
-    FROM selection_runs r JOIN selection_runs o
-      ON o.trace = r.trace AND o.mode = r.mode AND o.buffer_tokens = r.buffer_tokens
-     AND o.policy = 'opt'
-    WHERE r.trace = 'smollm2' AND r.mode = 'plain' AND r.policy <> 'opt'
-    ORDER BY r.buffer_tokens, r.policy
-""")
+gap = (run_query(store, "policy_vs_opt", trace="smollm2")
+       .filter((pl.col("mode") == "plain") & ~pl.col("indexshare"))
+       .select("policy", "buffer_tokens", "misses",
+               pl.col("misses_over_opt").round(3))
+       .sort("buffer_tokens", "policy"))
 grouped_bars(gap, "buffer_tokens", "misses_over_opt", "policy",
              "Misses relative to OPT (1.0 = optimal)")
 
