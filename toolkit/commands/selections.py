@@ -9,6 +9,7 @@ import typer
 
 from toolkit.commands.common import StoreOpt, choices, cli_store, fail, guard
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
+from toolkit.commands.timelines import run_ingest
 
 
 def ingest_selections_cmd(
@@ -42,19 +43,10 @@ def ingest_selections_cmd(
         fail(f"--format {fmt!r} is a request-timeline format; use `toolkit ingest {fmt}`")
     if order not in (None, "score", "position"):
         fail(f"--order must be 'score' or 'position', got {order!r}")
-    from toolkit.replay.progress import status
-
     meta = {"model": model, "k": k, "score": score, "order": order}
     if fmt == "bundle":  # the bundle carries its own metadata
         meta = {"select": select} | ({"k": k} if k else {})
-    with cli_store(store, create=True) as s, status(f"ingest {path.name}"):
-        res = guard(s.ingest, fmt, path, name, replace=replace, **meta)
-    for n in res.notes:
-        typer.echo(f"note: {n}", err=True)
-    typer.echo(
-        f"ingested {res.rows:,} selection rows from {path} as {res.trace} "
-        f"in {res.elapsed_s:.2f} s"
-    )
+    run_ingest(fmt, path, store, name, replace, **meta)
 
 
 def replay_selections_cmd(

@@ -29,7 +29,8 @@ def run_ingest(fmt: str, path: Path, store: Path, name: str | None, replace: boo
     for n in res.notes:
         typer.echo(f"note: {n}", err=True)
     typer.echo(
-        f"ingested {res.rows:,} rows from {path} as {res.table}/{res.trace} "
+        f"ingested {res.rows:,} {'selection rows' if res.table == 'selections' else 'rows'} "
+        f"from {path} as {res.table}/{res.trace} "
         f"in {res.elapsed_s:.2f} s"
     )
 
