@@ -138,6 +138,21 @@ class TestPinned:
         assert res.hits.tolist() == [False, False, True, True, False, False]
         assert res.miss_count == 4 == lcs_misses(keys, 2, "LFU", tmp_path)
 
+    def test_lfu_counts_outgrow_the_list_heads(self, tmp_path):
+        """A key hit thousands of times outgrows the per-count list heads several times
+        (they start at 64 and double): same misses as libCacheSim, and in segments the
+        same hits as replaying each segment on its own."""
+        rng = np.random.default_rng(3)
+        keys = np.empty(6000, dtype=np.int64)
+        keys[0::2] = 0  # the hot key: count ~3,000
+        keys[1::2] = rng.integers(1, 40, size=3000)
+        res = LFU().simulate(keys, 40, 8)
+        assert res.miss_count == lcs_misses(keys, 8, "LFU", tmp_path)
+        cuts = np.array([0, 1000, 4500])
+        seg = LFU().simulate(keys, 40, 8, cuts)
+        alone = [LFU().simulate(part, 40, 8).hits for part in np.split(keys, cuts[1:])]
+        assert seg.hits.tolist() == np.concatenate(alone).tolist()
+
     def test_opt_bypass_declines_a_dead_key(self, tmp_path):
         """With one slot, key 1 is never used again: OPT (like libCacheSim's Belady)
         admits it and loses 0, OPT-bypass keeps 0 and hits."""

@@ -13,6 +13,12 @@ import numpy as np
 from toolkit.memory import check_memory
 from toolkit.policies import SimResult, as_segments, check_keys, compact_keys
 
+U = np.uintp
+"""Index cast for kernels' hot loops: ``a[U(i)]`` instead of ``a[i]``. numba must allow a
+negative signed index to wrap around, which adds a compare and select to every load and
+store on the access's dependency chain; an unsigned index has none. Measured 1.3-1.6x on
+LRU (k = 2048 stream). Only for indices known to be >= 0."""
+
 INT32_LIMIT = 2**31 - 8  # room for the list sentinels kept after the last key
 
 

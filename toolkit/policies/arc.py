@@ -10,8 +10,9 @@ ghost entry.
 The eviction steps stay inline in one kernel on purpose: moved into helpers taking the
 state arrays, they were not inlined and the calls halved throughput on miss-heavy runs.
 ``_move`` is left to LLVM to inline (numba's ``inline="always"`` made it ~1.5x slower). A
-key's (prv, next) links share one int32 array, and a ghost hit leaves its ghost list in the
-same move that puts it in T2.
+key's (prv, next) links share one int32 array, a ghost hit leaves its ghost list in the
+same move that puts it in T2, the four list lengths are scalars (not an array read back
+after every store), and indices are cast with ``U`` (see ``_kernel.U``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
-from toolkit.policies._kernel import run_kernel
+from toolkit.policies._kernel import U, run_kernel
 
 T1, T2, B1, B2 = 1, 2, 3, 4  # list ids; 0 = untracked
 
@@ -28,19 +29,19 @@ T1, T2, B1, B2 = 1, 2, 3, 4  # list ids; 0 = untracked
 @nb.njit(cache=True, nogil=True)
 def _move(L, where, n_keys, k, dst):  # pragma: no cover - compiled
     """Unlink ``k`` (if tracked) and push it at the MRU end of list ``dst`` (0 = drop)."""
-    if where[k]:
-        p = L[2 * k]
-        q = L[2 * k + 1]
-        L[2 * p + 1] = q
-        L[2 * q] = p
-    where[k] = dst
+    if where[U(k)]:
+        p = L[U(2 * k)]
+        q = L[U(2 * k + 1)]
+        L[U(2 * p + 1)] = q
+        L[U(2 * q)] = p
+    where[U(k)] = dst
     if dst:
         sent = n_keys + dst
-        h = L[2 * sent + 1]
-        L[2 * k + 1] = h
-        L[2 * k] = sent
-        L[2 * h] = k
-        L[2 * sent + 1] = k
+        h = L[U(2 * sent + 1)]
+        L[U(2 * k + 1)] = h
+        L[U(2 * k)] = sent
+        L[U(2 * h)] = k
+        L[U(2 * sent + 1)] = k
 
 
 @nb.njit(cache=True, nogil=True)
@@ -48,7 +49,6 @@ def arc_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - co
     """Fill ``hits`` (uint8) and return the eviction count."""
     L = np.empty(2 * (n_keys + 5), dtype=np.int32)  # (prv, next) pairs; sentinels at n_keys + id
     where = np.zeros(n_keys, dtype=np.uint8)
-    ln = np.zeros(5, dtype=np.int64)  # list lengths
     for j in range(1, 5):
         L[2 * (n_keys + j)] = n_keys + j
         L[2 * (n_keys + j) + 1] = n_keys + j
@@ -66,54 +66,61 @@ def arc_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - co
                 node = L[2 * node + 1]
             L[2 * sent] = sent
             L[2 * sent + 1] = sent
-            ln[j] = 0
         p = 0.0
+        # list lengths as scalars (not an array): no store-to-load round trips
+        t1 = 0
+        t2 = 0
+        b1 = 0
+        b2 = 0
         for i in range(lo, hi):
-            k = keys[i]
-            w = where[k]
+            k = keys[U(i)]
+            w = where[U(k)]
             if w == T1 or w == T2:
-                hits[i] = 1
-                ln[w] -= 1
-                ln[T2] += 1
+                hits[U(i)] = 1
+                if w == T1:
+                    t1 -= 1
+                    t2 += 1
                 _move(L, where, n_keys, k, T2)
                 continue
-            hits[i] = 0
+            hits[U(i)] = 0
             if capacity == 0:
                 continue
             if w == B1:
-                p = min(p + max(ln[B2] / ln[B1], 1.0), capacity)
+                p = min(p + max(b2 / b1, 1.0), capacity)
+                b1 -= 1  # k leaves its ghost list in the final move below
             elif w == B2:
-                p = max(p - max(ln[B1] / ln[B2], 1.0), 0.0)
-            if w:
-                ln[w] -= 1  # k leaves its ghost list in the final move below
-            if ln[T1] + ln[T2] + 1 > capacity:
+                p = max(p - max(b1 / b2, 1.0), 0.0)
+                b2 -= 1
+            if t1 + t2 + 1 > capacity:
                 replace = True
                 if w == 0:
-                    if ln[T1] + ln[B1] + 1 > capacity:
-                        if ln[B1] > 0:
-                            ln[B1] -= 1
-                            _move(L, where, n_keys, L[2 * (n_keys + B1)], 0)
+                    if t1 + b1 + 1 > capacity:
+                        if b1 > 0:
+                            b1 -= 1
+                            _move(L, where, n_keys, L[U(2 * (n_keys + B1))], 0)
                         else:
-                            ln[T1] -= 1
-                            _move(L, where, n_keys, L[2 * (n_keys + T1)], 0)
+                            t1 -= 1
+                            _move(L, where, n_keys, L[U(2 * (n_keys + T1))], 0)
                             replace = False
-                    elif ln[T1] + ln[T2] + ln[B1] + ln[B2] >= 2 * capacity and ln[B2] > 0:
-                        ln[B2] -= 1
-                        _move(L, where, n_keys, L[2 * (n_keys + B2)], 0)
+                    elif t1 + t2 + b1 + b2 >= 2 * capacity and b2 > 0:
+                        b2 -= 1
+                        _move(L, where, n_keys, L[U(2 * (n_keys + B2))], 0)
                 if replace:
-                    t1 = ln[T1]
-                    if (t1 > 0 and (t1 > p or (t1 == p and w == B2))) or ln[T2] == 0:
-                        ln[T1] -= 1
-                        ln[B1] += 1
-                        _move(L, where, n_keys, L[2 * (n_keys + T1)], B1)
+                    if (t1 > 0 and (t1 > p or (t1 == p and w == B2))) or t2 == 0:
+                        t1 -= 1
+                        b1 += 1
+                        _move(L, where, n_keys, L[U(2 * (n_keys + T1))], B1)
                     else:
-                        ln[T2] -= 1
-                        ln[B2] += 1
-                        _move(L, where, n_keys, L[2 * (n_keys + T2)], B2)
+                        t2 -= 1
+                        b2 += 1
+                        _move(L, where, n_keys, L[U(2 * (n_keys + T2))], B2)
                 evictions += 1
-            dst = T2 if w else T1
-            ln[dst] += 1
-            _move(L, where, n_keys, k, dst)
+            if w:
+                t2 += 1
+                _move(L, where, n_keys, k, T2)
+            else:
+                t1 += 1
+                _move(L, where, n_keys, k, T1)
     return evictions
 
 

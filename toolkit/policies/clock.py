@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies._kernel import KernelPolicy
+from toolkit.policies._kernel import KernelPolicy, U
 
 
 @nb.njit(cache=True, nogil=True)
@@ -32,26 +32,26 @@ def clock_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - 
         size = 0
         hand = 0  # next slot to fill; once full, the oldest key
         for i in range(lo, hi):
-            k = keys[i]
-            if cached[k]:
-                hits[i] = 1
-                ref[k] = 1
+            k = keys[U(i)]
+            if cached[U(k)]:
+                hits[U(i)] = 1
+                ref[U(k)] = 1
                 continue
-            hits[i] = 0
+            hits[U(i)] = 0
             if capacity == 0:
                 continue
             if size == capacity:
-                while ref[ring[hand]]:
-                    ref[ring[hand]] = 0
+                while ref[U(ring[U(hand)])]:
+                    ref[U(ring[U(hand)])] = 0
                     hand += 1
                     if hand == capacity:
                         hand = 0
-                cached[ring[hand]] = 0
+                cached[U(ring[U(hand)])] = 0
                 evictions += 1
             else:
                 size += 1
-            ring[hand] = k
-            cached[k] = 1
+            ring[U(hand)] = k
+            cached[U(k)] = 1
             hand += 1
             if hand == capacity:
                 hand = 0

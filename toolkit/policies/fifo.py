@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies._kernel import KernelPolicy
+from toolkit.policies._kernel import KernelPolicy, U
 
 
 @nb.njit(cache=True, nogil=True)
@@ -28,20 +28,20 @@ def fifo_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - c
         size = 0
         pos = 0  # next slot to fill; once full, also the oldest key
         for i in range(lo, hi):
-            k = keys[i]
-            if cached[k]:
-                hits[i] = 1
+            k = keys[U(i)]
+            if cached[U(k)]:
+                hits[U(i)] = 1
                 continue
-            hits[i] = 0
+            hits[U(i)] = 0
             if capacity == 0:
                 continue
             if size == capacity:
-                cached[ring[pos]] = 0
+                cached[U(ring[U(pos)])] = 0
                 evictions += 1
             else:
                 size += 1
-            ring[pos] = k
-            cached[k] = 1
+            ring[U(pos)] = k
+            cached[U(k)] = 1
             pos += 1
             if pos == capacity:
                 pos = 0

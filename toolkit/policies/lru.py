@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies._kernel import KernelPolicy
+from toolkit.policies._kernel import KernelPolicy, U
 
 
 @nb.njit(cache=True, nogil=True)
@@ -40,32 +40,32 @@ def lru_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - co
         link[2 * s + 1] = s
         size = 0
         for i in range(lo, hi):
-            k = keys[i]
-            p = link[2 * k]
+            k = keys[U(i)]
+            p = link[U(2 * k)]
             if p >= 0:
-                hits[i] = 1
+                hits[U(i)] = 1
                 # unlink, then push to the MRU end
-                q = link[2 * k + 1]
-                link[2 * p + 1] = q
-                link[2 * q] = p
+                q = link[U(2 * k + 1)]
+                link[U(2 * p + 1)] = q
+                link[U(2 * q)] = p
             else:
-                hits[i] = 0
+                hits[U(i)] = 0
                 if capacity == 0:
                     continue
                 if size == capacity:
-                    victim = link[2 * s]
-                    pv = link[2 * victim]
-                    link[2 * pv + 1] = s
-                    link[2 * s] = pv
-                    link[2 * victim] = -1
+                    victim = link[U(2 * s)]
+                    pv = link[U(2 * victim)]
+                    link[U(2 * pv + 1)] = s
+                    link[U(2 * s)] = pv
+                    link[U(2 * victim)] = -1
                     evictions += 1
                 else:
                     size += 1
-            head = link[2 * s + 1]
-            link[2 * k + 1] = head
-            link[2 * k] = s
-            link[2 * head] = k
-            link[2 * s + 1] = k
+            head = link[U(2 * s + 1)]
+            link[U(2 * k + 1)] = head
+            link[U(2 * k)] = s
+            link[U(2 * head)] = k
+            link[U(2 * s + 1)] = k
     return evictions
 
 

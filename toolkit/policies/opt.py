@@ -17,7 +17,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from toolkit.policies import SimResult, as_segments, check_keys
-from toolkit.policies._kernel import run_kernel
+from toolkit.policies._kernel import U, run_kernel
 
 NEVER = np.iinfo(np.int64).max
 
@@ -37,10 +37,10 @@ def next_use_kernel(keys, n_keys, segments, out):  # pragma: no cover - compiled
         lo = segments[s]
         hi = segments[s + 1] if s + 1 < n_seg else n
         for i in range(hi - 1, lo - 1, -1):
-            k = keys[i]
-            j = last[k]
-            out[i] = j if j > i else never
-            last[k] = i
+            k = keys[U(i)]
+            j = last[U(k)]
+            out[U(i)] = j if j > i else never
+            last[U(k)] = i
 
 
 def next_use(keys: np.ndarray, n_keys: int, segments: np.ndarray | None = None) -> np.ndarray:
@@ -66,9 +66,9 @@ def _clz(typingctx, x):
 def _mark_up(bits, off, n_lv, w):  # pragma: no cover - compiled
     """Word ``w`` of level 0 became non-empty: mark it in the levels above."""
     for lv in range(1, n_lv):
-        j = off[lv] + (w >> 6)
-        word = bits[j]
-        bits[j] = word | (np.int64(1) << (w & 63))
+        j = off[U(lv)] + (w >> 6)
+        word = bits[U(j)]
+        bits[U(j)] = word | (np.int64(1) << (w & 63))
         if word != 0:
             return
         w >>= 6
@@ -78,9 +78,9 @@ def _mark_up(bits, off, n_lv, w):  # pragma: no cover - compiled
 def _unmark_up(bits, off, n_lv, w):  # pragma: no cover - compiled
     """Word ``w`` of level 0 became empty: unmark it in the levels above."""
     for lv in range(1, n_lv):
-        j = off[lv] + (w >> 6)
-        word = bits[j] & ~(np.int64(1) << (w & 63))
-        bits[j] = word
+        j = off[U(lv)] + (w >> 6)
+        word = bits[U(j)] & ~(np.int64(1) << (w & 63))
+        bits[U(j)] = word
         if word != 0:
             return
         w >>= 6
@@ -91,7 +91,7 @@ def _latest(bits, off, n_lv):  # pragma: no cover - compiled
     """The largest time in the set (the set must not be empty)."""
     w = 0
     for lv in range(n_lv - 1, -1, -1):
-        w = (w << 6) | (63 - _clz(bits[off[lv] + w]))
+        w = (w << 6) | (63 - _clz(bits[U(off[U(lv)] + w)]))
     return w
 
 
@@ -139,18 +139,18 @@ def opt_kernel(keys, n_keys, capacity, segments, hits, bypass):  # pragma: no co
         dead = 0  # cached keys with no further use in this segment
         for i in range(lo, hi):
             t = i - lo
-            p = nu[i]
+            p = nu[U(i)]
             # level-0 words are updated here, the levels above only when a word empties
             # or fills (helpers for those measured ~10% slower on the k = 2048 stream)
-            w = bits[t >> 6]
+            w = bits[U(t >> 6)]
             if (w >> (t & 63)) & 1:
-                hits[i] = 1
+                hits[U(i)] = 1
                 w &= ~(np.int64(1) << (t & 63))
-                bits[t >> 6] = w
+                bits[U(t >> 6)] = w
                 if w == 0:
                     _unmark_up(bits, off, n_lv, t >> 6)
             else:
-                hits[i] = 0
+                hits[U(i)] = 0
                 if capacity == 0:
                     continue
                 if size == capacity:
@@ -162,8 +162,8 @@ def opt_kernel(keys, n_keys, capacity, segments, hits, bypass):  # pragma: no co
                         m = _latest(bits, off, n_lv)
                         if bypass and p - lo >= m:
                             continue
-                        w = bits[m >> 6] & ~(np.int64(1) << (m & 63))
-                        bits[m >> 6] = w
+                        w = bits[U(m >> 6)] & ~(np.int64(1) << (m & 63))
+                        bits[U(m >> 6)] = w
                         if w == 0:
                             _unmark_up(bits, off, n_lv, m >> 6)
                     evictions += 1
@@ -173,8 +173,8 @@ def opt_kernel(keys, n_keys, capacity, segments, hits, bypass):  # pragma: no co
                 dead += 1
             else:
                 q = p - lo
-                w = bits[q >> 6]
-                bits[q >> 6] = w | (np.int64(1) << (q & 63))
+                w = bits[U(q >> 6)]
+                bits[U(q >> 6)] = w | (np.int64(1) << (q & 63))
                 if w == 0:
                     _mark_up(bits, off, n_lv, q >> 6)
     return evictions

@@ -19,7 +19,7 @@ import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
-from toolkit.policies._kernel import run_kernel
+from toolkit.policies._kernel import U, run_kernel
 
 SMALL, MAIN, GHOST = 1, 2, 3  # queue ids; 0 = untracked
 
@@ -27,19 +27,19 @@ SMALL, MAIN, GHOST = 1, 2, 3  # queue ids; 0 = untracked
 @nb.njit(cache=True, nogil=True)
 def _move(nxt, prv, where, n_keys, k, dst):  # pragma: no cover - compiled
     """Unlink ``k`` (if tracked) and push it at the newest end of queue ``dst`` (0 = drop)."""
-    if where[k]:
-        p = prv[k]
-        q = nxt[k]
-        nxt[p] = q
-        prv[q] = p
-    where[k] = dst
+    if where[U(k)]:
+        p = prv[U(k)]
+        q = nxt[U(k)]
+        nxt[U(p)] = q
+        prv[U(q)] = p
+    where[U(k)] = dst
     if dst:
         sent = n_keys + dst
-        h = nxt[sent]
-        nxt[k] = h
-        prv[k] = sent
-        prv[h] = k
-        nxt[sent] = k
+        h = nxt[U(sent)]
+        nxt[U(k)] = h
+        prv[U(k)] = sent
+        prv[U(h)] = k
+        nxt[U(sent)] = k
 
 
 @nb.njit(cache=True, nogil=True)
@@ -73,48 +73,48 @@ def s3fifo_kernel(
             ln[j] = 0
         has_evicted = False
         for i in range(lo, hi):
-            k = keys[i]
-            w = where[k]
+            k = keys[U(i)]
+            w = where[U(k)]
             if w == SMALL or w == MAIN:
-                hits[i] = 1
-                freq[k] += 1
+                hits[U(i)] = 1
+                freq[U(k)] += 1
                 continue
-            hits[i] = 0
+            hits[U(i)] = 0
             if w == GHOST:
-                ln[GHOST] -= 1
+                ln[U(GHOST)] -= 1
                 _move(nxt, prv, where, n_keys, k, 0)
             if small_max < 1:
                 continue
-            while ln[SMALL] + ln[MAIN] + 1 > capacity:
+            while ln[U(SMALL)] + ln[U(MAIN)] + 1 > capacity:
                 has_evicted = True
-                if ln[MAIN] > main_max or ln[SMALL] == 0:
-                    while ln[MAIN] > 0:  # main: 2-bit CLOCK
-                        v = prv[n_keys + MAIN]
-                        if freq[v] >= 1:
-                            freq[v] = min(freq[v], 3) - 1
+                if ln[U(MAIN)] > main_max or ln[U(SMALL)] == 0:
+                    while ln[U(MAIN)] > 0:  # main: 2-bit CLOCK
+                        v = prv[U(n_keys + MAIN)]
+                        if freq[U(v)] >= 1:
+                            freq[U(v)] = min(freq[U(v)], 3) - 1
                             _move(nxt, prv, where, n_keys, v, MAIN)
                         else:
-                            ln[MAIN] -= 1
+                            ln[U(MAIN)] -= 1
                             _move(nxt, prv, where, n_keys, v, 0)
                             evictions += 1
                             break
                 else:
                     # small: promote the re-referenced; stop at the first one evicted
-                    while ln[SMALL] > 0:
-                        v = prv[n_keys + SMALL]
-                        ln[SMALL] -= 1
-                        if freq[v] >= threshold:
-                            freq[v] = 0
-                            ln[MAIN] += 1
+                    while ln[U(SMALL)] > 0:
+                        v = prv[U(n_keys + SMALL)]
+                        ln[U(SMALL)] -= 1
+                        if freq[U(v)] >= threshold:
+                            freq[U(v)] = 0
+                            ln[U(MAIN)] += 1
                             _move(nxt, prv, where, n_keys, v, MAIN)
                             continue
                         if ghost_max == 0:
                             _move(nxt, prv, where, n_keys, v, 0)
                         else:
-                            if ln[GHOST] == ghost_max:
-                                _move(nxt, prv, where, n_keys, prv[n_keys + GHOST], 0)
+                            if ln[U(GHOST)] == ghost_max:
+                                _move(nxt, prv, where, n_keys, prv[U(n_keys + GHOST)], 0)
                             else:
-                                ln[GHOST] += 1
+                                ln[U(GHOST)] += 1
                             _move(nxt, prv, where, n_keys, v, GHOST)
                         evictions += 1
                         break
@@ -122,12 +122,12 @@ def s3fifo_kernel(
                 dst = MAIN
             elif small_max <= 1:
                 continue
-            elif not has_evicted and ln[SMALL] >= small_max:
+            elif not has_evicted and ln[U(SMALL)] >= small_max:
                 dst = MAIN
             else:
                 dst = SMALL
-            freq[k] = 0
-            ln[dst] += 1
+            freq[U(k)] = 0
+            ln[U(dst)] += 1
             _move(nxt, prv, where, n_keys, k, dst)
     return evictions
 
