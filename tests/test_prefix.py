@@ -177,3 +177,81 @@ def test_lru_hits_monotone_in_capacity(reqs, small, extra):
     n = max(stream.n_keys, 1)
     assert lru.simulate(stream.keys, n, small).hit_count <= lru.simulate(
         stream.keys, n, small + extra).hit_count
+
+
+class TestStreamFromStore:
+    """The stream a replay reads from the store: parallel row groups, the sort skipped only
+    when rows are in arrival order, small ids kept, large ones remapped, same hits."""
+
+    @staticmethod
+    def _stored(store, name: str, reqs, arrival, hashes_of=lambda h: h, groups: int = 1):
+        t = requests_table(name, arrival, [r[0] for r in reqs], [1] * len(reqs), 512,
+                           [[hashes_of(h) for h in r[2]] for r in reqs])
+        per = max(1, -(-t.num_rows // groups))
+        with store.writer("requests", name) as sink:
+            for i in range(0, t.num_rows, per):  # one row group per write
+                sink.write(t.slice(i, per))
+        return t
+
+    def _replay_hits(self, stream, capacity):
+        from toolkit.policies import policies
+
+        sim = policies.get("lru").simulate(stream.keys, max(stream.n_keys, 1), capacity)
+        return summarize(stream, sim.hits)
+
+    @settings(max_examples=25, deadline=None)
+    @given(reqs=requests_strategy, capacity=st.integers(0, 50), groups=st.integers(1, 4),
+           shuffle=st.booleans(), hashed=st.booleans(), seed=st.integers(0, 2**16))
+    def test_equals_reference_in_any_layout(self, tmp_path_factory, reqs, capacity, groups,
+                                            shuffle, hashed, seed):
+        """Rows out of order, several row groups, random 64-bit hashes: the replay still
+        equals the Python reference on the requests in arrival order."""
+        import toolkit
+
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(reqs)) if shuffle else np.arange(len(reqs))
+        arrival = [float(i) for i in order]  # row i arrives at time order[i]
+        salt = int(rng.integers(1, 2**62))
+        mix = (lambda h: (h * 0x9E3779B97F4A7C15 + salt) % 2**63) if hashed else (lambda h: h)
+        full = [(n, 512, h) for n, h in reqs]
+        with toolkit.open_store(tmp_path_factory.mktemp("s")) as store:
+            self._stored(store, "t", full, arrival, mix, groups)
+            if sum(len(h) for _, h in reqs) == 0:
+                return
+            assert len(store.read_parts("requests", "t")) == min(groups, len(reqs))
+            stream = load_stream(store, "t", workers=2)
+            got = self._replay_hits(stream, capacity)
+        by_arrival = [full[i] for i in np.argsort(order, kind="stable")]
+        ref = reference_replay(by_arrival, capacity)
+        assert {k: got[k] for k in ref} == ref
+
+    def test_small_ids_are_kept_and_large_ones_remapped(self, store):
+        reqs = [(2048, 512, [3, 7, 3]), (1024, 512, [7, 9])]
+        self._stored(store, "small", reqs, [0.0, 1.0])
+        s = load_stream(store, "small")
+        assert s.keys.dtype == np.int32 and s.keys.tolist() == [3, 7, 3, 7, 9]
+        self._stored(store, "big", reqs, [0.0, 1.0], lambda h: h << 40)
+        b = load_stream(store, "big")
+        assert b.keys.tolist() == [0, 1, 0, 1, 2] and b.n_keys == 3
+        assert s.tokens.tolist() == b.tokens.tolist() == [512, 512, 512, 512, 512]
+
+    def test_small_ids_are_delta_encoded_hashes_keep_the_dictionary(self, store):
+        import pyarrow.parquet as pq
+
+        reqs = [(2048, 512, list(range(i, i + 20))) for i in range(200)]
+        store.write("requests", "small", _table(reqs))
+        store.write("requests", "hashed", _table(
+            [(n, b, [h * 0x9E3779B97F4A7C15 % 2**63 for h in hs]) for n, b, hs in reqs]))
+
+        def encodings(name: str) -> tuple:
+            md = pq.ParquetFile(store.root / "requests" / f"{name}.parquet").metadata
+            rg = md.row_group(0)
+            col = next(rg.column(i) for i in range(rg.num_columns)
+                       if rg.column(i).path_in_schema == "block_hashes.list.element")
+            return col.encodings
+
+        assert "DELTA_BINARY_PACKED" in encodings("small")
+        assert "RLE_DICTIONARY" in encodings("hashed")
+        assert "DELTA_BINARY_PACKED" not in encodings("hashed")
+        a, b = (self._replay_hits(load_stream(store, n), 30) for n in ("small", "hashed"))
+        assert a == b

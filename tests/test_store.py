@@ -60,6 +60,21 @@ class TestWrite:
         with pytest.raises(StoreError, match="invalid trace name"):
             store.ingest("azure", AZURE, name)
 
+    def test_read_columns_and_parts(self, store):
+        """``columns`` reads a subset with the schema's types; an unknown column is refused
+        by name; the row-group readers of ``read_parts`` add up to ``read``."""
+        store.ingest("mooncake", MOONCAKE, "mc")
+        full = store.read("requests", "mc")
+        sub = store.read("requests", "mc", columns=["request_id", "block_hashes"])
+        assert sub.schema.names == ["request_id", "block_hashes"]
+        assert sub.equals(full.select(["request_id", "block_hashes"]))
+        with pytest.raises(StoreError, match="no column.*nope"):
+            store.read("requests", "mc", columns=["request_id", "nope"])
+        with pytest.raises(StoreError, match="no column.*nope"):
+            store.read_parts("requests", "mc", columns=["nope"])
+        parts = [read() for read in store.read_parts("requests", "mc", ["input_tokens"])]
+        assert pa.concat_tables(parts).equals(full.select(["input_tokens"]))
+
     def test_read_unknown_key_lists_known(self, store):
         store.ingest("azure", AZURE, "az")
         with pytest.raises(StoreError, match="known: az"):

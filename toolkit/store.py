@@ -38,6 +38,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from toolkit import schema
@@ -278,20 +279,43 @@ class Store:
         """Names of the ingested request timelines."""
         return self.keys("requests")
 
-    def read(self, table: str, key: str) -> pa.Table:
-        """One key of one table as Arrow, e.g. ``read("requests", "conversation_trace")``."""
+    def read(self, table: str, key: str, columns: list[str] | None = None) -> pa.Table:
+        """One key of one table as Arrow, e.g. ``read("requests", "conversation_trace")``.
+
+        ``columns``: only these (a replay that needs four of nine columns skips decoding
+        the rest).
+        """
         check_key(key, "key")  # a user's run id must not reach outside the store
         path = self._key_path(table, key)
+        want = _columns_schema(table, columns)
         if not path.exists() and key in self._compacted(table):
             with self._lock(exclusive=False):
-                return self._read_compacted(table, key)
+                t = self._read_compacted(table, key)
+                return t if columns is None else t.select(columns)
         if not path.exists():
             known = ", ".join(self.keys(table)) or "none"
             raise StoreError(f"no {table} named {key!r} in store {self.root}; known: {known}")
         try:
-            return pq.read_table(path, schema=schema.TABLES[table])
+            return pq.read_table(path, columns=columns, schema=want)
         except (OSError, pa.ArrowException) as e:
             raise StoreError(f"{path}: unreadable Parquet file: {e}") from None
+
+    def read_parts(self, table: str, key: str,
+                   columns: list[str] | None = None) -> list[Callable[[], pa.Table]]:
+        """One key of one table as readers of its row groups, in order: calling them on
+        threads decodes the groups in parallel (pyarrow releases the GIL), and each
+        caller can reduce its group before the next is read. A compacted key is one part.
+        """
+        check_key(key, "key")
+        path = self._key_path(table, key)
+        if not path.exists():
+            return [functools.partial(self.read, table, key, columns)]
+        want = _columns_schema(table, columns)
+        try:
+            groups = pq.ParquetFile(path).num_row_groups
+        except (OSError, pa.ArrowException) as e:
+            raise StoreError(f"{path}: unreadable Parquet file: {e}") from None
+        return [functools.partial(_read_group, path, g, want) for g in range(groups)]
 
     # -- writing --------------------------------------------------------------------
     @contextmanager
@@ -336,7 +360,7 @@ class Store:
             for t, data in conformed.items():
                 pq.write_table(data, self._tx.stage(t, key, replace),
                                row_group_size=row_group_rows(data),
-                               **parquet_options(data.schema))
+                               **parquet_options(data.schema, data))
         return finals
 
     @contextmanager
@@ -760,22 +784,65 @@ class Store:
             pass
 
 
-def parquet_options(table_schema: pa.Schema) -> dict[str, object]:
-    """zstd everywhere, except that ``list<int32>`` position columns (selections' ``topk``)
-    are delta-encoded and left uncompressed: ascending positions pack to a few bits each
-    and decode at ~200 M values/s on one core, against ~90 M/s for zstd + dictionary,
-    which made reading the store slower than replaying it (benchmarks/RESULTS.md)."""
-    lists = [f"{f.name}.list.element" for f in table_schema
-             if pa.types.is_list(f.type) and f.type.value_type == pa.int32()]
-    if not lists:
+def _columns_schema(table: str, columns: list[str] | None) -> pa.Schema:
+    """The schema of ``columns`` of ``table`` (all when None); unknown names are refused."""
+    full = schema.TABLES[table]
+    if columns is None:
+        return full
+    unknown = sorted(set(columns) - set(full.names))
+    if unknown:
+        raise StoreError(f"table {table} has no column(s) {', '.join(unknown)}; "
+                         f"columns: {', '.join(full.names)}")
+    return pa.schema([full.field(c) for c in columns])
+
+
+def _read_group(path: Path, group: int, want: pa.Schema) -> pa.Table:
+    try:
+        t = pq.ParquetFile(path).read_row_group(group, columns=want.names, use_threads=False)
+    except (OSError, pa.ArrowException) as e:
+        raise StoreError(f"{path}: unreadable Parquet row group {group}: {e}") from None
+    return t if t.schema.equals(want) else t.cast(want)
+
+
+def parquet_options(table_schema: pa.Schema, data: pa.Table | None = None) -> dict[str, object]:
+    """zstd everywhere, except for two kinds of list column that replays read whole:
+
+    * ``list<int32>`` positions (selections' ``topk``): delta-encoded and uncompressed.
+      Ascending positions pack to a few bits each and decode at ~200 M values/s on one
+      core, against ~90 M/s for zstd + dictionary, which made reading the store slower
+      than replaying it.
+    * ``list<int64>`` block hashes, when ``data`` shows they are small non-negative ids
+      (Mooncake's and Bailian's are renumbered 0..N): delta-encoded, then zstd, with no
+      dictionary. On Mooncake x 40 (11.5M lookups) that is 6.4 MB read at 3.9 ns a
+      lookup, against 18.5 MB at 5.9 ns with the dictionary. Random 64-bit hashes keep
+      the dictionary: repeats are what compresses them (73.8 vs 93.6 MB).
+
+    (benchmarks/RESULTS.md has both measurements.)
+    """
+    delta_none = [f"{f.name}.list.element" for f in table_schema
+                  if pa.types.is_list(f.type) and f.type.value_type == pa.int32()]
+    delta_zstd = [f"{f.name}.list.element" for f in table_schema
+                  if data is not None and pa.types.is_list(f.type)
+                  and f.type.value_type == pa.int64() and _small_ids(data.column(f.name))]
+    if not delta_none and not delta_zstd:
         return {"compression": "zstd"}
-    lists_set = {c.split(".")[0] for c in lists}
+    plain = {c.split(".")[0] for c in delta_none + delta_zstd}
     return {
-        "compression": {f.name: "zstd" for f in table_schema if f.name not in lists_set}
-        | dict.fromkeys(lists, "none"),
-        "use_dictionary": [f.name for f in table_schema if f.name not in lists_set],
-        "column_encoding": dict.fromkeys(lists, "DELTA_BINARY_PACKED"),
+        "compression": {f.name: "zstd" for f in table_schema if f.name not in plain}
+        | dict.fromkeys(delta_none, "none") | dict.fromkeys(delta_zstd, "zstd"),
+        "use_dictionary": [f.name for f in table_schema if f.name not in plain],
+        "column_encoding": dict.fromkeys(delta_none + delta_zstd, "DELTA_BINARY_PACKED"),
     }
+
+
+def _small_ids(column: pa.ChunkedArray) -> bool:
+    """Whether a list<int64> column holds only ids in [0, 2**32) (and at least one)."""
+    values = pc.list_flatten(column)
+    if len(values) == 0:
+        return False
+    lo_hi = pc.min_max(values)
+    lo, hi = lo_hi["min"].as_py(), lo_hi["max"].as_py()
+    return lo is not None and lo >= 0 and hi < 2**32
 
 
 def row_group_rows(data: pa.Table) -> int:

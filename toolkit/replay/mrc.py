@@ -151,7 +151,7 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
     elif kind == "prefix":
         from toolkit.replay.prefix import load_stream
 
-        stream = load_stream(store, trace)
+        stream = load_stream(store, trace, workers)
         n = stream.keys.size
         misses = lru_miss_curve(stream.keys, stream.n_keys, max_capacity, None, workers)
     else:

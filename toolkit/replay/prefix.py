@@ -22,9 +22,10 @@ import pyarrow.compute as pc
 from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
-from toolkit.policies import policies
+from toolkit.policies import SPARSE_KEY_FACTOR, policies
+from toolkit.policies._kernel import INT32_LIMIT
 from toolkit.replay.keys import dense_ids
-from toolkit.replay.parallel import ordered_results, resolve_workers
+from toolkit.replay.parallel import ordered_results, resolve_workers, thread_map
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.store import Store, bounded_key
 
@@ -58,69 +59,160 @@ class BlockStream:
     """A request timeline flattened to one lookup per (request, block), in replay order.
 
     Attributes:
-        keys: dense block ids (int64), remapped from the trace's hashes.
-        n_keys: number of distinct blocks.
-        tokens: tokens each lookup covers.
+        keys: int32 block ids, every one ``< n_keys``: the trace's own ids where they
+            are small non-negative integers (Mooncake and Bailian renumber their hashes
+            0..N), else dense ids remapped from the hashes.
+        n_keys: the key space (at least the number of distinct blocks).
         starts: offset of each request's first lookup (length = requests).
         lengths: lookups per request.
         prompt_tokens: input tokens per request.
+        block_tokens: tokens per hashed block, per request (0 where the trace has none).
     """
 
     keys: np.ndarray
     n_keys: int
-    tokens: np.ndarray
     starts: np.ndarray
     lengths: np.ndarray
     prompt_tokens: np.ndarray
+    block_tokens: np.ndarray
+
+    @functools.cached_property
+    def tokens(self) -> np.ndarray:
+        """Tokens each lookup covers (built on demand: replays fold tokens per request)."""
+        return _lookup_tokens(self.starts, self.lengths, self.prompt_tokens, self.block_tokens,
+                              self.keys.size)
 
 
 @nb.njit(cache=True, nogil=True)
-def _lookup_tokens(offsets, prompt, block_tokens):  # pragma: no cover - compiled
+def _lookup_tokens(starts, lengths, prompt, block_tokens, n):  # pragma: no cover - compiled
     """Tokens each lookup covers: block i of a request covers
     ``min(bt, prompt - bt * i)``, floored at 0 (one pass, no per-lookup index arrays)."""
-    n_req = offsets.shape[0] - 1
-    tokens = np.empty(offsets[n_req] - offsets[0], dtype=np.int64)
-    base = offsets[0]
-    for r in range(n_req):
+    tokens = np.empty(n, dtype=np.int64)
+    for r in range(starts.shape[0]):
         bt = block_tokens[r]
         left = prompt[r]
-        for j in range(offsets[r] - base, offsets[r + 1] - base):
+        for j in range(starts[r], starts[r] + lengths[r]):
             tokens[j] = min(max(left, 0), bt)
             left -= bt
     return tokens
 
 
-def block_stream(requests: pa.Table) -> BlockStream:
-    """Flatten a ``requests`` table (already in arrival order) into a :class:`BlockStream`."""
-    hashes = requests.column("block_hashes").combine_chunks()
-    offsets = hashes.offsets.to_numpy().astype(np.int64)
-    flat = hashes.flatten().to_numpy(zero_copy_only=False)
-    keys, n_keys = dense_ids(flat)
-    lengths = np.diff(offsets)
-    starts = offsets[:-1] - offsets[0]
-    prompt = requests.column("input_tokens").to_numpy().astype(np.int64)
-    bt = requests.column("block_tokens").fill_null(0).to_numpy().astype(np.int64)
-    tokens = _lookup_tokens(offsets, prompt, bt)
-    return BlockStream(keys, n_keys, tokens, starts, lengths, prompt)
+@nb.njit(cache=True, nogil=True)
+def _copy_ids(values, out, pos, limit):  # pragma: no cover - compiled
+    """Copy int64 ids into the int32 ``out[pos:]``; return the largest id, or -1 as soon
+    as one lies outside ``[0, limit)`` (the caller then remaps all ids densely)."""
+    hi = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        if v < 0 or v >= limit:
+            return -1
+        out[pos + i] = v
+        hi = max(hi, v)
+    return hi
 
 
 @nb.njit(cache=True, nogil=True)
-def _hit_totals(hits, tokens, starts, lengths):  # pragma: no cover - compiled
+def _in_order(arrival, request_id):  # pragma: no cover - compiled
+    """Whether rows are sorted by (arrival, request_id) already (as ingest writes them)."""
+    for i in range(1, arrival.shape[0]):
+        if arrival[i] < arrival[i - 1] or (
+                arrival[i] == arrival[i - 1] and request_id[i] < request_id[i - 1]):
+            return False
+    return True
+
+
+STREAM_COLUMNS = ["request_id", "arrival_s", "input_tokens", "block_tokens", "block_hashes"]
+"""The ``requests`` columns a prefix replay reads (the others are never decoded)."""
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Some consecutive requests, reduced to what a stream needs (one per row group)."""
+
+    request_id: np.ndarray
+    arrival_s: np.ndarray
+    prompt_tokens: np.ndarray
+    block_tokens: np.ndarray
+    lengths: np.ndarray
+    keys: np.ndarray | None  # int32 ids; None when some id is negative or past int32
+    top: int  # largest id (-1 when none)
+    hashes: pa.ChunkedArray | None  # kept only when ``keys`` is None
+
+
+def _part_of(table: pa.Table) -> _Part:
+    hashes = table.column("block_hashes")
+    lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False).astype(np.int64)
+    keys: np.ndarray | None = np.empty(int(lengths.sum()), dtype=np.int32)
+    pos, top = 0, -1
+    for chunk in hashes.chunks:
+        values = pc.list_flatten(chunk).to_numpy(zero_copy_only=False).astype(np.int64,
+                                                                               copy=False)
+        hi = _copy_ids(values, keys, pos, INT32_LIMIT)
+        if hi < 0:
+            keys = None
+            break
+        top = max(top, int(hi))
+        pos += values.size
+    return _Part(
+        table.column("request_id").to_numpy(), table.column("arrival_s").to_numpy(),
+        table.column("input_tokens").to_numpy().astype(np.int64),
+        table.column("block_tokens").fill_null(0).to_numpy().astype(np.int64),
+        lengths, keys, top, hashes if keys is None else None)
+
+
+def _assemble(parts: list[_Part]) -> BlockStream:
+    """One stream from parts in replay order: small ids kept as they are, anything else
+    (negative, past int32, or so sparse that a kernel would compact them) remapped."""
+    def cat(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+    lengths = cat([p.lengths for p in parts], np.int64)
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    n = int(lengths.sum())
+    if all(p.keys is not None for p in parts):
+        keys = cat([p.keys for p in parts], np.int32)  # type: ignore[misc]
+        n_keys = max((p.top for p in parts), default=-1) + 1
+        if n_keys > SPARSE_KEY_FACTOR * n + 65_536:
+            keys, n_keys = dense_ids(keys)
+    else:
+        flat = np.concatenate([
+            pc.list_flatten(p.hashes).to_numpy(zero_copy_only=False) if p.hashes is not None
+            else p.keys.astype(np.int64) for p in parts])  # type: ignore[union-attr]
+        keys, n_keys = dense_ids(flat)
+    keys = keys.astype(np.int32 if n_keys < INT32_LIMIT else np.int64, copy=False)
+    return BlockStream(keys, n_keys, starts, lengths,
+                       cat([p.prompt_tokens for p in parts], np.int64),
+                       cat([p.block_tokens for p in parts], np.int64))
+
+
+def block_stream(requests: pa.Table) -> BlockStream:
+    """Flatten a ``requests`` table (already in arrival order) into a :class:`BlockStream`."""
+    return _assemble([_part_of(requests)])
+
+
+@nb.njit(cache=True, nogil=True)
+def _hit_totals(hits, starts, lengths, prompt, block_tokens):  # pragma: no cover - compiled
     """(hit lookups, hit tokens, prefix-hit blocks, prefix-hit tokens) in one pass: a
-    request's prefix hit is its leading run of hits."""
+    request's prefix hit is its leading run of hits. Each lookup's tokens are computed
+    here (see ``_lookup_tokens``), not read from a per-lookup array."""
     hit_count = 0
     hit_tokens = 0
     run_blocks = 0
     run_tokens = 0
     for r in range(starts.shape[0]):
         in_run = True
+        bt = block_tokens[r]
+        left = prompt[r]
         for j in range(starts[r], starts[r] + lengths[r]):
+            tok = min(max(left, 0), bt)
+            left -= bt
             if hits[j]:
                 hit_count += 1
-                hit_tokens += tokens[j]
+                hit_tokens += tok
                 if in_run:
                     run_blocks += 1
-                    run_tokens += tokens[j]
+                    run_tokens += tok
             else:
                 in_run = False
     return hit_count, hit_tokens, run_blocks, run_tokens
@@ -131,7 +223,7 @@ def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
     n = hits.size
     flags = np.asarray(hits, dtype=np.bool_).view(np.uint8)
     hit_count, hit_tokens, run_blocks, prefix_tokens = (int(x) for x in _hit_totals(
-        flags, stream.tokens, stream.starts, stream.lengths))
+        flags, stream.starts, stream.lengths, stream.prompt_tokens, stream.block_tokens))
     prompt_tokens = int(stream.prompt_tokens.sum())
 
     def ratio(a: int, b: int) -> float:
@@ -151,17 +243,29 @@ def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
     }
 
 
-def load_stream(store: Store, trace: str) -> BlockStream:
-    """Read a trace from the store in arrival order and flatten it."""
-    table = store.read("requests", trace)
-    order = pc.sort_indices(table, [("arrival_s", "ascending"), ("request_id", "ascending")])
-    table = table.take(order)
-    if pc.sum(pc.list_value_length(table.column("block_hashes"))).as_py() in (None, 0):
+def load_stream(store: Store, trace: str, workers: int | None = None) -> BlockStream:
+    """Read a trace from the store in arrival order and flatten it.
+
+    Row groups are decoded and flattened on ``workers`` threads (``None`` = every core),
+    only the columns replay needs are read, and rows in arrival order already (as ingest
+    writes them) are not sorted again.
+    """
+    readers = store.read_parts("requests", trace, STREAM_COLUMNS)
+    parts = thread_map(lambda read: _part_of(read()), readers, resolve_workers(workers))
+    arrival = np.concatenate([p.arrival_s for p in parts]) if parts else np.zeros(0)
+    rid = np.concatenate([p.request_id for p in parts]) if parts else np.zeros(0, np.int64)
+    if _in_order(arrival, rid):
+        stream = _assemble(parts)
+    else:
+        table = store.read("requests", trace, columns=STREAM_COLUMNS)
+        order = pc.sort_indices(table, [("arrival_s", "ascending"), ("request_id", "ascending")])
+        stream = block_stream(table.take(order))
+    if stream.keys.size == 0:
         raise ToolkitError(
             f"trace {trace!r} has no prefix-block hashes (e.g. an Azure timeline); "
             "prefix replay needs a trace with hashes such as Mooncake's"
         )
-    return block_stream(table)
+    return stream
 
 
 def replay_prefix(
