@@ -118,7 +118,9 @@ pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts and meas
 fold = cross_validate(read_points(bundled_points_path()), "hardware", only=["mi300x"])
 bundled = heldout.filter(pl.col("hardware") == "mi300x")
 diff = (fold["pred_tput_per_gpu"] / bundled["pred_tput_per_gpu"] - 1).abs().max()
-print(f"max relative difference, MI300X fold: {diff:.2e}")
+# the fit's last digits depend on the BLAS build and thread count, so the check is a bound
+assert diff < 1e-3, diff
+print("MI300X fold reproduces the bundled predictions to within 0.1%")
 
 # %%
 store.close()

@@ -218,7 +218,8 @@ class TestStreamFromStore:
             self._stored(store, "t", full, arrival, mix, groups)
             if sum(len(h) for _, h in reqs) == 0:
                 return
-            assert len(store.read_parts("requests", "t")) == min(groups, len(reqs))
+            per = max(1, -(-len(reqs) // groups))
+            assert len(store.read_parts("requests", "t")) == len(range(0, len(reqs), per))
             stream = load_stream(store, "t", workers=2)
             got = self._replay_hits(stream, capacity)
         by_arrival = [full[i] for i in np.argsort(order, kind="stable")]
@@ -255,3 +256,48 @@ class TestStreamFromStore:
         assert "DELTA_BINARY_PACKED" not in encodings("hashed")
         a, b = (self._replay_hits(load_stream(store, n), 30) for n in ("small", "hashed"))
         assert a == b
+
+
+class TestStreamIndex:
+    """The flattened stream kept in the store's cache: used while the ``requests`` file is
+    unchanged, ignored once it changes or is damaged, and never needed for a result."""
+
+    def test_second_load_reads_the_index(self, store, monkeypatch):
+        reqs = [(2048, 512, [3, 7, 3, 1]), (1024, 512, [7, 9])]
+        store.write("requests", "t", _table(reqs))
+        first = load_stream(store, "t")
+        monkeypatch.setattr(type(store), "read_parts", lambda *a, **k: pytest.fail("decoded"))
+        again = load_stream(store, "t")
+        for f in ("keys", "starts", "lengths", "prompt_tokens", "block_tokens"):
+            assert getattr(again, f).tolist() == getattr(first, f).tolist()
+        assert again.n_keys == first.n_keys
+
+    def test_replaced_trace_is_read_again(self, store):
+        store.write("requests", "t", _table([(1024, 512, [1, 2])]))
+        assert load_stream(store, "t").keys.tolist() == [1, 2]
+        store.write("requests", "t", _table([(1536, 512, [5, 6, 7])]), replace=True)
+        s = load_stream(store, "t")
+        assert s.keys.tolist() == [5, 6, 7] and s.prompt_tokens.tolist() == [1536]
+
+    @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+    def test_damaged_index_is_rebuilt(self, store, damage):
+        from toolkit.replay.prefix import _index_path
+
+        store.write("requests", "t", _table([(1024, 512, [1, 2]), (512, 512, [2])]))
+        load_stream(store, "t")
+        path = _index_path(store, "t")
+        data = path.read_bytes()
+        path.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"x" * 999,
+                          "empty": b""}[damage])
+        assert load_stream(store, "t").keys.tolist() == [1, 2, 2]
+        assert path.read_bytes() == data  # rewritten whole
+
+    def test_unwritable_cache_is_skipped(self, store):
+        from toolkit.replay.prefix import _index_path
+
+        store.write("requests", "t", _table([(1024, 512, [4, 4])]))
+        blocker = _index_path(store, "t").parent
+        blocker.parent.mkdir(parents=True, exist_ok=True)
+        blocker.write_text("a file where the cache directory would go")
+        assert load_stream(store, "t").keys.tolist() == [4, 4]
+        assert load_stream(store, "t", use_index=False).keys.tolist() == [4, 4]

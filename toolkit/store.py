@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 
 CATALOG_FILE = "catalog.duckdb"
 STAGING_DIR = ".staging"
+CACHE_DIR = ".cache"
+"""Derived data kept for speed (replay indexes). Anything in it may be deleted at any
+time; each entry carries the ``source_stamp`` of the file it was derived from and is
+ignored once that file changes."""
 COMMIT_MARKER = "COMMIT"
 #: Age after which an unlocked staging entry is taken to belong to a dead process. Live
 #: writers hold a lock on their staging directory, so the age only guards the instant
@@ -377,6 +381,20 @@ class Store:
                 yield sink
             finally:
                 sink.close()
+
+    def cache_path(self, kind: str, key: str, suffix: str) -> Path:
+        """Where derived data of ``kind`` for ``key`` may be kept (see ``CACHE_DIR``)."""
+        check_key(key, "key")
+        return self.root / CACHE_DIR / kind / f"{key}{suffix}"
+
+    def source_stamp(self, table: str, key: str) -> tuple[int, int, int] | None:
+        """(size, mtime ns, inode) of the file holding ``table``/``key``, which every
+        write replaces (never edits in place); None when it lives in a compacted part."""
+        try:
+            st = self._key_path(table, key).stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_size, st.st_mtime_ns, st.st_ino)
 
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""

@@ -5,12 +5,14 @@ Formats without options get the generic command built in cli.py.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from toolkit.commands.common import StoreOpt, cli_store, fail, guard
+from toolkit.store import Store
 
 PathArg = Annotated[Path, typer.Argument(help="Trace file to read.")]
 NameOpt = Annotated[
@@ -26,6 +28,8 @@ def run_ingest(fmt: str, path: Path, store: Path, name: str | None, replace: boo
 
     with cli_store(store, create=True) as s, status(f"ingest {path.name}"):
         res = guard(s.ingest, fmt, path, name, replace=replace, **options)
+        if res.table == "requests":
+            _build_stream_index(s, res.trace)
     for n in res.notes:
         typer.echo(f"note: {n}", err=True)
     typer.echo(
@@ -33,6 +37,16 @@ def run_ingest(fmt: str, path: Path, store: Path, name: str | None, replace: boo
         f"from {path} as {res.table}/{res.trace} "
         f"in {res.elapsed_s:.2f} s"
     )
+
+
+def _build_stream_index(store: Store, trace: str) -> None:
+    """Flatten the new timeline once now, so that its first prefix replay reads the
+    stream index instead of decoding the hash lists (see ``prefix.load_stream``)."""
+    from toolkit.errors import ToolkitError
+    from toolkit.replay.prefix import load_stream
+
+    with contextlib.suppress(ToolkitError):  # a timeline without hashes has no stream
+        load_stream(store, trace)
 
 
 def ingest_mooncake_cmd(

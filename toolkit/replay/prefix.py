@@ -9,9 +9,13 @@ no capacity means unbounded. Block ``i`` of a request covers
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numba as nb
@@ -243,13 +247,79 @@ def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
     }
 
 
-def load_stream(store: Store, trace: str, workers: int | None = None) -> BlockStream:
+INDEX_VERSION = 1
+"""Bump when the flattening changes: older stream indexes are then ignored."""
+
+
+INDEX_ARRAYS = ("meta", "keys", "lengths", "prompt_tokens", "block_tokens")
+"""An index file is these arrays as consecutive ``.npy`` records (no zip: its CRC pass
+cost more than reading the keys)."""
+
+
+def _index_path(store: Store, trace: str) -> Path:
+    return store.cache_path("prefix-stream", trace, ".npy")
+
+
+def _load_index(store: Store, trace: str,
+                stamp: tuple[int, int, int] | None) -> BlockStream | None:
+    """The stream saved by an earlier load of this very ``requests`` file, else None."""
+    if stamp is None:
+        return None
+    try:
+        with _index_path(store, trace).open("rb") as f:
+            meta = np.load(f, allow_pickle=False)
+            if tuple(int(x) for x in meta[:4]) != (INDEX_VERSION, *stamp):
+                return None
+            z = {name: np.load(f, allow_pickle=False) for name in INDEX_ARRAYS[1:]}
+    except (OSError, ValueError, EOFError):
+        return None  # absent, unreadable or truncated: rebuild it
+    lengths = z["lengths"]
+    if z["keys"].size != int(lengths.sum()) or not (
+            lengths.size == z["prompt_tokens"].size == z["block_tokens"].size):
+        return None
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return BlockStream(z["keys"], int(meta[4]), starts, lengths, z["prompt_tokens"],
+                       z["block_tokens"])
+
+
+def _save_index(store: Store, trace: str, stamp: tuple[int, int, int] | None,
+                stream: BlockStream) -> None:
+    """Keep ``stream`` next to the store (best effort: a read-only store just skips it)."""
+    if stamp is None:
+        return
+    path = _index_path(store, trace)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
+            tmp = f.name
+            meta = np.array([INDEX_VERSION, *stamp, stream.n_keys], dtype=np.int64)
+            for a in (meta, stream.keys, stream.lengths, stream.prompt_tokens,
+                      stream.block_tokens):
+                np.save(f, a, allow_pickle=False)
+        os.chmod(tmp, 0o644)  # as readable as the store's own files, not 0600
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def load_stream(store: Store, trace: str, workers: int | None = None, *,
+                use_index: bool = True) -> BlockStream:
     """Read a trace from the store in arrival order and flatten it.
 
-    Row groups are decoded and flattened on ``workers`` threads (``None`` = every core),
-    only the columns replay needs are read, and rows in arrival order already (as ingest
-    writes them) are not sorted again.
+    The flattened stream is kept as an index in the store's cache, stamped with the
+    ``requests`` file it came from: later loads of an unchanged trace read that
+    (int32 keys, no list decoding) instead of the Parquet lists. Without it, row groups
+    are decoded and flattened on ``workers`` threads (``None`` = every core), only the
+    columns replay needs are read, and rows already in arrival order (as ingest writes
+    them) are not sorted again.
     """
+    stamp = store.source_stamp("requests", trace)  # before reading: a later write changes it
+    if use_index and (cached := _load_index(store, trace, stamp)) is not None:
+        return cached
     readers = store.read_parts("requests", trace, STREAM_COLUMNS)
     parts = thread_map(lambda read: _part_of(read()), readers, resolve_workers(workers))
     arrival = np.concatenate([p.arrival_s for p in parts]) if parts else np.zeros(0)
@@ -265,6 +335,8 @@ def load_stream(store: Store, trace: str, workers: int | None = None) -> BlockSt
             f"trace {trace!r} has no prefix-block hashes (e.g. an Azure timeline); "
             "prefix replay needs a trace with hashes such as Mooncake's"
         )
+    if use_index:
+        _save_index(store, trace, stamp, stream)
     return stream
 
 
