@@ -11,8 +11,17 @@ and for plain and HiSparse modes with LRU at 4,096 slots:
   cold restarts), next to our LRU on that same single-segment stream; miss counts of the
   two must agree.
 
+Then the same comparison for **prefix replay** and its **miss curve**, on the real Mooncake
+conversation trace and on a SYNTHETIC 40x tiling of it (11.5M lookups; hash ids and request
+ids shifted per copy so no copy shares a block with another): store-to-result
+(``replay_prefix`` with its ``replay_runs`` row written; ``miss_curve_table`` with its
+``miss_curves`` rows written) against ``LRU().simulate`` / ``lru_miss_curve`` alone on the
+stream, both without the store's stream index (the first replay of a trace written by
+other means than ``toolkit ingest``) and with it (every later replay).
+
 Each figure is the median of ``--runs`` runs taken in turn; numba compile is excluded.
-Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]``.
+Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
+[--sections selections,prefix]``.
 """
 
 from __future__ import annotations
@@ -24,10 +33,13 @@ import resource
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import libcachesim as lcs
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 import toolkit
 from toolkit.policies import policies
@@ -35,6 +47,8 @@ from toolkit.replay.selection_plan import fused_plan
 from toolkit.replay.selections import SelectionReplayConfig, _order, load_rows, replay_selections
 from toolkit.synth.selections import SyntheticSelectionConfig
 from toolkit.synth.selections_fast import write_streaming
+
+MOONCAKE = Path(__file__).resolve().parents[1] / "traces" / "mooncake" / "conversation_trace.jsonl"
 
 
 def lcs_lru(keys: np.ndarray, capacity: int, tmp: Path) -> tuple[float, int]:
@@ -67,7 +81,20 @@ def main() -> None:
                     help="thread count compared with 1 worker (0 = all cores)")
     ap.add_argument("--read-ahead", action="store_true",
                     help="replay with the extra I/O thread that decodes the next chunks")
+    ap.add_argument("--sections", default="selections,prefix",
+                    help="comma-separated: selections, prefix")
     args = ap.parse_args()
+    sections = set(args.sections.split(","))
+    if "selections" in sections:
+        selections_section(args)
+    if "prefix" in sections:
+        prefix_section(args)
+    print(f"# load average at end: {os.getloadavg()[0]:.2f}")
+    print(f"# peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def selections_section(args: argparse.Namespace) -> None:
+    """Selection replay: store-to-result (1 and N workers) vs kernel-only, and libCacheSim."""
     ahead = args.read_ahead
     lru = policies.get("lru")
     cfg = SyntheticSelectionConfig(requests=args.requests, prompt_tokens=args.prompt_tokens,
@@ -127,8 +154,90 @@ def main() -> None:
               f"{args.buffer}): libCacheSim {n / statistics.median(t_lcs) / 1e6:.1f} M acc/s, "
               f"misses {sorted(m_lcs)}; ours {n / statistics.median(t_ours) / 1e6:.1f} "
               f"M acc/s, misses {sorted(m_ours)}")
-    print(f"# load average at end: {os.getloadavg()[0]:.2f}")
-    print(f"# peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+def tiled(table: pa.Table, copies: int, name: str) -> pa.Table:
+    """SYNTHETIC: ``copies`` back-to-back copies of a timeline, each with its own block ids,
+    request ids and arrival window (so the copies share no block)."""
+    hashes = table.column("block_hashes").combine_chunks()
+    flat, offsets = hashes.flatten().to_numpy(), hashes.offsets.to_numpy()
+    span = int(flat.max()) + 1
+    window = float(pc.max(table.column("arrival_s")).as_py()) + 1.0
+    out = []
+    for i in range(copies):
+        t = table.set_column(table.schema.get_field_index("block_hashes"), "block_hashes",
+                             pa.ListArray.from_arrays(pa.array(offsets),
+                                                      pa.array(flat + i * span)))
+        t = t.set_column(t.schema.get_field_index("request_id"), "request_id",
+                         pc.add(table.column("request_id"), i * table.num_rows))
+        t = t.set_column(t.schema.get_field_index("arrival_s"), "arrival_s",
+                         pc.add(table.column("arrival_s"), i * window))
+        out.append(t)
+    big = pa.concat_tables(out).combine_chunks()
+    return big.set_column(0, "trace", pa.array([name] * big.num_rows))
+
+
+def median_s(fn: Callable[[], object], runs: int) -> float:
+    """Median wall seconds of ``runs`` calls."""
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def prefix_row(store: toolkit.Store, trace: str, cap: int, runs: int) -> str:
+    """One prefix-replay row: kernel-only vs store-to-result without and with the index."""
+    from toolkit.replay.prefix import PrefixReplayConfig, load_stream, replay_prefix
+
+    stream = load_stream(store, trace, use_index=False)
+    n = stream.keys.size
+    cfg = PrefixReplayConfig(trace, "lru", cap)
+    replay_prefix(store, cfg)  # compile, and leave the index in place
+    lru = policies.get("lru")
+    kern = median_s(lambda: lru.simulate(stream.keys, stream.n_keys, cap), runs)
+    cold = median_s(lambda: replay_prefix(
+        store, cfg, stream=load_stream(store, trace, use_index=False)), runs)
+    warm = median_s(lambda: replay_prefix(store, cfg), runs)
+    return (f"| {trace} | {n:,} | {cap:,} | {n / kern / 1e6:.1f} | {n / cold / 1e6:.1f} "
+            f"| {kern / cold:.0%} | {n / warm / 1e6:.1f} | {kern / warm:.0%} |")
+
+
+def curve_row(store: toolkit.Store, trace: str, cap: int, runs: int) -> str:
+    """One miss-curve row: ``lru_miss_curve`` alone vs ``miss_curve_table`` from the store."""
+    from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
+    from toolkit.replay.prefix import load_stream
+
+    stream = load_stream(store, trace)
+    n = stream.keys.size
+    miss_curve_table(store, trace, "prefix", cap)
+    kern = median_s(lambda: lru_miss_curve(stream.keys, stream.n_keys, cap, None, 1), runs)
+    e2e = median_s(lambda: miss_curve_table(store, trace, "prefix", cap), runs)
+    return (f"| {trace} | {n:,} | {cap:,} | {n / kern / 1e6:.1f} | {n / e2e / 1e6:.1f} "
+            f"| {kern / e2e:.0%} |")
+
+
+def prefix_section(args: argparse.Namespace) -> None:
+    """Prefix replay and its miss curve: store-to-result vs kernel-only."""
+    cases = (("mooncake", 10_000), ("synthetic-mooncake-x40", 400_000))
+    with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "p") as store:
+        store.ingest("mooncake", MOONCAKE, "mooncake")
+        store.write("requests", "synthetic-mooncake-x40",
+                    tiled(store.read("requests", "mooncake"), 40, "synthetic-mooncake-x40"))
+        print(f"\n# prefix replay, LRU; median of {args.runs} runs; store-to-result writes "
+              "its run row; 'no index' decodes the hash lists, 'index' reads the store's "
+              "stream index")
+        print("| trace | lookups | capacity blocks | kernel-only M lookups/s | store-to-result "
+              "no index | ratio | store-to-result index | ratio |")
+        print("|---|---|---|---|---|---|---|---|")
+        for trace, cap in cases:
+            print(prefix_row(store, trace, cap, args.runs), flush=True)
+        print("\n| miss curve | lookups | max capacity | kernel-only M lookups/s | "
+              "store-to-result (index) M lookups/s | ratio |")
+        print("|---|---|---|---|---|---|")
+        for trace, cap in cases:
+            print(curve_row(store, trace, cap, args.runs), flush=True)
 
 
 if __name__ == "__main__":
