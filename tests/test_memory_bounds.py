@@ -70,9 +70,20 @@ class TestReplayBounds:
         out = replay_selections(store, SelectionReplayConfig("t", "lru", 2**40))
         assert out["fast_path_rows"] == 4 and out["misses"] == 0
 
+    def test_small_needs_skip_the_meminfo_read(self, monkeypatch):
+        """Needs under ``UNCHECKED_BYTES`` (a cache-sized replay piece) are not checked."""
+        from toolkit import memory
+
+        monkeypatch.setattr(memory, "available_bytes", lambda: pytest.fail("read meminfo"))
+        check_memory(memory.UNCHECKED_BYTES - 1, "a small step")
+        monkeypatch.setattr(memory, "available_bytes", lambda: 0)
+        with pytest.raises(ResourceError):
+            check_memory(memory.UNCHECKED_BYTES, "a step at the bound")
+
     def test_what_cannot_fit_is_one_line(self, monkeypatch):
         """A step needing more memory than available stops with a ResourceError naming it."""
         monkeypatch.setattr("toolkit.memory.available_bytes", lambda: 1024)
+        monkeypatch.setattr("toolkit.memory.UNCHECKED_BYTES", 0)
         with pytest.raises(ResourceError, match="needs about .* GiB; .* GiB is available"):
             check_memory(2**31, "a test step")
         keys = np.arange(10_000, dtype=np.int64)

@@ -26,8 +26,15 @@ def available_bytes() -> int | None:
     return None
 
 
+UNCHECKED_BYTES = 64 * 2**20
+"""Smaller needs are not checked: reading ``/proc/meminfo`` costs ~45 us, which a replay
+planning thousands of cache-sized pieces would pay for each one."""
+
+
 def check_memory(nbytes: float, what: str) -> None:
     """Raise :class:`ResourceError` if ``what`` needs more than the available memory."""
+    if nbytes < UNCHECKED_BYTES:
+        return
     avail = available_bytes()
     if avail is not None and nbytes > avail:
         raise ResourceError(f"{what} needs about {nbytes / 2**30:,.1f} GiB; "
