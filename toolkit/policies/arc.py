@@ -29,50 +29,32 @@ T1, T2, B1, B2 = 1, 2, 3, 4  # list ids; 0 = untracked
 
 
 @nb.njit(cache=True, nogil=True)
+def _push(L, where, n_keys, k, dst):  # pragma: no cover - compiled
+    """Put the untracked key ``k`` at the MRU end of ``dst`` (0 = leave it untracked)."""
+    where[U(k)] = dst
+    if dst:
+        sent = n_keys + dst
+        h = L[U(2 * sent + 1)]
+        L[U(2 * k + 1)] = h
+        L[U(2 * k)] = sent
+        L[U(2 * h)] = k
+        L[U(2 * sent + 1)] = k
+
+
+@nb.njit(cache=True, nogil=True)
 def _relink(L, where, n_keys, k, dst):  # pragma: no cover - compiled
     """Move the tracked key ``k`` to the MRU end of list ``dst``."""
     p = L[U(2 * k)]
     q = L[U(2 * k + 1)]
     L[U(2 * p + 1)] = q
     L[U(2 * q)] = p
-    where[U(k)] = dst
-    sent = n_keys + dst
-    h = L[U(2 * sent + 1)]
-    L[U(2 * k + 1)] = h
-    L[U(2 * k)] = sent
-    L[U(2 * h)] = k
-    L[U(2 * sent + 1)] = k
+    _push(L, where, n_keys, k, dst)
 
 
 @nb.njit(cache=True, nogil=True)
 def _pop_lru(L, where, n_keys, src, dst):  # pragma: no cover - compiled
-    """Move the LRU key of the non-empty list ``src`` to the MRU end of ``dst`` (0 = drop):
-    no ``where`` test, the key is known to be tracked."""
-    s = n_keys + src
-    v = L[U(2 * s)]
-    pv = L[U(2 * v)]
-    L[U(2 * pv + 1)] = s
-    L[U(2 * s)] = pv
-    where[U(v)] = dst
-    if dst:
-        sent = n_keys + dst
-        h = L[U(2 * sent + 1)]
-        L[U(2 * v + 1)] = h
-        L[U(2 * v)] = sent
-        L[U(2 * h)] = v
-        L[U(2 * sent + 1)] = v
-
-
-@nb.njit(cache=True, nogil=True)
-def _push(L, where, n_keys, k, dst):  # pragma: no cover - compiled
-    """Put the untracked key ``k`` at the MRU end of ``dst``."""
-    where[U(k)] = dst
-    sent = n_keys + dst
-    h = L[U(2 * sent + 1)]
-    L[U(2 * k + 1)] = h
-    L[U(2 * k)] = sent
-    L[U(2 * h)] = k
-    L[U(2 * sent + 1)] = k
+    """Move the LRU key of the non-empty list ``src`` to the MRU end of ``dst`` (0 = drop)."""
+    _relink(L, where, n_keys, L[U(2 * (n_keys + src))], dst)
 
 
 @nb.njit(cache=True, nogil=True)
