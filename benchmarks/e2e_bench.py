@@ -19,6 +19,10 @@ ids shifted per copy so no copy shares a block with another): store-to-result
 stream, both without the store's stream index (the first replay of a trace written by
 other means than ``toolkit ingest``) and with it (every later replay).
 
+Last, 1 worker against ``--workers`` on the two other parallel replays: the selection miss
+curve (``replay mrc``) and a 4-capacity prefix sweep (``replay prefix`` with several
+capacities).
+
 Each figure is the median of ``--runs`` runs taken in turn; numba compile is excluded.
 Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
 [--sections selections,prefix]``.
@@ -43,6 +47,7 @@ import pyarrow.compute as pc
 
 import toolkit
 from toolkit.policies import policies
+from toolkit.replay.mrc import miss_curve_table
 from toolkit.replay.selection_plan import fused_plan
 from toolkit.replay.selections import SelectionReplayConfig, _order, load_rows, replay_selections
 from toolkit.synth.selections import SyntheticSelectionConfig
@@ -154,6 +159,8 @@ def selections_section(args: argparse.Namespace) -> None:
               f"{args.buffer}): libCacheSim {n / statistics.median(t_lcs) / 1e6:.1f} M acc/s, "
               f"misses {sorted(m_lcs)}; ours {n / statistics.median(t_ours) / 1e6:.1f} "
               f"M acc/s, misses {sorted(m_ours)}")
+        print(workers_row("selection miss curve to 16,384 (replay mrc)", n, args, lambda w:
+                          miss_curve_table(store, "syn", "selections", 16_384, workers=w)))
 
 
 def tiled(table: pa.Table, copies: int, name: str) -> pa.Table:
@@ -218,6 +225,19 @@ def curve_row(store: toolkit.Store, trace: str, cap: int, runs: int) -> str:
             f"| {kern / e2e:.0%} |")
 
 
+def workers_row(what: str, n: int, args: argparse.Namespace,
+                run: Callable[[int], object]) -> str:
+    """``run(1)`` against ``run(args.workers)``, taking turns: one line with both rates."""
+    w = args.workers
+    run(w)  # compile
+    t1, tn = [], []
+    for _ in range(args.runs):
+        t1.append(median_s(lambda: run(1), 1))
+        tn.append(median_s(lambda: run(w), 1))
+    r1, rn = (n / statistics.median(t) / 1e6 for t in (t1, tn))
+    return f"{what}: 1 worker {r1:.1f} M/s, {w} workers {rn:.1f} M/s, {rn / r1:.2f}x"
+
+
 def prefix_section(args: argparse.Namespace) -> None:
     """Prefix replay and its miss curve: store-to-result vs kernel-only."""
     cases = (("mooncake", 10_000), ("synthetic-mooncake-x40", 400_000))
@@ -238,6 +258,14 @@ def prefix_section(args: argparse.Namespace) -> None:
         print("|---|---|---|---|---|---|")
         for trace, cap in cases:
             print(curve_row(store, trace, cap, args.runs), flush=True)
+        from toolkit.replay.prefix import load_stream, sweep_prefix
+
+        caps = [10_000, 100_000, 400_000, 1_000_000]
+        big = "synthetic-mooncake-x40"
+        print("\n" + workers_row(
+            f"prefix sweep of 4 capacities ({', '.join(f'{c:,}' for c in caps)} blocks) on "
+            f"{big} (replay prefix)", len(caps) * load_stream(store, big).keys.size, args,
+            lambda w: sweep_prefix(store, big, caps, workers=w)))
 
 
 if __name__ == "__main__":
