@@ -1,0 +1,124 @@
+"""Our decoder of the selections ``topk`` pages against Arrow's reader: the same values and
+row offsets on every file in the store's layout, and None (Arrow is used) on any other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolkit import schema
+from toolkit.replay.topk_pages import read_topk
+from toolkit.store import parquet_options
+
+TOPK = schema.TABLES["selections"].field("topk")
+
+
+def _write(path, rows, row_group_rows=None, page_bytes=None, **override):
+    table = pa.table({"topk": pa.array(rows, type=TOPK.type)},
+                     schema=pa.schema([TOPK]))
+    opts = parquet_options(table.schema) | override
+    if page_bytes:
+        opts["data_page_size"] = page_bytes
+    pq.write_table(table, path, row_group_size=row_group_rows or max(len(rows), 1), **opts)
+    return table
+
+
+def _arrow(path, groups):
+    col = pq.ParquetFile(path).read_row_groups(groups, columns=["topk"]).column(0)
+    arr = col.combine_chunks()
+    off = arr.offsets.to_numpy().astype(np.int64)
+    return arr.values.to_numpy(), off - off[0]
+
+
+rows_strategy = st.lists(
+    st.one_of(
+        st.lists(st.integers(0, 2**31 - 1), max_size=40),  # any non-negative int32
+        st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40),  # wraps in the deltas
+        st.builds(lambda a, n: list(range(a, a + n)), st.integers(0, 10**6),
+                  st.integers(0, 300)),  # ascending runs, the usual shape
+    ),
+    min_size=1, max_size=60)
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=rows_strategy, groups=st.integers(1, 4), page_bytes=st.sampled_from([None, 64, 512]))
+def test_same_as_arrow(tmp_path_factory, rows, groups, page_bytes):
+    """Empty lists, rows split across pages, several row groups, any int32: equal to Arrow."""
+    path = tmp_path_factory.mktemp("t") / "t.parquet"
+    _write(path, rows, max(1, -(-len(rows) // groups)), page_bytes)
+    n_groups = pq.ParquetFile(path).num_row_groups
+    for sel in ([g] for g in range(n_groups)), [list(range(n_groups))]:
+        for g in sel:
+            got = read_topk(path, g)
+            assert got is not None
+            values, offsets = _arrow(path, g)
+            assert got[0].tolist() == values.tolist()
+            assert got[1].tolist() == offsets.tolist()
+
+
+def test_k2048_rows_many_pages(tmp_path):
+    """Real-sized rows (k = 2048 ascending positions of a 32K context), pages of 1 MiB."""
+    rng = np.random.default_rng(0)
+    rows = [np.sort(rng.choice(32_768, 2048, replace=False)).tolist() for _ in range(600)]
+    _write(tmp_path / "t.parquet", rows, 256)
+    for g in range(3):
+        got = read_topk(tmp_path / "t.parquet", [g])
+        values, offsets = _arrow(tmp_path / "t.parquet", [g])
+        assert np.array_equal(got[0], values) and np.array_equal(got[1], offsets)
+
+
+@pytest.mark.parametrize("override", [
+    {"compression": "zstd"},
+    {"column_encoding": None, "use_dictionary": True},
+    {"data_page_version": "2.0"},
+])
+def test_other_layouts_are_left_to_arrow(tmp_path, override):
+    path = tmp_path / "t.parquet"
+    _write(path, [[1, 2, 3], [], [7]], **override)
+    assert read_topk(path, [0]) is None
+
+
+def test_replay_reads_the_same_rows_either_way(tmp_path, monkeypatch):
+    """A stored trace replays to the same per-row results with Arrow's reader."""
+    import toolkit
+    from toolkit.replay import selections as S
+    from toolkit.synth.selections import SyntheticSelectionConfig
+    from toolkit.synth.selections_fast import write_streaming
+
+    with toolkit.open_store(tmp_path / "s") as store:
+        write_streaming(store, SyntheticSelectionConfig(requests=2, prompt_tokens=4096,
+                                                        steps=8, layers=3), "syn")
+        cfg = S.SelectionReplayConfig("syn", "lru", 1024, mode="hisparse")
+        ours = S.replay_selections(store, cfg, save=False, max_rows=7)
+        monkeypatch.setattr(S, "read_topk", lambda *a: None)
+        arrow = S.replay_selections(store, cfg, save=False, max_rows=7)
+    keys = ("accesses", "hits", "misses", "evictions", "fast_path_rows")
+    assert {k: ours[k] for k in keys} == {k: arrow[k] for k in keys}
+
+
+def test_chunks_inside_a_row_group(tmp_path, monkeypatch):
+    """Chunks that start inside a row group (several requests per group) slice the decoded
+    offsets exactly as Arrow's rows: same per-row hits."""
+    from tests.test_selection_replay import make_store
+    from toolkit.replay import selections as S
+
+    rng = np.random.default_rng(1)
+    rows = [(r, s, la, 40 + s, tuple(sorted(rng.choice(40 + s, 6, replace=False).tolist())))
+            for r in range(3) for s in range(5) for la in range(2)]
+    with make_store(tmp_path, rows, k=6) as store:
+        path = store.root / "selections" / "t.parquet"
+        assert pq.ParquetFile(path).num_row_groups == 1
+        specs = S.chunk_specs(path, 10)
+        assert len(specs) >= 2 and any(s.start > 0 for s in specs)
+        ours = [S.read_chunk(path, s, 6) for s in specs]
+        monkeypatch.setattr(S, "read_topk", lambda *a: None)
+        arrow = [S.read_chunk(path, s, 6) for s in specs]
+    for a, b in zip(ours, arrow, strict=True):
+        for r in range(a.request_id.size):
+            assert a.values[a.offsets[r]:a.offsets[r + 1]].tolist() == \
+                b.values[b.offsets[r]:b.offsets[r + 1]].tolist()
+        assert a.request_id.tolist() == b.request_id.tolist()
