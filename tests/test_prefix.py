@@ -301,3 +301,13 @@ class TestStreamIndex:
         blocker.write_text("a file where the cache directory would go")
         assert load_stream(store, "t").keys.tolist() == [4, 4]
         assert load_stream(store, "t", use_index=False).keys.tolist() == [4, 4]
+
+
+def test_deleting_a_trace_drops_its_stream_index(store):
+    from toolkit.replay.prefix import _index_path
+
+    store.write("requests", "t", _table([(1024, 512, [1, 2])]))
+    load_stream(store, "t")
+    assert _index_path(store, "t").exists()
+    store.delete("requests", "t")
+    assert not _index_path(store, "t").exists()

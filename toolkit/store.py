@@ -405,6 +405,8 @@ class Store:
                 self._tx.expelled.add((table, key))
         with self._lock(exclusive=True):
             self._key_path(table, key).unlink(missing_ok=True)
+            for derived in (self.root / CACHE_DIR).glob(f"*/{key}.*"):
+                derived.unlink(missing_ok=True)  # a cache: rebuilt by whoever needs it
         self._refresh_views()
 
     def ingest(
@@ -857,6 +859,8 @@ def parquet_options(table_schema: pa.Schema, data: pa.Table | None = None) -> di
         return {"compression": "zstd"}
     plain = {c.split(".")[0] for c in delta_none + delta_zstd}
     return {
+        # v1 pages: the layout toolkit/replay/topk_pages.py decodes (Arrow reads any other)
+        "data_page_version": "1.0",
         "compression": {f.name: "zstd" for f in table_schema if f.name not in plain}
         | dict.fromkeys(delta_none, "none") | dict.fromkeys(delta_zstd, "zstd"),
         "use_dictionary": [f.name for f in table_schema if f.name not in plain],
