@@ -122,3 +122,23 @@ def test_chunks_inside_a_row_group(tmp_path, monkeypatch):
             assert a.values[a.offsets[r]:a.offsets[r + 1]].tolist() == \
                 b.values[b.offsets[r]:b.offsets[r + 1]].tolist()
         assert a.request_id.tolist() == b.request_id.tolist()
+
+
+def test_scratch_is_reused_and_results_stay_equal(tmp_path):
+    """Decoding into one Scratch again and again gives the same values as fresh arrays,
+    in the scratch's own buffer (no new allocation once it is large enough)."""
+    from toolkit.replay.topk_pages import Scratch
+
+    rng = np.random.default_rng(2)
+    rows = [np.sort(rng.choice(5000, int(rng.integers(0, 300)), replace=False)).tolist()
+            for _ in range(200)]
+    _write(tmp_path / "t.parquet", rows, 50)
+    scratch = Scratch()
+    big = read_topk(tmp_path / "t.parquet", [0, 1, 2, 3], scratch)
+    buffer = scratch.values
+    for g in (3, 0, 2, 1):
+        got = read_topk(tmp_path / "t.parquet", [g], scratch)
+        values, offsets = _arrow(tmp_path / "t.parquet", [g])
+        assert got[0].tolist() == values.tolist() and got[1].tolist() == offsets.tolist()
+        assert np.shares_memory(got[0], buffer) and scratch.values is buffer
+    assert big[0].size >= values.size

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ from toolkit.replay import parallel
 from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, row_hits
-from toolkit.replay.topk_pages import read_topk
+from toolkit.replay.topk_pages import Scratch, read_topk
 from toolkit.store import Store, bounded_key
 
 MODES = ("plain", "hisparse")
@@ -276,13 +277,17 @@ def chunk_specs(path: Any, max_rows: int) -> list[ChunkSpec]:
     return specs
 
 
-def read_chunk(path: Any, spec: ChunkSpec, k: int) -> SelectionRows:
-    """Read one chunk (see :func:`chunk_specs`), lists zero-copy where Arrow allows."""
+def read_chunk(path: Any, spec: ChunkSpec, k: int,
+               scratch: Scratch | None = None) -> SelectionRows:
+    """Read one chunk (see :func:`chunk_specs`), lists zero-copy where Arrow allows.
+
+    ``scratch``: decode the positions into its buffers (see :class:`Scratch`); the rows
+    are then valid only until the next read with the same scratch."""
     if spec.request_range is None:
         # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
         # slower than one (measured, benchmarks/RESULTS.md)
         pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False)
-        lists = read_topk(path, list(spec.row_groups))
+        lists = read_topk(path, list(spec.row_groups), scratch)
         if lists is not None:  # our decoder of the store's own layout: ~3.6x Arrow's
             values, offsets = lists
             t = pf.read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS[:-1],
@@ -596,6 +601,13 @@ def replay_selections(
     return summary
 
 
+_SCRATCH = threading.local()
+
+
 def _read_and_replay(path: Any, spec: ChunkSpec, k: int, cfg: SelectionReplayConfig, n: int,
                      policy: Any, run_id: str) -> tuple[dict[str, int], pa.Table]:
-    return _replay_chunk(read_chunk(path, spec, k), cfg, n, policy, run_id)
+    # each worker thread reads and replays its chunks in turn, so one scratch per thread
+    # is free again by its next read
+    if not hasattr(_SCRATCH, "buffers"):
+        _SCRATCH.buffers = Scratch()
+    return _replay_chunk(read_chunk(path, spec, k, _SCRATCH.buffers), cfg, n, policy, run_id)
