@@ -287,7 +287,7 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int,
         # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
         # slower than one (measured, benchmarks/RESULTS.md)
         pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False)
-        lists = read_topk(path, list(spec.row_groups), scratch)
+        lists = read_topk(path, list(spec.row_groups), scratch, pf)
         if lists is not None:  # our decoder of the store's own layout: ~3.6x Arrow's
             values, offsets = lists
             t = pf.read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS[:-1],

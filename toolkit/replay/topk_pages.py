@@ -130,11 +130,6 @@ def _levels(buf, pos, end, n, out):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
-def _signed(u):  # pragma: no cover - compiled
-    return np.int32(u - (1 << 32) if u >= (1 << 31) else u)
-
-
-@nb.njit(cache=True, nogil=True)
 def _delta(buf, pos, end, out, at):  # pragma: no cover - compiled
     """DELTA_BINARY_PACKED int32 values -> ``out[at:]``: (count, -1 if malformed)."""
     block, pos = _uleb(buf, pos)
@@ -148,8 +143,8 @@ def _delta(buf, pos, end, out, at):  # pragma: no cover - compiled
     if at + total > out.shape[0]:
         return -1
     per_mini = block // per_block
-    last = ((z >> 1) ^ -(z & 1)) & 0xFFFFFFFF  # int32 arithmetic wraps, as the writer's
-    out[U(at)] = _signed(last)
+    last = (z >> 1) ^ -(z & 1)
+    out[U(at)] = last
     i = 1
     while i < total:
         if pos >= end:
@@ -175,10 +170,12 @@ def _delta(buf, pos, end, out, at):  # pragma: no cover - compiled
                             | np.int64(buf[U(p + 3)]) << 24) << nbits
                     p += 4
                     nbits += 32
-                last = (last + min_delta + (acc & mask)) & 0xFFFFFFFF
+                # no mask on the running sum: the int32 store keeps its low 32 bits, which
+                # is the writer's wrapping arithmetic, and the loop-carried chain is one add
+                last += min_delta + (acc & mask)
                 acc >>= w
                 nbits -= w
-                out[U(at + i)] = _signed(last)
+                out[U(at + i)] = last
                 i += 1
             pos += per_mini * w >> 3  # a miniblock body is whole even when partly used
     return total
@@ -292,12 +289,13 @@ class Scratch:
         return self.values[:values], self.pages
 
 
-def read_topk(path: Path, groups: list[int],
-              scratch: Scratch | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+def read_topk(path: Path, groups: list[int], scratch: Scratch | None = None,
+              pf: pq.ParquetFile | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """``(values int32, offsets int64)`` of ``topk`` over row groups ``groups``, or None
     if a chunk is not in the layout this decoder reads (the caller then uses Arrow).
-    With ``scratch``, the values are a view of its buffer, valid until its next use."""
-    pf = pq.ParquetFile(path)
+    With ``scratch``, the values are a view of its buffer, valid until its next use;
+    ``pf``: the file already open (its metadata is not parsed again)."""
+    pf = pf or pq.ParquetFile(path)
     md = pf.metadata
     names = [pf.schema.column(i).path for i in range(md.num_columns)]
     if "topk.list.element" not in names:
