@@ -5,8 +5,10 @@ Steps, each in its own child process so that peak RSS is that step's own:
 
 1. ``toolkit synth selections`` writes the trace streaming (default 240 requests x 256
    steps x 16 layers, k = 2048, 32K-token prompt = 2,013,265,920 positions);
-2. the same shape held in memory (``--memory-requests`` requests, loaded with
-   ``load_rows`` and replayed with ``rows=``) gives the in-memory rate;
+2. the same shape held in memory (``--memory-requests`` requests, default 32 = 268M
+   positions, loaded with ``load_rows`` and replayed with ``rows=``) gives the in-memory
+   rate (a shorter reference, 8 requests in 0.2 s, timed too noisily: 237-460 M acc/s at 2
+   workers across runs; this one holds ~2.7 GB);
 3. the big trace replays from the store (HiSparse LRU, 4,096 slots, per-row results
    streamed to the store) with 1 worker and with ``--workers`` workers.
 
@@ -80,7 +82,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=256)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--prompt-tokens", type=int, default=32_768)
-    ap.add_argument("--memory-requests", type=int, default=8)
+    ap.add_argument("--memory-requests", type=int, default=32)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--dir", type=Path, default=None, help="store location (default: temp)")
     ap.add_argument("--read-ahead", action="store_true",
