@@ -12,7 +12,7 @@ Steps, each in its own child process so that peak RSS is that step's own:
 3. the big trace replays from the store (HiSparse LRU, 4,096 slots, per-row results
    streamed to the store) with 1 worker and with ``--workers`` workers.
 
-Run: ``.venv/bin/python benchmarks/scale_bench.py [--workers 2] [--dir /tmp/scale]``
+Run: ``.venv/bin/python benchmarks/scale_bench.py [--workers 2] [--runs 3] [--dir /tmp/scale]``
 (needs ~2 GB of disk; several minutes).
 """
 
@@ -22,10 +22,10 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 SYNTH = """
@@ -50,7 +50,7 @@ import json, resource, sys, time
 import toolkit
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
 root, name, workers, in_memory = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-ahead = sys.argv[5] == "1"
+ahead, runs = sys.argv[5] == "1", int(sys.argv[6])
 with toolkit.open_store(root) as s:
     cfg = SelectionReplayConfig(name, "lru", 4096)
     rows = load_rows(s, name) if in_memory else None
@@ -61,11 +61,13 @@ with toolkit.open_store(root) as s:
     while time.perf_counter() - t_warm < 2.0:
         replay_selections(s, SelectionReplayConfig("small", "lru", 4096), workers=workers,
                           save=False, max_rows=512)
-    t0 = time.perf_counter()
-    out = replay_selections(s, cfg, rows=rows, workers=workers, progress=False,
-                            read_ahead=ahead)
-    wall = time.perf_counter() - t0
-print(json.dumps({"wall_s": wall, "accesses": out["accesses"], "misses": out["misses"],
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = replay_selections(s, cfg, rows=rows, workers=workers, progress=False,
+                                read_ahead=ahead)
+        walls.append(time.perf_counter() - t0)
+print(json.dumps({"walls_s": walls, "accesses": out["accesses"], "misses": out["misses"],
                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -84,6 +86,9 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=32_768)
     ap.add_argument("--memory-requests", type=int, default=32)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--runs", type=int, default=3,
+                    help="timed replays per row (median reported; each child compiles and "
+                    "warms up once)")
     ap.add_argument("--dir", type=Path, default=None, help="store location (default: temp)")
     ap.add_argument("--read-ahead", action="store_true",
                     help="store replays with the extra I/O thread decoding the next chunks")
@@ -102,17 +107,19 @@ def main() -> None:
               f"{r['peak_rss_mib']:.0f} MiB", flush=True)
         child(SYNTH, root, "small", args.memory_requests, *shape, args.workers)
         print(f"# read-ahead thread: {args.read_ahead}")
-        print("| run | workers | accesses | misses | wall s | M acc/s | peak RSS MiB |")
-        print("|---|---|---|---|---|---|---|")
+        print(f"# median of {args.runs} replays per row; all rates in the last column")
+        print("| run | workers | accesses | misses | wall s | M acc/s | peak RSS MiB | "
+              "every run M acc/s |")
+        print("|---|---|---|---|---|---|---|---|")
         for label, name, in_mem in (("in memory (rows=)", "small", 1),
                                     ("from store, streamed", "big", 0)):
             for w in sorted({1, args.workers}):
-                t0 = time.perf_counter()
-                r = child(REPLAY, root, name, w, in_mem, int(args.read_ahead))
+                r = child(REPLAY, root, name, w, in_mem, int(args.read_ahead), args.runs)
+                wall = statistics.median(r["walls_s"])
+                every = ", ".join(f"{r['accesses'] / x / 1e6:.0f}" for x in r["walls_s"])
                 print(f"| {label} | {w} | {r['accesses']:,} | {r['misses']:,} | "
-                      f"{r['wall_s']:.1f} | {r['accesses'] / r['wall_s'] / 1e6:.1f} | "
-                      f"{r['peak_rss_mib']:.0f} |", flush=True)
-                del t0
+                      f"{wall:.2f} | {r['accesses'] / wall / 1e6:.1f} | "
+                      f"{r['peak_rss_mib']:.0f} | {every} |", flush=True)
         print(f"# load average at end: {os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -189,8 +189,9 @@ class TestStreamFromStore:
                            [[hashes_of(h) for h in r[2]] for r in reqs])
         per = max(1, -(-t.num_rows // groups))
         with store.writer("requests", name) as sink:
-            for i in range(0, t.num_rows, per):  # one row group per write
+            for i in range(0, t.num_rows, per):
                 sink.write(t.slice(i, per))
+                sink.flush()  # one row group per write (a sink holds small writes)
         return t
 
     def _replay_hits(self, stream, capacity):

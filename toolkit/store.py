@@ -379,6 +379,7 @@ class Store:
             sink = ParquetSink(self._tx.stage(table, key, replace), schema.TABLES[table])
             try:
                 yield sink
+                sink.flush()  # not after an error: the staged file is discarded then
             finally:
                 sink.close()
 
@@ -889,17 +890,41 @@ def row_group_rows(data: pa.Table) -> int:
 
 
 class ParquetSink:
-    """Appends tables conforming to one schema to a Parquet file (see :meth:`Store.writer`)."""
+    """Appends tables conforming to one schema to a Parquet file (see :meth:`Store.writer`).
+
+    Writes smaller than a row group are held (at most one group's worth) and written
+    together: a replay streams its per-row results a chunk at a time (4,096 rows for a
+    k = 2048 request), and a row group per chunk cost 3x the writing of one per 64K rows
+    (benchmarks/RESULTS.md), on the thread that the replay workers share the cores with.
+    A write of a row group or more goes out as it is, so a writer that writes whole
+    requests keeps its row groups aligned with them (what ``chunk_specs`` cuts at)."""
 
     def __init__(self, path: Path, table_schema: pa.Schema) -> None:
         self.schema = table_schema
         self.rows = 0
+        self._held: list[pa.Table] = []
+        self._held_rows = 0
         self._writer = pq.ParquetWriter(path, table_schema, **parquet_options(table_schema))
 
     def write(self, data: pa.Table) -> None:
         data = schema.conform(data, self.schema)
-        self._writer.write_table(data, row_group_size=row_group_rows(data))
         self.rows += data.num_rows
+        group = row_group_rows(data)
+        if data.num_rows >= group:
+            self.flush()
+            self._writer.write_table(data, row_group_size=group)
+            return
+        self._held.append(data)
+        self._held_rows += data.num_rows
+        if self._held_rows >= group:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held tables as one row group."""
+        if self._held:
+            held = pa.concat_tables(self._held)
+            self._held, self._held_rows = [], 0
+            self._writer.write_table(held, row_group_size=max(held.num_rows, 1))
 
     def close(self) -> None:
         self._writer.close()

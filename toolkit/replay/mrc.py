@@ -13,6 +13,7 @@ import functools
 import numba as nb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from toolkit.memory import check_memory
 from toolkit.policies import as_segments, check_keys, compact_keys
@@ -114,16 +115,24 @@ def _selection_curve(store: Store, trace: str, max_capacity: int,
     """Plain-mode curve of a stored selection trace, chunk by chunk (bounded memory): every
     (request, layer) buffer is its own segment, so chunk histograms add up."""
     from toolkit.replay.selection_plan import fused_plan
-    from toolkit.replay.selections import CHUNK_ACCESSES, _order, _trace_k, chunk_specs, read_chunk
+    from toolkit.replay.selections import (
+        CHUNK_ACCESSES,
+        _order,
+        _trace_k,
+        chunk_specs,
+        read_chunk,
+        thread_scratch,
+    )
 
     k = _trace_k(store, trace)
     path = store.root / "selections" / f"{trace}.parquet"
-    specs = chunk_specs(path, max(1, CHUNK_ACCESSES // max(k, 1)))
+    md = pq.read_metadata(path)
+    specs = chunk_specs(path, max(1, CHUNK_ACCESSES // max(k, 1)), md)
     n_workers = resolve_workers(workers)
     inner = n_workers if len(specs) == 1 else 1  # one chunk: split its buffers instead
 
     def curve(spec: object) -> np.ndarray:
-        rows = read_chunk(path, spec, k)
+        rows = read_chunk(path, spec, k, thread_scratch(), md)  # planned before the next read
         o = _order(rows, None)
         p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group, 1, "plain",
                        "first")

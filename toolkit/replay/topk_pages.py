@@ -12,8 +12,11 @@ so this is a fast path, never a second reader to trust: tests compare it with Ar
 
 from __future__ import annotations
 
+import mmap
+import os
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 import numba as nb
 import numpy as np
@@ -346,6 +349,59 @@ class Scratch:
         return self.values[:values], self.pages
 
 
+def _mapped(f: BinaryIO, at: int, size: int, file_bytes: int) -> np.ndarray | None:
+    """``size`` bytes of ``f`` from ``at``, mapped rather than copied (the copy out of the
+    page cache was 0.06 ns a position and, with every core decoding, a second pass
+    through the shared cache); None if the file is too short or cannot be mapped. The
+    mapping lives as long as the array, so memory stays bounded by one column chunk."""
+    if at + size > file_bytes:
+        return None
+    lo = at - at % mmap.ALLOCATIONGRANULARITY
+    try:
+        mm = mmap.mmap(f.fileno(), at + size - lo, offset=lo, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    return np.frombuffer(mm, dtype=np.uint8, count=size, offset=at - lo)
+
+
+def _column_chunk(buf: np.ndarray, size_all: int, values: np.ndarray, vat: int,
+                  offsets: np.ndarray, rat: int) -> tuple[int, int] | None:
+    """Decode the data pages in ``buf[:size_all]`` into ``values[vat:]`` and
+    ``offsets[rat:]``: the new (vat, rat), or None if a page is not in our layout."""
+    raw = memoryview(buf)[:size_all]
+    levels = np.empty((2, 0), dtype=np.uint8)
+    pos = 0
+    while pos < size_all:
+        head = _Compact(raw, pos)
+        try:
+            h = head.struct()
+        except (IndexError, ValueError):
+            return None
+        pos = head.pos
+        size = h.get(3)
+        dp = h.get(5)
+        if h.get(1) != _DATA_PAGE or not isinstance(dp, dict) or not isinstance(
+                size, int) or h.get(2) != size or pos + size > size_all:
+            return None
+        if (dp.get(2), dp.get(3), dp.get(4)) != (_DELTA_BINARY_PACKED, _RLE, _RLE):
+            return None
+        n_levels = int(dp.get(1, -1))
+        if n_levels < 0:
+            return None
+        got, started = _page(buf, pos, pos + size, n_levels, levels[0], levels[1],
+                             values, vat, offsets, rat)
+        if got == -2:  # levels with empty lists: decode them through scratch arrays
+            levels = np.empty((2, n_levels), dtype=np.uint8)
+            got, started = _page(buf, pos, pos + size, n_levels, levels[0], levels[1],
+                                 values, vat, offsets, rat)
+        if got < 0:
+            return None
+        vat += got
+        rat += started
+        pos += size
+    return vat, rat
+
+
 def read_topk(path: Path, groups: list[int], scratch: Scratch | None = None,
               pf: pq.ParquetFile | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """``(values int32, offsets int64)`` of ``topk`` over row groups ``groups``, or None
@@ -372,48 +428,24 @@ def read_topk(path: Path, groups: list[int], scratch: Scratch | None = None,
     offsets = np.empty(rows + 1, dtype=np.int64)
     vat = rat = 0
     with open(path, "rb") as f:
+        file_bytes = os.fstat(f.fileno()).st_size
         for g in groups:
             meta = md.row_group(g).column(col)
             if meta.compression != "UNCOMPRESSED" or meta.dictionary_page_offset is not None:
                 return None
-            size_all = meta.total_compressed_size
-            # zero bytes past the end: value unpacking reads 4 bytes at a time
-            buf = pages[:size_all + 8]
-            buf[size_all:] = 0
-            f.seek(meta.data_page_offset)
-            if f.readinto(memoryview(buf)[:size_all]) != size_all:
+            at, size_all = meta.data_page_offset, meta.total_compressed_size
+            buf = _mapped(f, at, size_all + 8, file_bytes)
+            if buf is None:  # 8 readable bytes past the end: the unpacking reads ahead
+                buf = pages[:size_all + 8]
+                buf[size_all:] = 0
+                f.seek(at)
+                if f.readinto(memoryview(buf)[:size_all]) != size_all:
+                    return None
+            done = _column_chunk(buf, size_all, values, vat, offsets, rat)
+            del buf  # unmaps a mapped chunk
+            if done is None:
                 return None
-            raw = memoryview(buf)[:size_all]
-            scratch = np.empty((2, 0), dtype=np.uint8)
-            pos = 0
-            while pos < size_all:
-                head = _Compact(raw, pos)
-                try:
-                    h = head.struct()
-                except (IndexError, ValueError):
-                    return None
-                pos = head.pos
-                size = h.get(3)
-                dp = h.get(5)
-                if h.get(1) != _DATA_PAGE or not isinstance(dp, dict) or not isinstance(
-                        size, int) or h.get(2) != size or pos + size > size_all:
-                    return None
-                if (dp.get(2), dp.get(3), dp.get(4)) != (_DELTA_BINARY_PACKED, _RLE, _RLE):
-                    return None
-                n_levels = int(dp.get(1, -1))
-                if n_levels < 0:
-                    return None
-                got, started = _page(buf, pos, pos + size, n_levels, scratch[0], scratch[1],
-                                     values, vat, offsets, rat)
-                if got == -2:  # levels with empty lists: decode them through scratch arrays
-                    scratch = np.empty((2, n_levels), dtype=np.uint8)
-                    got, started = _page(buf, pos, pos + size, n_levels, scratch[0],
-                                         scratch[1], values, vat, offsets, rat)
-                if got < 0:
-                    return None
-                vat += got
-                rat += started
-                pos += size
+            vat, rat = done
     if rat != rows:
         return None
     offsets[rows] = vat
