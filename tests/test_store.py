@@ -79,3 +79,71 @@ class TestWrite:
         store.ingest("azure", AZURE, "az")
         with pytest.raises(StoreError, match="known: az"):
             store.read("requests", "nope")
+
+
+def _per_row(rows: int, start: int = 0) -> pa.Table:
+    """A selection_replay table of ``rows`` rows with distinct values."""
+    i = pa.array(range(start, start + rows), pa.int64())
+    return pa.table({
+        "run_id": ["r"] * rows, "trace": ["t"] * rows, "request_id": i,
+        "step": pa.array(range(rows), pa.int32()), "layer": pa.array([3] * rows, pa.int16()),
+        "seq_len": pa.array(range(rows), pa.int32()), "accesses": pa.array([5] * rows, pa.int32()),
+        "hits": pa.array([2] * rows, pa.int32()), "misses": pa.array([3] * rows, pa.int32()),
+        "bytes_h2d": pa.array([30] * rows, pa.int64()), "fast_path": [False] * rows})
+
+
+class TestSink:
+    def test_small_writes_land_as_one_row_group(self, store):
+        """Writes smaller than a row group are held and written together; a write of a
+        group or more goes out as its own groups; every row lands once, in order."""
+        import pyarrow.parquet as pq
+
+        from toolkit.store import row_group_rows
+
+        big = row_group_rows(_per_row(1_000))
+        with store.writer("selection_replay", "k") as sink:
+            for j in range(10):
+                sink.write(_per_row(100, 100 * j))
+            sink.write(_per_row(big, 1_000))
+            sink.write(_per_row(7, 1_000 + big))
+        path = store.root / "selection_replay" / "k.parquet"
+        sizes = [pq.ParquetFile(path).metadata.row_group(g).num_rows
+                 for g in range(pq.ParquetFile(path).num_row_groups)]
+        assert sizes == [1_000, big, 7]
+        got = store.read("selection_replay", "k").column("request_id").to_pylist()
+        assert got == list(range(1_000 + big + 7))
+
+    def test_flush_ends_a_row_group(self, store):
+        import pyarrow.parquet as pq
+
+        with store.writer("selection_replay", "k") as sink:
+            for j in range(3):
+                sink.write(_per_row(4, 4 * j))
+                sink.flush()
+        path = store.root / "selection_replay" / "k.parquet"
+        assert pq.ParquetFile(path).num_row_groups == 3
+
+    def test_held_rows_are_not_written_after_an_error(self, store):
+        with pytest.raises(RuntimeError), store.writer("selection_replay", "k") as sink:
+            sink.write(_per_row(5))
+            raise RuntimeError("replay failed")
+        assert store.keys("selection_replay") == []
+
+
+class TestConform:
+    def test_casts_other_types_and_keeps_right_ones(self):
+        t = _per_row(3).set_column(3, "step", pa.array([1, 2, 3], pa.int64()))
+        out = schema.conform(t, schema.TABLES["selection_replay"])
+        assert out.schema == schema.TABLES["selection_replay"]
+        assert out.column("step").to_pylist() == [1, 2, 3]
+        assert out.drop_columns(["step"]).to_pydict() == t.drop_columns(["step"]).to_pydict()
+
+    def test_refuses_nulls_in_a_required_column_and_unsafe_casts(self):
+        req = [f.name for f in schema.TABLES["selection_replay"] if not f.nullable]
+        assert "hits" in req
+        t = _per_row(2).set_column(7, "hits", pa.array([1, None], pa.int32()))
+        with pytest.raises(ValueError, match="'hits' has 1 null"):
+            schema.conform(t, schema.TABLES["selection_replay"])
+        t = _per_row(2).set_column(3, "step", pa.array([1, 2**40], pa.int64()))
+        with pytest.raises(pa.ArrowInvalid):
+            schema.conform(t, schema.TABLES["selection_replay"])

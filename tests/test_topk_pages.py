@@ -142,3 +142,26 @@ def test_scratch_is_reused_and_results_stay_equal(tmp_path):
         assert got[0].tolist() == values.tolist() and got[1].tolist() == offsets.tolist()
         assert np.shares_memory(got[0], buffer) and scratch.values is buffer
     assert big[0].size >= values.size
+
+
+def test_read_into_scratch_where_not_mapped(tmp_path, monkeypatch):
+    """Where the file cannot be mapped, each column chunk is read into the scratch buffer
+    instead: the same values and offsets."""
+    import toolkit.replay.topk_pages as tp
+
+    rows = [list(range(i, i + 300)) for i in range(0, 3_000, 100)]
+    path = tmp_path / "t.parquet"
+    _write(path, rows, 10)
+    mapped = [read_topk(path, [g]) for g in range(3)]
+
+    def refuse(*args, **kwargs):
+        raise OSError("cannot map")
+
+    monkeypatch.setattr(tp.mmap, "mmap", refuse)
+    scratch = tp.Scratch()
+    for g in range(3):
+        got = read_topk(path, [g], scratch)
+        assert got is not None and mapped[g] is not None
+        assert got[0].tolist() == mapped[g][0].tolist() == _arrow(path, [g])[0].tolist()
+        assert got[1].tolist() == mapped[g][1].tolist()
+    assert scratch.pages.size > 0  # the copy path ran
