@@ -123,6 +123,17 @@ class TestSink:
         path = store.root / "selection_replay" / "k.parquet"
         assert pq.ParquetFile(path).num_row_groups == 3
 
+    def test_close_writes_what_is_held(self, tmp_path):
+        """A sink used on its own (as compaction does) loses nothing at close."""
+        import pyarrow.parquet as pq
+
+        from toolkit.store import ParquetSink
+
+        sink = ParquetSink(tmp_path / "x.parquet", schema.TABLES["selection_replay"])
+        sink.write(_per_row(3))
+        sink.close()
+        assert pq.read_table(tmp_path / "x.parquet").num_rows == 3
+
     def test_held_rows_are_not_written_after_an_error(self, store):
         with pytest.raises(RuntimeError), store.writer("selection_replay", "k") as sink:
             sink.write(_per_row(5))

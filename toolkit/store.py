@@ -379,9 +379,10 @@ class Store:
             sink = ParquetSink(self._tx.stage(table, key, replace), schema.TABLES[table])
             try:
                 yield sink
-                sink.flush()  # not after an error: the staged file is discarded then
-            finally:
-                sink.close()
+            except BaseException:
+                sink.close(flush=False)  # the staged file is discarded
+                raise
+            sink.close()
 
     def cache_path(self, kind: str, key: str, suffix: str) -> Path:
         """Where derived data of ``kind`` for ``key`` may be kept (see ``CACHE_DIR``)."""
@@ -926,7 +927,11 @@ class ParquetSink:
             self._held, self._held_rows = [], 0
             self._writer.write_table(held, row_group_size=max(held.num_rows, 1))
 
-    def close(self) -> None:
+    def close(self, *, flush: bool = True) -> None:
+        """Write what is held (unless ``flush`` is false: the file is being discarded)
+        and finish the file."""
+        if flush:
+            self.flush()
         self._writer.close()
 
 
