@@ -67,6 +67,7 @@ MANIFEST_FILE = "manifest.json"
 COMPACTABLE = ("replay_runs", "selection_runs", "selection_replay", "tier_runs",
                "tier_requests", "engram_runs", "sweeps", "compare_runs")
 PART_ROWS = 4_000_000  # rows per compacted part file
+TINY_TABLE_BYTES = 16 << 10  # below this a table is written plain (see parquet_options)
 ROW_GROUP_BYTES = 32 << 20  # ~32 MB per row group: selective reads of big list columns
 KEY_MAX_CHARS = 128
 _KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
@@ -164,6 +165,13 @@ class _Transaction:
     def commit_ops(self, moves: list[tuple[str, str]], deletes: list[str]) -> None:
         """The commit point: write the marker, apply it, remove it. Caller holds the
         exclusive store lock."""
+        if len(self.entries) == 1 and not moves and not deletes:
+            # one file: its rename is atomic on its own, so no marker to write, read back
+            # and remove (a third of a one-row run write's commit); a death before the
+            # rename leaves staging that the next open removes, as before the marker
+            _apply(self.store.root, self.dir, {"entries": list(self.entries), "moves": [],
+                                               "deletes": []})
+            return
         marker = self.dir / COMMIT_MARKER
         tmp = self.dir / (COMMIT_MARKER + ".tmp")
         tmp.write_text(json.dumps({"entries": sorted(self.entries), "moves": moves,
@@ -850,24 +858,41 @@ def parquet_options(table_schema: pa.Schema, data: pa.Table | None = None) -> di
       lookup, against 18.5 MB at 5.9 ns with the dictionary. Random 64-bit hashes keep
       the dictionary: repeats are what compresses them (73.8 vs 93.6 MB).
 
-    (benchmarks/RESULTS.md has both measurements.)
+    Dictionaries only where values repeat as whole strings or lists (names, ids, random
+    hashes): on numeric columns zstd finds the repeats anyway, and building their
+    dictionaries made writing a 10,001-row miss curve take 2.5 ms instead of 1.3.
+
+    (benchmarks/RESULTS.md has the measurements.)
     """
     delta_none = [f"{f.name}.list.element" for f in table_schema
                   if pa.types.is_list(f.type) and f.type.value_type == pa.int32()]
     delta_zstd = [f"{f.name}.list.element" for f in table_schema
                   if data is not None and pa.types.is_list(f.type)
                   and f.type.value_type == pa.int64() and _small_ids(data.column(f.name))]
-    if not delta_none and not delta_zstd:
-        return {"compression": "zstd"}
     plain = {c.split(".")[0] for c in delta_none + delta_zstd}
+    if data is not None and data.nbytes < TINY_TABLE_BYTES and not any(
+            pa.types.is_nested(f.type) for f in table_schema):
+        # a run row or a short curve: nothing to compress, and zstd and dictionaries cost
+        # ~0.45 ms of a one-row file's ~0.95 ms to write
+        return {"compression": "none", "use_dictionary": False}
+    dictionary = [f"{f.name}.list.element" if pa.types.is_list(f.type) else f.name
+                  for f in table_schema if f.name not in plain and _repeats_whole(f.type)]
+    if not delta_none and not delta_zstd:
+        return {"compression": "zstd", "use_dictionary": dictionary}
     return {
         # v1 pages: the layout toolkit/replay/topk_pages.py decodes (Arrow reads any other)
         "data_page_version": "1.0",
         "compression": {f.name: "zstd" for f in table_schema if f.name not in plain}
         | dict.fromkeys(delta_none, "none") | dict.fromkeys(delta_zstd, "zstd"),
-        "use_dictionary": [f.name for f in table_schema if f.name not in plain],
+        "use_dictionary": dictionary,
         "column_encoding": dict.fromkeys(delta_none + delta_zstd, "DELTA_BINARY_PACKED"),
     }
+
+
+def _repeats_whole(t: pa.DataType) -> bool:
+    """String-like or nested: a column whose repeats a dictionary stores once."""
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_dictionary(t) or pa.types.is_nested(t))
 
 
 def _small_ids(column: pa.ChunkedArray) -> bool:

@@ -166,7 +166,8 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
     else:
         raise ValueError(f"kind must be 'selections' or 'prefix', got {kind!r}")
     table = pa.table({
-        "trace": [trace] * misses.size, "kind": [kind] * misses.size,
+        "trace": pa.repeat(pa.scalar(trace), misses.size),
+        "kind": pa.repeat(pa.scalar(kind), misses.size),
         "capacity": np.arange(misses.size, dtype=np.int64),
         "accesses": np.full(misses.size, n, dtype=np.int64), "misses": misses.astype(np.int64),
         "miss_ratio": misses / n if n else np.zeros(misses.size),
