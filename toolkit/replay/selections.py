@@ -162,7 +162,7 @@ def _trace_k(store: Store, trace: str) -> int:
     if trace not in store.keys("selections"):
         known = ", ".join(store.keys("selections")) or "none"
         raise ToolkitError(f"no selection trace {trace!r} in {store.root}; known: {known}")
-    return int(store.read("selection_traces", trace).column("k")[0].as_py())
+    return int(store.read("selection_traces", trace, columns=["k"]).column("k")[0].as_py())
 
 
 def rows_from_table(t: pa.Table, k: int) -> SelectionRows:
@@ -204,10 +204,6 @@ def raw_rows(t: pa.Table, k: int) -> SelectionRows:
     values = arr.values.to_numpy(zero_copy_only=False)
     col = {c: t.column(c).to_numpy() for c in ("request_id", "step", "layer", "seq_len")}
     return SelectionRows(**col, offsets=offsets, values=values, k=k)
-
-
-def _trace_rows(store: Store, trace: str) -> int:
-    return pq.ParquetFile(store.root / "selections" / f"{trace}.parquet").metadata.num_rows
 
 
 def load_rows(store: Store, trace: str) -> SelectionRows:
@@ -566,7 +562,7 @@ def replay_selections(
         path = store.root / "selections" / f"{cfg.trace}.parquet"
         md = pq.read_metadata(path)
         specs = chunk_specs(path, max_rows, md)
-        total = _trace_rows(store, cfg.trace) * k  # upper bound: short rows have < k
+        total = md.num_rows * k  # upper bound: short rows have < k
         if read_ahead:
             # one I/O thread decodes the next chunks while the workers replay
             chunks = parallel.read_ahead(functools.partial(read_chunk, path, k=k, metadata=md),
