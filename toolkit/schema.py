@@ -442,7 +442,8 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     nullable column is added to a schema.
 
     Raises:
-        ValueError: a non-nullable column is missing or a column cannot be cast safely.
+        ValueError: a non-nullable column is missing or holds nulls, or a column cannot be
+            cast safely.
     """
     missing = [f.name for f in schema if f.name not in table.column_names and not f.nullable]
     if missing:

@@ -565,9 +565,8 @@ def replay_selections(
         total = md.num_rows * k  # upper bound: short rows have < k
         if read_ahead:
             # one I/O thread decodes the next chunks while the workers replay
-            chunks = parallel.read_ahead(functools.partial(read_chunk, path, k=k, metadata=md),
-                                         specs,
-                                         n_workers + 1)
+            read = functools.partial(read_chunk, path, k=k, metadata=md)
+            chunks = parallel.read_ahead(read, specs, n_workers + 1)
             work = (functools.partial(_replay_chunk, c, cfg, n, policy, run_id)
                     for c in chunks)
         else:  # each worker reads, plans and replays whole chunks
