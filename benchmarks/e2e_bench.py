@@ -20,8 +20,8 @@ stream, both without the store's stream index (the first replay of a trace writt
 other means than ``toolkit ingest``) and with it (every later replay).
 
 Last, 1 worker against ``--workers`` on the two other parallel replays: the selection miss
-curve (``replay mrc``) and a 4-capacity prefix sweep (``replay prefix`` with several
-capacities).
+curve (``replay mrc``, also against ``lru_miss_curve`` alone on the planned stream) and a
+4-capacity prefix sweep (``replay prefix`` with several capacities).
 
 Each figure is the median of ``--runs`` runs taken in turn; numba compile is excluded.
 Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 
 import toolkit
 from toolkit.policies import policies
-from toolkit.replay.mrc import miss_curve_table
+from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
 from toolkit.replay.selection_plan import fused_plan
 from toolkit.replay.selections import SelectionReplayConfig, _order, load_rows, replay_selections
 from toolkit.synth.selections import SyntheticSelectionConfig
@@ -156,6 +156,7 @@ def selections_section(args: argparse.Namespace) -> None:
                   flush=True)
             if mode == "plain":
                 single = (p.keys, n_keys)
+                curve = (p.keys, n_keys, p.segments)
         keys, n_keys = single
         t_lcs, m_lcs, t_ours, m_ours = [], set(), [], set()
         for _ in range(args.runs):
@@ -173,6 +174,13 @@ def selections_section(args: argparse.Namespace) -> None:
               f"M acc/s, misses {sorted(m_ours)}")
         print(workers_row("selection miss curve to 16,384 (replay mrc)", n, args, lambda w:
                           miss_curve_table(store, "syn", "selections", 16_384, workers=w)))
+        ck, cn, cseg = curve
+        kern = median_s(lambda: lru_miss_curve(ck, cn, 16_384, cseg, 1), args.runs)
+        e2e = median_s(lambda: miss_curve_table(store, "syn", "selections", 16_384,
+                                                workers=1), args.runs)
+        print(f"selection miss curve to 16,384, 1 thread: kernel-only (lru_miss_curve on the "
+              f"planned stream) {ck.size / kern / 1e6:.1f} M/s, store-to-result (replay mrc, "
+              f"curve written) {ck.size / e2e / 1e6:.1f} M/s, {kern / e2e:.0%}")
 
 
 def tiled(table: pa.Table, copies: int, name: str) -> pa.Table:
