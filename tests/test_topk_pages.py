@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import schema
-from toolkit.replay.topk_pages import read_topk
+from toolkit.replay.topk_pages import read_small_ids, read_topk
 from toolkit.store import parquet_options
 
 TOPK = schema.TABLES["selections"].field("topk")
@@ -165,3 +165,82 @@ def test_read_into_scratch_where_not_mapped(tmp_path, monkeypatch):
         assert got[0].tolist() == mapped[g][0].tolist() == _arrow(path, [g])[0].tolist()
         assert got[1].tolist() == mapped[g][1].tolist()
     assert scratch.pages.size > 0  # the copy path ran
+
+
+HASHES = schema.TABLES["requests"].field("block_hashes")
+
+
+def _write_ids(path, rows, row_group_rows=None, page_bytes=None, **override):
+    """A one-column ``block_hashes`` file written as the store writes it."""
+    table = pa.table({"block_hashes": pa.array(rows, type=HASHES.type)},
+                     schema=pa.schema([HASHES]))
+    opts = parquet_options(table.schema, table) | override
+    if page_bytes:
+        opts["data_page_size"] = page_bytes
+    pq.write_table(table, path, row_group_size=row_group_rows or max(len(rows), 1), **opts)
+
+
+def _arrow_ids(path, groups):
+    col = pq.ParquetFile(path).read_row_groups(groups, columns=["block_hashes"]).column(0)
+    arr = col.combine_chunks()
+    off = arr.offsets.to_numpy().astype(np.int64)
+    return arr.values.to_numpy(zero_copy_only=False), off - off[0]
+
+
+ids_strategy = st.lists(
+    st.one_of(
+        st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=40),  # any int32 id
+        st.builds(lambda a, n: list(range(a, a + n)), st.integers(0, 10**6),
+                  st.integers(1, 300)),  # consecutive blocks, the usual shape
+    ),
+    min_size=1, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=ids_strategy, groups=st.integers(1, 3), page_bytes=st.sampled_from([None, 64, 512]),
+       compression=st.sampled_from([None, "none"]))
+def test_small_ids_same_as_arrow(tmp_path_factory, rows, groups, page_bytes, compression):
+    """Delta-encoded hash ids, zstd (the store's choice) or not, several row groups and
+    pages, wide jumps between rows: the same ids and offsets as Arrow's reading."""
+    path = tmp_path_factory.mktemp("h") / "h.parquet"
+    extra = {} if compression is None else {"compression": compression}
+    _write_ids(path, rows, max(1, -(-len(rows) // groups)), page_bytes, **extra)
+    n_groups = pq.ParquetFile(path).num_row_groups
+    for sel in [[g] for g in range(n_groups)] + [list(range(n_groups))]:
+        got = read_small_ids(path, "block_hashes", sel)
+        assert got is not None
+        ids, offsets = _arrow_ids(path, sel)
+        assert got[0].dtype == np.int32
+        assert got[0].tolist() == ids.tolist()
+        assert got[1].tolist() == offsets.tolist()
+
+
+@pytest.mark.parametrize("rows, why", [
+    ([[1, 2], [], [3]], "an empty list"),
+    ([[1, None], [3]], "a null id"),
+    ([[1, 2**31], [3]], "an id past int32"),
+    ([[5, -1], [3]], "a negative id"),
+    ([[1, 2**62], [0]], "an id past 2**57 (deltas too wide to unpack)"),
+])
+def test_small_ids_refused_for_arrow(tmp_path, rows, why):
+    """Anything the decoder does not read exactly is left to Arrow (None), never
+    approximated."""
+    path = tmp_path / "h.parquet"
+    table = pa.table({"block_hashes": pa.array(rows, type=HASHES.type)},
+                     schema=pa.schema([HASHES]))
+    opts = parquet_options(table.schema) | {  # delta whatever the values, to reach the decoder
+        "use_dictionary": False, "column_encoding": {"block_hashes.list.element":
+                                                     "DELTA_BINARY_PACKED"}}
+    pq.write_table(table, path, **opts)
+    assert read_small_ids(path, "block_hashes", [0]) is None, why
+    ok = pa.table({"block_hashes": pa.array([[1, 2], [3]], type=HASHES.type)},
+                  schema=pa.schema([HASHES]))
+    pq.write_table(ok, path, **opts)  # the same layout with good ids is read
+    assert read_small_ids(path, "block_hashes", [0])[0].tolist() == [1, 2, 3]
+
+
+def test_small_ids_with_a_dictionary_are_left_to_arrow(tmp_path):
+    path = tmp_path / "h.parquet"
+    pq.write_table(pa.table({"block_hashes": pa.array([[1, 2], [2]], type=HASHES.type)},
+                            schema=pa.schema([HASHES])), path)
+    assert read_small_ids(path, "block_hashes", [0]) is None

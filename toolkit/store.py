@@ -397,6 +397,13 @@ class Store:
         check_key(key, "key")
         return self.root / CACHE_DIR / kind / f"{key}{suffix}"
 
+    def key_file(self, table: str, key: str) -> Path | None:
+        """The Parquet file that holds ``table``/``key`` alone, or None when the key is
+        absent or lives in a compacted part (for readers of a file's own layout)."""
+        check_key(key, "key")
+        path = self._key_path(table, key)
+        return path if path.is_file() else None
+
     def source_stamp(self, table: str, key: str) -> tuple[int, int, int] | None:
         """(size, mtime ns, inode) of the file holding ``table``/``key``, which every
         write replaces (never edits in place); None when it lives in a compacted part."""

@@ -31,6 +31,7 @@ from toolkit.policies._kernel import INT32_LIMIT
 from toolkit.replay.keys import dense_ids
 from toolkit.replay.parallel import ordered_results, resolve_workers, thread_map
 from toolkit.replay.progress import progress as progress_bar
+from toolkit.replay.topk_pages import read_small_ids
 from toolkit.store import Store, bounded_key
 
 
@@ -143,25 +144,49 @@ class _Part:
     hashes: pa.ChunkedArray | None  # kept only when ``keys`` is None
 
 
-def _part_of(table: pa.Table) -> _Part:
-    hashes = table.column("block_hashes")
-    lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False).astype(np.int64)
-    keys: np.ndarray | None = np.empty(int(lengths.sum()), dtype=np.int32)
-    pos, top = 0, -1
-    for chunk in hashes.chunks:
-        values = pc.list_flatten(chunk).to_numpy(zero_copy_only=False).astype(np.int64,
-                                                                               copy=False)
-        hi = _copy_ids(values, keys, pos, INT32_LIMIT)
-        if hi < 0:
-            keys = None
-            break
-        top = max(top, int(hi))
-        pos += values.size
+def _part_of(table: pa.Table, ids: tuple[np.ndarray, np.ndarray] | None = None) -> _Part:
+    """One row group's stream columns. ``ids``: its ``block_hashes`` already decoded as
+    (int32 ids, row offsets) by :func:`read_small_ids`, so the table lacks that column."""
+    top = int(ids[0].max(initial=-1)) if ids is not None else -1
+    if ids is not None and top < INT32_LIMIT:
+        keys: np.ndarray | None = ids[0]
+        lengths = np.diff(ids[1])
+        hashes = None
+    else:
+        if ids is not None:  # ids past the kernels' int32 range: Arrow's reading, remapped
+            raise _ArrowPlease
+        hashes = table.column("block_hashes")
+        lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False).astype(np.int64)
+        keys = np.empty(int(lengths.sum()), dtype=np.int32)
+        pos, top = 0, -1
+        for chunk in hashes.chunks:
+            values = pc.list_flatten(chunk).to_numpy(zero_copy_only=False).astype(np.int64,
+                                                                                   copy=False)
+            hi = _copy_ids(values, keys, pos, INT32_LIMIT)
+            if hi < 0:
+                keys = None
+                break
+            top = max(top, int(hi))
+            pos += values.size
     return _Part(
         table.column("request_id").to_numpy(), table.column("arrival_s").to_numpy(),
         table.column("input_tokens").to_numpy().astype(np.int64),
         table.column("block_tokens").fill_null(0).to_numpy().astype(np.int64),
         lengths, keys, top, hashes if keys is None else None)
+
+
+class _ArrowPlease(Exception):
+    """Our decoder's ids do not fit the kernels: read this row group with Arrow instead."""
+
+
+def _read_part(path: Path | None, group: int, read_scalars: Any, read_all: Any) -> _Part:
+    """Row group ``group`` of a ``requests`` file: the hash ids through our page decoder
+    when the file is in the layout it reads (see ``read_small_ids``), else Arrow."""
+    ids = read_small_ids(path, "block_hashes", [group]) if path is not None else None
+    if ids is not None:
+        with contextlib.suppress(_ArrowPlease):
+            return _part_of(read_scalars(), ids)
+    return _part_of(read_all())
 
 
 def _assemble(parts: list[_Part]) -> BlockStream:
@@ -321,7 +346,10 @@ def load_stream(store: Store, trace: str, workers: int | None = None, *,
     if use_index and (cached := _load_index(store, trace, stamp)) is not None:
         return cached
     readers = store.read_parts("requests", trace, STREAM_COLUMNS)
-    parts = thread_map(lambda read: _part_of(read()), readers, resolve_workers(workers))
+    scalars = store.read_parts("requests", trace, STREAM_COLUMNS[:-1])
+    path = store.key_file("requests", trace)
+    parts = thread_map(lambda g: _read_part(path, g, scalars[g], readers[g]),
+                       range(len(readers)), resolve_workers(workers))
     arrival = np.concatenate([p.arrival_s for p in parts]) if parts else np.zeros(0)
     rid = np.concatenate([p.request_id for p in parts]) if parts else np.zeros(0, np.int64)
     if _in_order(arrival, rid):
