@@ -144,17 +144,16 @@ class _Part:
     hashes: pa.ChunkedArray | None  # kept only when ``keys`` is None
 
 
-def _part_of(table: pa.Table, ids: tuple[np.ndarray, np.ndarray] | None = None) -> _Part:
+def _part_of(table: pa.Table, ids: tuple[np.ndarray, np.ndarray] | None = None,
+             top: int = -1) -> _Part:
     """One row group's stream columns. ``ids``: its ``block_hashes`` already decoded as
-    (int32 ids, row offsets) by :func:`read_small_ids`, so the table lacks that column."""
-    top = int(ids[0].max(initial=-1)) if ids is not None else -1
-    if ids is not None and top < INT32_LIMIT:
+    (int32 ids below ``INT32_LIMIT``, row offsets), the largest being ``top``, so the
+    table lacks that column."""
+    if ids is not None:
         keys: np.ndarray | None = ids[0]
         lengths = np.diff(ids[1])
         hashes = None
     else:
-        if ids is not None:  # ids past the kernels' int32 range: Arrow's reading, remapped
-            raise _ArrowPlease
         hashes = table.column("block_hashes")
         lengths = pc.list_value_length(hashes).to_numpy(zero_copy_only=False).astype(np.int64)
         keys = np.empty(int(lengths.sum()), dtype=np.int32)
@@ -175,17 +174,14 @@ def _part_of(table: pa.Table, ids: tuple[np.ndarray, np.ndarray] | None = None) 
         lengths, keys, top, hashes if keys is None else None)
 
 
-class _ArrowPlease(Exception):
-    """Our decoder's ids do not fit the kernels: read this row group with Arrow instead."""
-
-
 def _read_part(path: Path | None, group: int, read_scalars: Any, read_all: Any) -> _Part:
     """Row group ``group`` of a ``requests`` file: the hash ids through our page decoder
-    when the file is in the layout it reads (see ``read_small_ids``), else Arrow."""
+    when the file is in the layout it reads (see ``read_small_ids``) and the ids fit the
+    kernels' int32 range, else Arrow (which remaps ids that do not fit)."""
     ids = read_small_ids(path, "block_hashes", [group]) if path is not None else None
-    if ids is not None:
-        with contextlib.suppress(_ArrowPlease):
-            return _part_of(read_scalars(), ids)
+    top = int(ids[0].max(initial=-1)) if ids is not None else INT32_LIMIT
+    if top < INT32_LIMIT:
+        return _part_of(read_scalars(), ids, top)
     return _part_of(read_all())
 
 
