@@ -54,6 +54,7 @@ from toolkit.synth.selections import SyntheticSelectionConfig
 from toolkit.synth.selections_fast import write_streaming
 
 MOONCAKE = Path(__file__).resolve().parents[1] / "traces" / "mooncake" / "conversation_trace.jsonl"
+SMOLLM2 = Path(__file__).resolve().parents[1] / "traces" / "smollm2"
 
 
 def lcs_lru(keys: np.ndarray, capacity: int, tmp: Path) -> tuple[float, int]:
@@ -88,12 +89,14 @@ def main() -> None:
                     help="replay with the extra I/O thread that decodes the next chunks")
     ap.add_argument("--warm-up-s", type=float, default=3.0,
                     help="replay both modes at both worker counts this long before timing")
-    ap.add_argument("--sections", default="selections,prefix",
-                    help="comma-separated: selections, prefix")
+    ap.add_argument("--sections", default="selections,real,prefix",
+                    help="comma-separated: selections, real, prefix")
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     if "selections" in sections:
         selections_section(args)
+    if "real" in sections:
+        real_section(args)
     if "prefix" in sections:
         prefix_section(args)
     print(f"# load average at end: {os.getloadavg()[0]:.2f}")
@@ -130,30 +133,8 @@ def selections_section(args: argparse.Namespace) -> None:
                                                                    mode=mode),
                                       workers=workers, progress=False)
         for mode in ("plain", "hisparse"):
-            rc = SelectionReplayConfig("syn", "lru", args.buffer, mode=mode)
-            rows = load_rows(store, "syn")
-            o = _order(rows, None)
-            p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group,
-                           args.buffer, mode, "first")
-            n_keys = int(max(rows.seq_len.max(), args.buffer))
-            replay_selections(store, rc, workers=w, progress=False)  # compile
-            e2e1, e2en, kern, misses = [], [], [], set()
-            for _ in range(args.runs):
-                for workers, times in ((1, e2e1), (w, e2en)):
-                    t0 = time.perf_counter()
-                    out = replay_selections(store, rc, workers=workers, progress=False,
-                                            read_ahead=ahead)
-                    times.append(time.perf_counter() - t0)
-                    misses.add(out["misses"])
-                t0 = time.perf_counter()
-                lru.simulate(p.keys, n_keys, args.buffer, p.segments)
-                kern.append(time.perf_counter() - t0)
-            assert len(misses) == 1, misses  # any worker count, same result
-            n = out["accesses"]
-            r1, rn, rk = (n / statistics.median(t) / 1e6 for t in (e2e1, e2en, kern))
-            print(f"| {mode} | {n:,} | {out['misses']:,} | {r1:.1f} | {rn:.1f} | {rk:.1f} "
-                  f"| {r1 / rk:.0%} | {rn / rk:.0%} | {rn / r1:.2f}x | {p.keys.size:,} |",
-                  flush=True)
+            line, p, n_keys = mode_row(store, "syn", args.buffer, mode, args)
+            print(line, flush=True)
             if mode == "plain":
                 single = (p.keys, n_keys)
                 curve = (p.keys, n_keys, p.segments)
@@ -181,6 +162,63 @@ def selections_section(args: argparse.Namespace) -> None:
         print(f"selection miss curve to 16,384, 1 thread: kernel-only (lru_miss_curve on the "
               f"planned stream) {ck.size / kern / 1e6:.1f} M/s, store-to-result (replay mrc, "
               f"curve written) {ck.size / e2e / 1e6:.1f} M/s, {kern / e2e:.0%}")
+
+
+def mode_row(store: toolkit.Store, trace: str, buffer: int, mode: str,
+             args: argparse.Namespace) -> tuple[str, object, int]:
+    """One table row: ``replay_selections`` from the store at 1 and ``--workers`` workers
+    against ``LRU().simulate`` alone on the stream it plans, taking turns; also returns
+    the plan and key range."""
+    lru = policies.get("lru")
+    w = args.workers
+    rc = SelectionReplayConfig(trace, "lru", buffer, mode=mode)
+    rows = load_rows(store, trace)
+    o = _order(rows, None)
+    p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group, buffer, mode,
+                   "first")
+    n_keys = int(max(rows.seq_len.max(), buffer))
+    replay_selections(store, rc, workers=w, progress=False)  # compile
+    e2e1, e2en, kern, misses = [], [], [], set()
+    for _ in range(args.runs):
+        for workers, times in ((1, e2e1), (w, e2en)):
+            t0 = time.perf_counter()
+            out = replay_selections(store, rc, workers=workers, progress=False,
+                                    read_ahead=args.read_ahead)
+            times.append(time.perf_counter() - t0)
+            misses.add(out["misses"])
+        t0 = time.perf_counter()
+        lru.simulate(p.keys, n_keys, buffer, p.segments)
+        kern.append(time.perf_counter() - t0)
+    assert len(misses) == 1, misses  # any worker count, same result
+    n = out["accesses"]
+    r1, rn, rk = (n / statistics.median(t) / 1e6 for t in (e2e1, e2en, kern))
+    return (f"| {mode} | {n:,} | {out['misses']:,} | {r1:.1f} | {rn:.1f} | {rk:.1f} "
+            f"| {r1 / rk:.0%} | {rn / rk:.0%} | {rn / r1:.2f}x | {p.keys.size:,} |", p, n_keys)
+
+
+def real_section(args: argparse.Namespace) -> None:
+    """The same comparison on the bundled real SmolLM2-135M recording (k = 64, 30 layers,
+    ~2M accesses): a small trace, where the fixed costs of a replay weigh most."""
+    with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "r") as store:
+        store.ingest("bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
+        os.sync()
+        rows = load_rows(store, "smollm2")
+        buffer = 2 * rows.k
+        print(f"\n# REAL trace: bundled SmolLM2-135M recording (smollm2-softmax-sum), k = "
+              f"{rows.k}, {rows.request_id.size:,} rows; LRU, {buffer} slots; median of "
+              f"{args.runs} runs")
+        w = args.workers
+        print(f"| mode | accesses | misses | store-to-result 1 worker M acc/s | store-to-result "
+              f"{w} workers M acc/s | kernel-only (1 thread) M acc/s | ratio 1 worker | "
+              f"ratio {w} workers | {w} vs 1 worker | policy keys (incl. warm-up) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        t_warm = time.perf_counter()
+        while time.perf_counter() - t_warm < args.warm_up_s:
+            for workers in (1, w):
+                replay_selections(store, SelectionReplayConfig("smollm2", "lru", buffer),
+                                  workers=workers, progress=False)
+        for mode in ("plain", "hisparse"):
+            print(mode_row(store, "smollm2", buffer, mode, args)[0], flush=True)
 
 
 def tiled(table: pa.Table, copies: int, name: str) -> pa.Table:

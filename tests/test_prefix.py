@@ -166,6 +166,31 @@ def test_matches_reference_on_random_traces(reqs, capacity):
     assert got["prefix_hit_blocks"] <= got["block_hits"] <= got["block_lookups"]
 
 
+@settings(max_examples=60, deadline=None)
+@given(reqs=st.lists(st.tuples(st.integers(0, 3_000), st.sampled_from([0, 16, 64, 512]),
+                               st.lists(st.integers(0, 40), max_size=8)),
+                     min_size=1, max_size=40),
+       capacity=st.integers(0, 50))
+def test_summary_with_mixed_block_sizes(reqs, capacity):
+    """Property: requests of different block sizes (and none) sum like the reference; the
+    summary's flat pass is only for traces of one block size, and must not leak into
+    others (a uniform trace is ``reqs`` with one size, also drawn here)."""
+    from toolkit.policies import policies
+    from toolkit.replay.prefix import BlockStream
+
+    lengths = np.array([len(h) for _, _, h in reqs], dtype=np.int64)
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    keys = np.array([x for _, _, h in reqs for x in h], dtype=np.int32)
+    stream = BlockStream(keys, 41, starts, lengths,
+                         np.array([n for n, _, _ in reqs], dtype=np.int64),
+                         np.array([bt for _, bt, _ in reqs], dtype=np.int64))
+    sim = policies.get("lru").simulate(stream.keys, 41, capacity)
+    got = summarize(stream, sim.hits)
+    ref = reference_replay(reqs, capacity)
+    assert {k: got[k] for k in ref} == ref
+
+
 @settings(max_examples=40, deadline=None)
 @given(reqs=requests_strategy, small=st.integers(0, 20), extra=st.integers(0, 20))
 def test_lru_hits_monotone_in_capacity(reqs, small, extra):

@@ -102,14 +102,16 @@ class TestWorkers:
     @pytest.mark.parametrize("policy", ["lru", "s3fifo", "opt"])
     def test_selection_results_identical_for_any_workers(self, store, policy):
         """1, 2 and 3 threads, chunks of one request, with or without the read-ahead
-        thread: the same rows and totals."""
+        thread, and a one-chunk trace whose buffers the workers split: the same rows and
+        totals."""
         write_streaming(store, SMALL, "syn")
         for mode, full in (("plain", None), ("hisparse", None), ("hisparse", (0, 2))):
             cfg = SelectionReplayConfig("syn", policy, 100, mode=mode, full_layers=full)
             base = replay_selections(store, cfg, workers=1)
             base_rows = _per_row(store, base["run_id"])
             for workers, max_rows, ahead in ((2, None, True), (3, None, True), (2, 24, True),
-                                             (1, 24, False), (2, 24, False)):
+                                             (1, 24, False), (2, 24, False), (2, None, False),
+                                             (3, None, False)):
                 got = replay_selections(store, cfg, workers=workers, max_rows=max_rows,
                                         read_ahead=ahead)
                 assert {k: v for k, v in got.items() if k != "elapsed_s"} == {

@@ -55,6 +55,27 @@ class TestWrite:
             store.write("requests", "x", bad)
         assert store.keys("requests") == []
 
+    def test_read_of_an_older_file_fills_a_nullable_column_added_since(self, store):
+        """A file written before a nullable column existed reads with that column null
+        (the dataset path), and a current file reads as written (the direct path)."""
+        import pyarrow.parquet as pq
+
+        row = {f.name: 1 for f in schema.REPLAY_RUNS if pa.types.is_integer(f.type)} | {
+            f.name: 0.5 for f in schema.REPLAY_RUNS if pa.types.is_floating(f.type)} | {
+            f.name: "x" for f in schema.REPLAY_RUNS if pa.types.is_string(f.type)}
+        full = schema.conform(pa.Table.from_pylist([row]), schema.REPLAY_RUNS)
+        store.write("replay_runs", "now", full)
+        old = full.drop_columns(["capacity_blocks"])
+        (store.root / "replay_runs").mkdir(exist_ok=True)
+        pq.write_table(old, store.root / "replay_runs" / "old.parquet")
+        got = store.read("replay_runs", "old")
+        assert got.schema == schema.REPLAY_RUNS
+        assert got.column("capacity_blocks").to_pylist() == [None]
+        assert got.drop_columns(["capacity_blocks"]).equals(old)
+        assert store.read("replay_runs", "now").equals(full)
+        assert store.read("replay_runs", "old", columns=["run_id", "capacity_blocks"]
+                          ).to_pylist() == [{"run_id": "x", "capacity_blocks": None}]
+
     @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "x" * 200, "semi;colon"])
     def test_bad_names_refused(self, store, name):
         with pytest.raises(StoreError, match="invalid trace name"):
