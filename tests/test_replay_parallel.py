@@ -265,3 +265,41 @@ class TestProgress:
             bar.refresh()
             err = capsys.readouterr().err
         assert "replay t" in err and "400/1.00k" in err and "acc/s" in err
+
+
+class TestThreadMap:
+    """The worker pool under every replay: results in input order whatever the timing,
+    every item done once, and an error on any thread (the caller's included) raised."""
+
+    @settings(max_examples=30, deadline=None)
+    @given(n=st.integers(0, 12), workers=st.integers(1, 4), seed=st.integers(0, 2**16))
+    def test_in_order_each_once(self, n, workers, seed):
+        import threading
+        import time
+
+        from toolkit.replay.parallel import thread_map
+
+        delays = np.random.default_rng(seed).uniform(0, 0.002, n)
+        seen = []
+        lock = threading.Lock()
+
+        def fn(i):
+            time.sleep(delays[i])
+            with lock:
+                seen.append(i)
+            return i * i
+
+        assert thread_map(fn, range(n), workers) == [i * i for i in range(n)]
+        assert sorted(seen) == list(range(n))
+
+    @pytest.mark.parametrize("bad", [0, 1, 5])
+    def test_error_raised(self, bad):
+        from toolkit.replay.parallel import thread_map
+
+        def fn(i):
+            if i == bad:
+                raise KeyError(i)
+            return i
+
+        with pytest.raises(KeyError):
+            thread_map(fn, range(6), 2)
