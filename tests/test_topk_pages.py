@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import schema
-from toolkit.replay.topk_pages import read_small_ids, read_topk
+from toolkit.replay.topk_pages import leaf_counts, read_small_ids, read_topk
 from toolkit.store import parquet_options
 
 TOPK = schema.TABLES["selections"].field("topk")
@@ -213,6 +213,18 @@ def test_small_ids_same_as_arrow(tmp_path_factory, rows, groups, page_bytes, com
         assert got[0].dtype == np.int32
         assert got[0].tolist() == ids.tolist()
         assert got[1].tolist() == offsets.tolist()
+    # decoded in place, each group into its slice of one array (as load_stream does)
+    counts = leaf_counts(path, "block_hashes")
+    assert counts is not None and len(counts) == n_groups
+    whole = np.full(sum(counts) + 3, -7, dtype=np.int32)
+    at = np.cumsum([0, *counts])
+    for g in range(n_groups):
+        got = read_small_ids(path, "block_hashes", [g], out=whole[at[g]:at[g + 1]])
+        assert got is not None and np.shares_memory(got[0], whole)
+    assert whole[:-3].tolist() == _arrow_ids(path, list(range(n_groups)))[0].tolist()
+    assert whole[-3:].tolist() == [-7] * 3  # nothing written past the slices
+    with pytest.raises(ValueError, match="int32 needed"):
+        read_small_ids(path, "block_hashes", [0], out=whole[:counts[0] - 1])
 
 
 @pytest.mark.parametrize("rows, why", [

@@ -436,14 +436,31 @@ def read_topk(path: Path, groups: list[int], scratch: Scratch | None = None,
 
 
 def read_small_ids(path: Path, column: str, groups: list[int],
-                   pf: pq.ParquetFile | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+                   pf: pq.ParquetFile | None = None,
+                   out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     """``(ids int32, offsets int64)`` of a ``list<int64>`` column of small ids (the
     ``block_hashes`` of a trace with renumbered blocks: delta-encoded, zstd or
     uncompressed, as ``parquet_options`` writes them) over row groups ``groups``. None if
     a chunk is in another layout, has an empty list or a null, or an id outside
     ``[0, 2**31)``: the caller then reads it with Arrow. Arrow's list assembly took 7.8 ns
-    a lookup, plus a pass to narrow the ids; this is one compiled pass after zstd."""
-    return _read_lists(path, column, groups, None, pf, ids=True)
+    a lookup, plus a pass to narrow the ids; this is one compiled pass after zstd.
+
+    ``out``: an int32 array of :func:`leaf_counts` of these groups to decode into (e.g.
+    the groups' slice of a whole stream, so that nobody concatenates the parts after)."""
+    return _read_lists(path, column, groups, None, pf, ids=True, out=out)
+
+
+def leaf_counts(path: Path, column: str, pf: pq.ParquetFile | None = None) -> list[int] | None:
+    """Values of the list column ``column`` per row group, from the footer (an empty list
+    or a null counts one: the decoders refuse those), or None without such a column."""
+    pf = pf or pq.ParquetFile(path)
+    md = pf.metadata
+    leaf = f"{column}.list.element"
+    names = [pf.schema.column(i).path for i in range(md.num_columns)]
+    if leaf not in names:
+        return None
+    col = names.index(leaf)
+    return [md.row_group(g).column(col).num_values for g in range(md.num_row_groups)]
 
 
 _LAYOUTS = {False: ((1, 1, "INT32"), ("UNCOMPRESSED",)),
@@ -451,7 +468,8 @@ _LAYOUTS = {False: ((1, 1, "INT32"), ("UNCOMPRESSED",)),
 
 
 def _read_lists(path: Path, column: str, groups: list[int], scratch: Scratch | None,
-                pf: pq.ParquetFile | None, ids: bool) -> tuple[np.ndarray, np.ndarray] | None:
+                pf: pq.ParquetFile | None, ids: bool,
+                out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     if sys.byteorder != "little":  # the unpacking loads 8 bytes as one little-endian word
         return None
     pf = pf or pq.ParquetFile(path)
@@ -470,7 +488,11 @@ def _read_lists(path: Path, column: str, groups: list[int], scratch: Scratch | N
     levels = sum(md.row_group(g).column(col).num_values for g in groups)
     metas = [md.row_group(g).column(col) for g in groups]
     page_bytes = max((m.total_compressed_size for m in metas), default=0) + 16
-    values, pages = (scratch or Scratch()).take(levels, page_bytes)
+    values, pages = (scratch or Scratch()).take(0 if out is not None else levels, page_bytes)
+    if out is not None:
+        if out.dtype != np.int32 or out.size < levels:
+            raise ValueError(f"out holds {out.size} {out.dtype} values; {levels} int32 needed")
+        values = out[:levels]
     offsets = np.empty(rows + 1, dtype=np.int64)
     vat = rat = 0
     with open(path, "rb") as f:
