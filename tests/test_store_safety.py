@@ -79,6 +79,21 @@ class TestKeys:
             assert any("not a valid key name" in p and "pwned" in p for p in s.problems)
 
 
+    def test_stranger_dropped_between_own_writes_is_left_out_at_the_next_query(
+            self, store, tmp_path):
+        """An open store does not re-list a glob-read table after its own writes; a file
+        with an invalid name that appeared meanwhile (another process) is still found,
+        left out and reported when a query next reads the table."""
+        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 4
+        evil = store.root / "selections" / "bad name.parquet"
+        evil.write_bytes((store.root / "selections" / "t.parquet").read_bytes())
+        store.ingest("dsa-jsonl", dsa_file(tmp_path / "u.jsonl"), "u")  # our own write
+        assert store.keys("selections") == ["t", "u"]
+        assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 8
+        assert any("not a valid key name" in p and "bad name" in p for p in store.problems)
+
+
 class TestNoInjection:
     def test_injected_file_name_writes_nothing(self, tmp_path, monkeypatch):
         """The issue's attack: a Parquet file named as SQL, then replay with --model."""
@@ -347,6 +362,25 @@ class TestFailedRename:
             assert s.keys("selections") == s.keys("selection_traces") == ["t"]
             assert s.keys("selection_requests") == ["t"]
             assert any("interrupted after its commit" in p for p in s.problems)
+
+
+    def test_committed_write_of_an_older_version_is_completed(self, store, tmp_path):
+        """Staging from before the flat layout (``table/key.parquet`` listed as
+        ``entries`` in the COMMIT marker) is still rolled forward on open."""
+        import toolkit.store as st
+
+        store.ingest("mooncake", mooncake_head(tmp_path / "a.jsonl", 3), "a")
+        tx = store.root / STAGING_DIR / "tx-old"
+        (tx / "requests").mkdir(parents=True)
+        (tx / "requests" / "b.parquet").write_bytes(
+            (store.root / "requests" / "a.parquet").read_bytes())
+        (tx / st.COMMIT_MARKER).write_text(json.dumps(
+            {"entries": [["requests", "b"]], "moves": [], "deletes": []}))
+        with toolkit.open_store(store.root) as s:
+            assert s.keys("requests") == ["a", "b"]
+            assert s.query("SELECT count(*) AS n FROM requests")["n"][0] == 6
+            assert any("interrupted after its commit: requests/b" in p for p in s.problems)
+        assert not tx.exists()
 
 
 class TestCatalogStability:

@@ -142,8 +142,7 @@ class _Transaction:
                 "pass --replace to overwrite"
             )
         self.entries[(table, key)] = replace
-        (self.dir / table).mkdir(exist_ok=True)
-        return self.dir / table / f"{key}.parquet"
+        return self.dir / _staged_name(table, key)
 
     def commit(self) -> None:
         if not self.entries and not self.expelled:
@@ -165,19 +164,19 @@ class _Transaction:
     def commit_ops(self, moves: list[tuple[str, str]], deletes: list[str]) -> None:
         """The commit point: write the marker, apply it, remove it. Caller holds the
         exclusive store lock."""
+        staged = [(_staged_name(t, k), f"{t}/{k}.parquet") for t, k in sorted(self.entries)]
+        plan = {"entries": [], "moves": staged + moves, "deletes": deletes}
         if len(self.entries) == 1 and not moves and not deletes:
             # one file: its rename is atomic on its own, so no marker to write, read back
             # and remove (a third of a one-row run write's commit); a death before the
             # rename leaves staging that the next open removes, as before the marker
-            _apply(self.store.root, self.dir, {"entries": list(self.entries), "moves": [],
-                                               "deletes": []})
+            _apply(self.store.root, self.dir, plan)
             return
         marker = self.dir / COMMIT_MARKER
         tmp = self.dir / (COMMIT_MARKER + ".tmp")
-        tmp.write_text(json.dumps({"entries": sorted(self.entries), "moves": moves,
-                                   "deletes": deletes}))
+        tmp.write_text(json.dumps(plan))
         os.replace(tmp, marker)  # the commit point
-        _apply(self.store.root, self.dir, json.loads(marker.read_text()))
+        _apply(self.store.root, self.dir, plan)
         marker.unlink()
 
     def close(self) -> None:
@@ -186,6 +185,14 @@ class _Transaction:
         if not (self.dir / COMMIT_MARKER).exists():
             shutil.rmtree(self.dir, ignore_errors=True)
         os.close(self._fd)
+
+
+def _staged_name(table: str, key: str) -> str:
+    """Where a transaction stages ``table``/``key``: flat in its directory (a directory
+    per table was two more mkdir/rmdir pairs, ~80 us each on the VM's disk, per sweep
+    cell). Table names hold no '.', so the name is unambiguous. Markers of older
+    transactions list ``entries`` staged as ``table/key.parquet``; ``_apply`` reads both."""
+    return f"{table}.{key}.parquet"
 
 
 def _apply(root: Path, tx_dir: Path, marker: object) -> list[str]:
@@ -200,12 +207,15 @@ def _apply(root: Path, tx_dir: Path, marker: object) -> list[str]:
     moves = [(f"{t}/{k}.parquet", f"{t}/{k}.parquet") for t, k in marker["entries"]]
     moved = []
     for staged_rel, final_rel in moves + [tuple(m) for m in marker.get("moves", [])]:
-        staged = tx_dir / staged_rel
-        if staged.exists():
-            final = root / final_rel
+        staged, final = tx_dir / staged_rel, root / final_rel
+        try:  # the table directory is there but for a table's first file
+            os.replace(staged, final)
+        except FileNotFoundError:
+            if not staged.exists():
+                continue  # moved already (a commit rolled forward a second time)
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, final)
-            moved.append(final_rel.removesuffix(".parquet"))
+        moved.append(final_rel.removesuffix(".parquet"))
     for rel in marker.get("deletes", []):
         (root / rel).unlink(missing_ok=True)
     return moved
@@ -262,7 +272,7 @@ class Store:
         if self._con is None:
             raise StoreError(f"store {self.root} is closed")
         if self._tx is None and self._signature() != self._seen:
-            self._refresh_views()
+            self._refresh_views(set())  # the tables whose directories changed
         return self._con
 
     # -- reading --------------------------------------------------------------------
@@ -285,7 +295,7 @@ class Store:
     def keys(self, table: str) -> list[str]:
         """Keys (trace names, run ids) present in ``table``; invalid names are left out
         and noted in :attr:`problems`."""
-        return sorted(set(self._entries(table)) | set(self._compacted(table)))
+        return sorted({key for _, key, _ in self._scan(table)[0]} | set(self._compacted(table)))
 
     def traces(self) -> list[str]:
         """Names of the ingested request timelines."""
@@ -625,31 +635,42 @@ class Store:
         if problem not in self.problems:
             self.problems.append(problem)
 
-    def _entries(self, table: str) -> dict[str, Path]:
-        """Valid key -> file or directory of ``table``. One ``scandir`` (file types from
-        the directory entries, no stat per file), so a table of thousands of runs lists
-        in milliseconds: every write refreshes the views."""
+    def _scan(self, table: str) -> tuple[list[tuple[str, str, bool]], bool]:
+        """One ``scandir`` of ``table``'s directory, names only (file types from the
+        directory entries: no stat, no path object per entry): its valid entries as
+        (name, key, is_file) in name order, and whether it holds anything else (an
+        invalid name, a file that is not Parquet). Every write re-lists the tables it
+        touched, so this runs once per run a sweep records: with a path object and a
+        second listing per entry, a 2,000-cell sweep spent more here than replaying."""
         d = self._table_dir(table)
-        out: dict[str, Path] = {}
         try:
             with os.scandir(d) as it:
-                found = sorted((e.name, e.is_file(), e.is_dir()) for e in it)
+                found = [(e.name, e.is_file(), e.is_dir()) for e in it
+                         if not e.name.startswith(".")]
         except (FileNotFoundError, NotADirectoryError):
-            return out
+            return [], False
+        valid: list[tuple[str, str, bool]] = []
+        strangers = False
         for name, is_file, is_dir in found:
-            if name.startswith("."):
-                continue
-            if name.endswith(".parquet") and is_file:
-                key = name.removesuffix(".parquet")
+            if is_file and name.endswith(".parquet"):
+                key = name[:-8]
             elif is_dir:
                 key = name
             else:
+                strangers = True
                 continue
             if not _KEY_RE.fullmatch(key):
                 self._note(f"{d / name}: not a valid key name; ignored")
+                strangers = True
                 continue
-            out[key] = d / name
-        return out
+            valid.append((name, key, is_file))
+        valid.sort()
+        return valid, strangers
+
+    def _entries(self, table: str) -> dict[str, Path]:
+        """Valid key -> file or directory of ``table`` (see :meth:`_scan`)."""
+        d = self._table_dir(table)
+        return {key: d / name for name, key, _ in self._scan(table)[0]}
 
     @contextmanager
     def _lock(self, *, exclusive: bool) -> Iterator[None]:
@@ -737,27 +758,31 @@ class Store:
         )
         return f"SELECT {cols} WHERE false"
 
-    def _view(self, table: str) -> tuple[str, list[Path]]:
-        """The view statement to try first, and the table's files.
+    def _view(self, table: str) -> tuple[str, Callable[[], list[Path]]]:
+        """The view statement to try first, and the table's files (listed when asked:
+        only a fallback needs them once the glob works).
 
         A table whose entries all have valid key names reads its directory by glob, so the
         statement (and the catalog) does not change when files are added; a table holding
         an invalid name lists its valid files instead, leaving the stranger out.
         """
         d = self._table_dir(table)
-        entries = self._entries(table)
-        files: list[Path] = []
-        for k, p in entries.items():  # a file is named <key>.parquet, a directory <key>
-            files.extend([p] if p.name == f"{k}.parquet" else sorted(p.rglob("*.parquet")))
-        files.extend(d / part for part in self._manifest(table) if table in COMPACTABLE)
-        if not files:
-            return f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, [])}", files
-        known = {e.name for e in entries.values()}
-        strangers = any(not n.startswith(".") and n not in known for n in os.listdir(d))
-        sql = self._view_sql(table, files if strangers else None)
+        valid, strangers = self._scan(table)
+        parts = list(self._manifest(table)) if table in COMPACTABLE else []
+
+        def files() -> list[Path]:
+            out: list[Path] = []
+            for name, _, is_file in valid:  # a file is named <key>.parquet, a directory <key>
+                out.extend([d / name] if is_file else sorted((d / name).rglob("*.parquet")))
+            return out + [d / part for part in parts]
+
+        some = parts or any(is_file for _, _, is_file in valid) or files()
+        if not some:
+            return f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, [])}", list
+        sql = self._view_sql(table, files() if strangers else None)
         return f"CREATE OR REPLACE VIEW {table} AS {sql}", files
 
-    def _create_view(self, table: str, stmt: str, files: list[Path]) -> str:
+    def _create_view(self, table: str, stmt: str, files: Callable[[], list[Path]]) -> str:
         """Run ``stmt``; if DuckDB cannot read some file, leave it out (noting it by name)
         so one corrupt file does not break queries on the other tables."""
         con = self._con
@@ -768,7 +793,7 @@ class Store:
         except duckdb.Error:
             pass
         good = []
-        for f in files:
+        for f in files():
             try:
                 pq.read_metadata(f)
                 con.execute(f"DESCRIBE {self._view_sql(table, [f])}")
@@ -793,12 +818,20 @@ class Store:
         if self._con is None:
             return
         with self._lock(exclusive=False):
-            seen = self._signature()
+            seen = list(self._signature())
             if touched is None or self._seen is None or len(self._made) < len(schema.TABLES):
                 todo = set(schema.TABLES)
             else:
                 todo = touched | {t for t, a, b in zip(schema.TABLES, seen, self._seen,
                                                        strict=True) if a != b}
+                for i, t in enumerate(schema.TABLES):
+                    if t in touched and self._made.get(t) == self._glob_view(t):
+                        # our own write into a table read by glob leaves its view as it
+                        # is: list it when a query next needs it (its change is still
+                        # unseen), not after every write (a sweep recording 2,000 runs
+                        # spent 8 of its 17 s listing the runs it had written)
+                        todo.discard(t)
+                        seen[i] = self._seen[i]
             wanted = {t: self._view(t) for t in schema.TABLES if t in todo}
         ddl = []
         for t in schema.TABLES:
@@ -811,8 +844,12 @@ class Store:
                     self._made[t] = self._create_view(t, stmt, files)
                     self._tried[t] = stmt
             ddl.append(self._made[t])
-        self._seen = seen
+        self._seen = tuple(seen)
         self._write_catalog(ddl)
+
+    def _glob_view(self, table: str) -> str:
+        """The view statement of a table whose entries all have valid names."""
+        return f"CREATE OR REPLACE VIEW {table} AS {self._view_sql(table, None)}"
 
     def _write_catalog(self, ddl: list[str]) -> None:
         """Rewrite ``catalog.duckdb`` only when its views would change, so commands that
