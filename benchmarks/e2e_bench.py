@@ -11,6 +11,9 @@ and for plain and HiSparse modes with LRU at 4,096 slots:
   cold restarts), next to our LRU on that same single-segment stream; miss counts of the
   two must agree.
 
+Then the same selection comparison on the bundled **real** SmolLM2-135M recording (k = 64,
+~2M accesses), where a replay's fixed costs weigh most (``--sections real``).
+
 Then the same comparison for **prefix replay** and its **miss curve**, on the real Mooncake
 conversation trace and on a SYNTHETIC 40x tiling of it (11.5M lookups; hash ids and request
 ids shifted per copy so no copy shares a block with another): store-to-result
@@ -25,7 +28,7 @@ curve (``replay mrc``, also against ``lru_miss_curve`` alone on the planned stre
 
 Each figure is the median of ``--runs`` runs taken in turn; numba compile is excluded.
 Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
-[--sections selections,prefix]``.
+[--sections selections,real,prefix]``.
 """
 
 from __future__ import annotations
