@@ -292,6 +292,16 @@ class TestThreadMap:
         assert thread_map(fn, range(n), workers) == [i * i for i in range(n)]
         assert sorted(seen) == list(range(n))
 
+    def test_caller_takes_the_first_item(self):
+        """The calling thread does the first item (its data is in the caller's cache)."""
+        import threading
+
+        from toolkit.replay.parallel import thread_map
+
+        for _ in range(20):
+            who = thread_map(lambda i: threading.get_ident(), range(4), 2)
+            assert who[0] == threading.get_ident()
+
     @pytest.mark.parametrize("bad", [0, 1, 5])
     def test_error_raised(self, bad):
         from toolkit.replay.parallel import thread_map

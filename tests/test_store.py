@@ -76,6 +76,21 @@ class TestWrite:
         assert store.read("replay_runs", "old", columns=["run_id", "capacity_blocks"]
                           ).to_pylist() == [{"run_id": "x", "capacity_blocks": None}]
 
+    def test_read_of_a_foreign_file_with_nulls_in_a_required_column(self, store):
+        """A file another tool wrote with a null where the schema has none is read as it
+        is (as the dataset layer always did), not refused with a bare ValueError."""
+        import pyarrow.parquet as pq
+
+        row = {f.name: 1 for f in schema.REPLAY_RUNS if pa.types.is_integer(f.type)} | {
+            f.name: 0.5 for f in schema.REPLAY_RUNS if pa.types.is_floating(f.type)} | {
+            f.name: "x" for f in schema.REPLAY_RUNS if pa.types.is_string(f.type)}
+        t = pa.Table.from_pylist([row, row | {"requests": None}])
+        (store.root / "replay_runs").mkdir(exist_ok=True)
+        pq.write_table(t, store.root / "replay_runs" / "ext.parquet")
+        got = store.read("replay_runs", "ext")
+        assert got.column("requests").to_pylist() == [1, None]
+        assert got.schema.names == schema.REPLAY_RUNS.names
+
     @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "x" * 200, "semi;colon"])
     def test_bad_names_refused(self, store, name):
         with pytest.raises(StoreError, match="invalid trace name"):

@@ -94,6 +94,32 @@ class TestKeys:
         assert any("not a valid key name" in p and "bad name" in p for p in store.problems)
 
 
+    def test_stranger_in_the_same_clock_tick_as_our_write(self, store, tmp_path, monkeypatch):
+        """Directory times can be coarse: a file another process drops, and our own write
+        after it, can leave the directory's time where the last listing saw it. The write
+        then re-lists the table at once instead of waiting for a change that never shows."""
+        import toolkit.store as st
+
+        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 4
+        d = store.root / "selections"
+        m = d.stat().st_mtime_ns
+        (d / "bad name.parquet").write_bytes((d / "t.parquet").read_bytes())
+        os.utime(d, ns=(m, m))  # the stranger landed in the tick the listing recorded
+        real = st.os.replace
+
+        def same_tick(a, b):
+            real(a, b)
+            if Path(b).parent == d:
+                os.utime(d, ns=(m, m))  # ... and so did our write
+
+        monkeypatch.setattr(st.os, "replace", same_tick)
+        store.ingest("dsa-jsonl", dsa_file(tmp_path / "u.jsonl"), "u")
+        monkeypatch.undo()
+        assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 8
+        assert any("not a valid key name" in p and "bad name" in p for p in store.problems)
+
+
 class TestNoInjection:
     def test_injected_file_name_writes_nothing(self, tmp_path, monkeypatch):
         """The issue's attack: a Parquet file named as SQL, then replay with --model."""

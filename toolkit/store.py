@@ -244,7 +244,7 @@ class Store:
                 raise StoreError(f"store path {self.root} is not a directory")
             if not create:
                 raise StoreError(f"no store at {self.root}; create one with toolkit ingest")
-            self.root.mkdir(parents=True)
+            self.root.mkdir(parents=True, exist_ok=True)  # another process may race us
         self.problems: list[str] = []
         self._tx: _Transaction | None = None
         self._seen: tuple[int, ...] | None = None
@@ -323,8 +323,12 @@ class Store:
                 # the file has every column: read it directly (0.18 ms for a one-row
                 # table against 0.44 through the dataset layer)
                 t = pf.read(columns=want.names)
-                return t if t.schema.equals(want) else t.cast(want)
-            # an older file without a column added since: the dataset layer fills it
+                if t.schema.equals(want):
+                    return t
+                with contextlib.suppress(ValueError):  # e.g. a null where none may be
+                    return t.cast(want)
+            # an older file without a column added since (the dataset layer fills it),
+            # or one another tool wrote with nulls in a required column (read as it is)
             return pq.read_table(path, columns=columns, schema=want)
         except (OSError, pa.ArrowException) as e:
             raise StoreError(f"{path}: unreadable Parquet file: {e}") from None
@@ -825,11 +829,14 @@ class Store:
                 todo = touched | {t for t, a, b in zip(schema.TABLES, seen, self._seen,
                                                        strict=True) if a != b}
                 for i, t in enumerate(schema.TABLES):
-                    if t in touched and self._made.get(t) == self._glob_view(t):
+                    if (t in touched and seen[i] != self._seen[i]
+                            and self._made.get(t) == self._glob_view(t)):
                         # our own write into a table read by glob leaves its view as it
                         # is: list it when a query next needs it (its change is still
                         # unseen), not after every write (a sweep recording 2,000 runs
-                        # spent 8 of its 17 s listing the runs it had written)
+                        # spent 8 of its 17 s listing the runs it had written). A
+                        # directory whose time did not move (a coarse clock: another
+                        # writer's file could hide in the same tick) is listed now.
                         todo.discard(t)
                         seen[i] = self._seen[i]
             wanted = {t: self._view(t) for t in schema.TABLES if t in todo}

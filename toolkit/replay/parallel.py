@@ -35,16 +35,19 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R
         return [fn(x) for x in items]
     results: list[R] = [None] * len(items)  # type: ignore[list-item]
     todo = iter(range(len(items)))  # shared: a builtin iterator's next() is atomic
+    first = next(todo)
 
     def drain() -> None:
         for i in todo:
             results[i] = fn(items[i])
 
-    # the calling thread is one of the workers: what it has just decoded is still in its
+    # the calling thread is one of the workers and takes the first item itself (a helper
+    # started first would take it): what the caller has just decoded is still in its
     # core's cache (on the 2-vCPU VM, 2 pool threads over a chunk the caller had just read
-    # ran no faster than one thread; this way 1.2x, benchmarks/RESULTS.md)
+    # ran no faster than one thread; benchmarks/RESULTS.md)
     with ThreadPoolExecutor(max_workers=min(workers, len(items)) - 1) as pool:
         helpers = [pool.submit(drain) for _ in range(min(workers, len(items)) - 1)]
+        results[first] = fn(items[first])
         drain()
         for h in helpers:
             h.result()  # re-raises a helper's error
