@@ -93,6 +93,31 @@ class TestFusedPlan:
         assert o.new_group.tolist() == [True, False, True]
 
 
+@settings(max_examples=80, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(-3, 40)),
+                     max_size=60),
+       step_major=st.booleans(), wide=st.booleans())
+def test_layer_major_equals_lexsort(rows, step_major, wide):
+    """The counting sort of step-major rows gives lexsort's (request, layer, step) order,
+    ties included; rows in any other order are refused (then lexsort runs)."""
+    from toolkit.replay.selection_plan import layer_major
+
+    if step_major:
+        rows = sorted(rows, key=lambda r: (r[0], r[1]))  # layers of a step left unsorted
+    rid = np.array([r[0] for r in rows], dtype=np.int64)
+    step = np.array([r[1] for r in rows], dtype=np.int32)
+    layer = np.array([r[2] * (2000 if wide else 1) for r in rows], dtype=np.int16 if not
+                     wide else np.int32)
+    perm, ok = layer_major(rid, layer, step)
+    want = np.lexsort((step, layer, rid))
+    is_step_major = all((rid[i], step[i]) >= (rid[i - 1], step[i - 1])
+                        for i in range(1, len(rows)))
+    assert ok == (is_step_major and not (wide and any(
+        np.ptp(layer[rid == r]) >= 65_536 for r in set(rid.tolist()))))
+    if ok:
+        assert perm.tolist() == want.tolist()
+
+
 def _per_row(store, run_id):
     return store.query(f"SELECT * EXCLUDE (run_id) FROM selection_replay WHERE run_id = "
                        f"'{run_id}' ORDER BY request_id, layer, step")

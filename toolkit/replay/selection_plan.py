@@ -113,6 +113,45 @@ def row_hits(hits, row_start, row_policy):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
+def layer_major(request_id, layer, step):  # pragma: no cover - compiled
+    """(perm, ok): the rows in (request, layer, step) order when they are stored in
+    (request, step) order with the layers of a step in any order, as recorders write
+    them: a stable counting sort by layer within each request, one pass each way (a
+    3-key lexsort of the real SmolLM2 trace's 30,720 rows took 0.5 ms). ``ok`` is False
+    for any other order, or layers spread over more than 65,536 ids (sort otherwise)."""
+    n = request_id.shape[0]
+    perm = np.empty(n, dtype=np.int64)
+    for i in range(1, n):
+        if request_id[i] < request_id[i - 1] or (
+                request_id[i] == request_id[i - 1] and step[i] < step[i - 1]):
+            return perm, False
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        while hi < n and request_id[hi] == request_id[lo]:
+            hi += 1
+        first = np.int64(layer[lo])
+        last = first
+        for i in range(lo, hi):
+            first = min(first, np.int64(layer[i]))
+            last = max(last, np.int64(layer[i]))
+        span = last - first + 1
+        if span > 65_536:
+            return perm, False
+        at = np.zeros(span + 1, dtype=np.int64)
+        for i in range(lo, hi):
+            at[np.int64(layer[i]) - first + 1] += 1
+        for j in range(span):
+            at[j + 1] += at[j]
+        for i in range(lo, hi):
+            c = np.int64(layer[i]) - first
+            perm[lo + at[c]] = i
+            at[c] += 1
+        lo = hi
+    return perm, True
+
+
+@nb.njit(cache=True, nogil=True)
 def is_sorted_rows(request_id, layer, step):  # pragma: no cover - compiled
     """Whether rows are already in (request, layer, step) order (the usual layout)."""
     for i in range(1, request_id.shape[0]):

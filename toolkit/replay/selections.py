@@ -54,7 +54,7 @@ from toolkit.policies import policies
 from toolkit.replay import parallel
 from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.replay.progress import progress as progress_bar
-from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, row_hits
+from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, layer_major, row_hits
 from toolkit.replay.topk_pages import Scratch, read_topk
 from toolkit.store import Store, bounded_key
 
@@ -444,7 +444,9 @@ def _order(rows: SelectionRows, full_layers: tuple[int, ...] | None) -> _Ordered
         perm = np.arange(rid.size, dtype=np.int64)
         r, la, st, sl = rid, layer, step, rows.seq_len
     else:
-        perm = np.lexsort((step, layer, rid))
+        perm, ok = layer_major(rid, layer, step)  # step-major, as recorders write
+        if not ok:
+            perm = np.lexsort((step, layer, rid))
         r, la, st, sl = rid[perm], layer[perm], step[perm], rows.seq_len[perm]
     src = perm if full_layers is None else perm[_shared_src(r, st, la, full_layers)]
     new_group = np.ones(r.size, dtype=np.bool_)
