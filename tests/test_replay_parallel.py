@@ -144,6 +144,25 @@ class TestWorkers:
                 assert _per_row(store, got["run_id"]).equals(base_rows)
             assert base["misses"] > 0 and base["hits"] > 0
 
+    def test_replaced_trace_is_not_replayed_from_kept_facts(self, store):
+        """A trace's k and footer are kept per process, keyed by both files' identity: a
+        trace rewritten under the same name (other k, other shape) replays as itself."""
+        import dataclasses
+
+        from toolkit.replay import selections as sel
+
+        cfg = SelectionReplayConfig("syn", "lru", 100)
+        write_streaming(store, SMALL, "syn")
+        first = replay_selections(store, cfg, workers=1, save=False)
+        bigger = dataclasses.replace(SMALL, k=32, requests=3, steps=9)
+        write_streaming(store, bigger, "syn", replace=True)
+        again = replay_selections(store, cfg, workers=1, save=False)
+        sel._FACTS.clear()
+        fresh = replay_selections(store, cfg, workers=1, save=False)
+        assert {k: v for k, v in again.items() if k != "elapsed_s"} == {
+            k: v for k, v in fresh.items() if k != "elapsed_s"}
+        assert again["accesses"] == 3 * 9 * 4 * 32 != first["accesses"]
+
     def test_exact_counts_small_trace(self, store):
         """Pinned figures of the SMALL synthetic trace (HiSparse LRU, 100 slots, 2 threads),
         equal to the OrderedDict reference model of test_selection_replay."""

@@ -13,7 +13,6 @@ import functools
 import numba as nb
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from toolkit.memory import check_memory
 from toolkit.policies import as_segments, check_keys, compact_keys
@@ -118,15 +117,13 @@ def _selection_curve(store: Store, trace: str, max_capacity: int,
     from toolkit.replay.selections import (
         CHUNK_ACCESSES,
         _order,
-        _trace_k,
         chunk_specs,
         read_chunk,
         thread_scratch,
+        trace_facts,
     )
 
-    k = _trace_k(store, trace)
-    path = store.root / "selections" / f"{trace}.parquet"
-    md = pq.read_metadata(path)
+    k, path, md = trace_facts(store, trace)
     specs = chunk_specs(path, max(1, CHUNK_ACCESSES // max(k, 1)), md)
     n_workers = resolve_workers(workers)
     inner = n_workers if len(specs) == 1 else 1  # one chunk: split its buffers instead
