@@ -170,6 +170,38 @@ class TestSink:
         sink.close()
         assert pq.read_table(tmp_path / "x.parquet").num_rows == 3
 
+    def test_per_row_results_read_back_as_plain_strings(self, store):
+        """``selection_replay`` streams its string columns dictionary-encoded and writes
+        no Arrow schema: a replay's rows and a caller's plain strings land in one file that
+        every reader (the store, Parquet alone, DuckDB, compaction) sees with the table's
+        own types and the values as given."""
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        from toolkit.replay.selections import _constant
+
+        plain = _per_row(3)
+        coded = _per_row(2).set_column(0, "run_id", _constant("k", 2)).set_column(
+            1, "trace", _constant("t2", 2))
+        with store.writer("selection_replay", "k") as sink:
+            sink.write(plain)
+            sink.write(coded)
+        want = schema.TABLES["selection_replay"]
+        got = store.read("selection_replay", "k")
+        assert got.schema == want
+        expect = pa.concat_tables([schema.conform(plain, want), schema.conform(
+            coded.set_column(0, "run_id", pa.array(["k"] * 2)).set_column(
+                1, "trace", pa.array(["t2"] * 2)), want)]).combine_chunks()
+        assert got.equals(expect)
+        raw = pq.read_table(store.root / "selection_replay" / "k.parquet")
+        assert raw.schema.field("run_id").type == pa.string() and raw.equals(expect)
+        df = store.query("SELECT trace, count(*) AS n FROM selection_replay GROUP BY 1 "
+                         "ORDER BY 1")
+        assert df.rows() == sorted(zip(*np.unique(expect.column("trace").to_numpy(
+            zero_copy_only=False), return_counts=True), strict=True))
+        store.compact(["selection_replay"])
+        assert store.read("selection_replay", "k").equals(expect)
+
     def test_held_rows_are_not_written_after_an_error(self, store):
         with pytest.raises(RuntimeError), store.writer("selection_replay", "k") as sink:
             sink.write(_per_row(5))

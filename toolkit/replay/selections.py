@@ -536,8 +536,8 @@ def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, polic
     fast = np.concatenate([f for _, f, _ in out]) if out else np.zeros(0, np.bool_)
     misses = o.accesses - row_hits_
     per_row = pa.table({
-        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n_rows),
-        "trace": pa.repeat(pa.scalar(cfg.trace, pa.string()), n_rows),
+        "run_id": _constant(run_id, n_rows),  # one-entry dictionaries (see ParquetSink)
+        "trace": _constant(cfg.trace, n_rows),
         "request_id": o.request_id.astype(np.int64, copy=False),
         "step": o.step.astype(np.int32, copy=False),
         "layer": o.layer.astype(np.int16, copy=False),
@@ -551,6 +551,11 @@ def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, polic
               "evictions": int(sum(e for _, _, e in out)),
               "fast_path_rows": int(fast.sum())}
     return counts, per_row
+
+
+def _constant(value: str, n: int) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)),
+                                          pa.array([value], pa.string()))
 
 
 def replay_selections(
