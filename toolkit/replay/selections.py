@@ -178,10 +178,11 @@ def trace_facts(store: Store, trace: str) -> tuple[int, Path, pq.FileMetaData]:
     path = store.key_file("selections", trace)
     stamps = (store.source_stamp("selections", trace),
               store.source_stamp("selection_traces", trace))
+    if path is None or None in stamps:  # unknown (``_trace_k`` says so) or not kept
+        k = _trace_k(store, trace)
+        path = store.root / "selections" / f"{trace}.parquet"
+        return k, path, pq.read_metadata(path)
     key = (str(store.root), trace, *stamps)
-    if path is None or None in stamps:
-        return _trace_k(store, trace), store.root / "selections" / f"{trace}.parquet", \
-            pq.read_metadata(store.root / "selections" / f"{trace}.parquet")
     facts = _FACTS.get(key)
     if facts is None:
         facts = (_trace_k(store, trace), pq.read_metadata(path))
