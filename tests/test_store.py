@@ -55,6 +55,22 @@ class TestWrite:
             store.write("requests", "x", bad)
         assert store.keys("requests") == []
 
+    def test_source_stamp_sees_a_rewrite_of_equal_size_and_mtime(self, store):
+        """Caches keyed by a file's stamp (stream index, trace facts, sweep streams) must
+        not take a rewritten file for the old one when its size is equal and its mtime
+        set back (copies, coarse clocks) and the inode is reused: the ctime moves."""
+        import os
+
+        store.ingest("azure", AZURE, "az")
+        path = store.root / "requests" / "az.parquet"
+        before, st = store.source_stamp("requests", "az"), path.stat()
+        store.write("requests", "az", store.read("requests", "az"), replace=True)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        after = store.source_stamp("requests", "az")
+        assert after is not None and before is not None and after != before
+        assert after[:2] == before[:2]  # same size, same mtime: only the ctime tells
+        assert store.source_stamp("requests", "absent") is None
+
     def test_read_of_an_older_file_fills_a_nullable_column_added_since(self, store):
         """A file written before a nullable column existed reads with that column null
         (the dataset path), and a current file reads as written (the direct path)."""
@@ -169,6 +185,17 @@ class TestSink:
         sink.write(_per_row(3))
         sink.close()
         assert pq.read_table(tmp_path / "x.parquet").num_rows == 3
+
+    def test_dictionary_sink_takes_other_string_types(self, store):
+        """string_view and large_string columns (Polars' newer output) have no cast to a
+        dictionary: the sink takes them as strings first."""
+        t = _per_row(3)
+        views = t.set_column(0, "run_id", t.column("run_id").cast(pa.string_view())).set_column(
+            1, "trace", t.column("trace").cast(pa.large_string()))
+        with store.writer("selection_replay", "v") as sink:
+            sink.write(views)
+        assert store.read("selection_replay", "v").equals(
+            schema.conform(t, schema.TABLES["selection_replay"]))
 
     def test_per_row_results_read_back_as_plain_strings(self, store):
         """``selection_replay`` streams its string columns dictionary-encoded and writes

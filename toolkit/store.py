@@ -428,14 +428,17 @@ class Store:
         path = self._key_path(table, key)
         return path if path.is_file() else None
 
-    def source_stamp(self, table: str, key: str) -> tuple[int, int, int] | None:
-        """(size, mtime ns, inode) of the file holding ``table``/``key``, which every
-        write replaces (never edits in place); None when it lives in a compacted part."""
+    def source_stamp(self, table: str, key: str) -> tuple[int, ...] | None:
+        """(size, mtime ns, ctime ns, inode, device) of the file holding ``table``/``key``,
+        which every write replaces (never edits in place); None when it lives in a
+        compacted part. The ctime: ext4 hands a replaced file's inode to the next file
+        written, sizes repeat, and an mtime can be set back (copies, coarse clocks), but
+        a rename always sets the ctime and nothing else can."""
         try:
             st = self._key_path(table, key).stat()
         except FileNotFoundError:
             return None
-        return (st.st_size, st.st_mtime_ns, st.st_ino)
+        return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""
@@ -1008,6 +1011,8 @@ class ParquetSink:
         are not hashed again row by row, 0.4 of 2.4 ms for 30,720 rows) and write the
         file without the Arrow schema, so that every reader still sees plain strings."""
         self.schema = _dictionary_strings(table_schema) if dictionary_strings else table_schema
+        self._coded = [f.name for f in self.schema if pa.types.is_dictionary(f.type)
+                       and not pa.types.is_dictionary(table_schema.field(f.name).type)]
         self.rows = 0
         self._held: list[pa.Table] = []
         self._held_rows = 0
@@ -1015,6 +1020,12 @@ class ParquetSink:
                                         **parquet_options(self.schema, codec=codec))
 
     def write(self, data: pa.Table) -> None:
+        for name in self._coded:  # other string types (string_view, large_string) have no
+            i = data.schema.get_field_index(name)  # cast to a dictionary: as strings first
+            t = data.schema.field(i).type if i >= 0 else None
+            if t is not None and not pa.types.is_dictionary(t) and t != pa.string():
+                data = data.set_column(i, data.schema.field(i).with_type(pa.string()),
+                                       data.column(i).cast(pa.string()))
         data = schema.conform(data, self.schema)
         self.rows += data.num_rows
         group = row_group_rows(data)

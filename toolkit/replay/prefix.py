@@ -294,7 +294,7 @@ def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
     }
 
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2
 """Bump when the flattening changes: older stream indexes are then ignored."""
 
 
@@ -308,14 +308,14 @@ def _index_path(store: Store, trace: str) -> Path:
 
 
 def _load_index(store: Store, trace: str,
-                stamp: tuple[int, int, int] | None) -> BlockStream | None:
+                stamp: tuple[int, ...] | None) -> BlockStream | None:
     """The stream saved by an earlier load of this very ``requests`` file, else None."""
     if stamp is None:
         return None
     try:
         with _index_path(store, trace).open("rb") as f:
             meta = np.load(f, allow_pickle=False)
-            if tuple(int(x) for x in meta[:4]) != (INDEX_VERSION, *stamp):
+            if tuple(int(x) for x in meta[:len(stamp) + 1]) != (INDEX_VERSION, *stamp):
                 return None
             z = {name: np.load(f, allow_pickle=False) for name in INDEX_ARRAYS[1:]}
     except (OSError, ValueError, EOFError):
@@ -326,11 +326,11 @@ def _load_index(store: Store, trace: str,
         return None
     starts = np.zeros(lengths.size, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    return BlockStream(z["keys"], int(meta[4]), starts, lengths, z["prompt_tokens"],
-                       z["block_tokens"])
+    return BlockStream(z["keys"], int(meta[len(stamp) + 1]), starts, lengths,
+                       z["prompt_tokens"], z["block_tokens"])
 
 
-def _save_index(store: Store, trace: str, stamp: tuple[int, int, int] | None,
+def _save_index(store: Store, trace: str, stamp: tuple[int, ...] | None,
                 stream: BlockStream) -> None:
     """Keep ``stream`` next to the store (best effort: a read-only store just skips it)."""
     if stamp is None:

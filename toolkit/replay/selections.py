@@ -167,6 +167,7 @@ def _trace_k(store: Store, trace: str) -> int:
 
 
 _FACTS: dict[tuple, tuple[int, pq.FileMetaData]] = {}  # per process, by file identity
+_FACTS_LOCK = threading.Lock()  # replays on several threads of one process
 
 
 def trace_facts(store: Store, trace: str) -> tuple[int, Path, pq.FileMetaData]:
@@ -186,9 +187,10 @@ def trace_facts(store: Store, trace: str) -> tuple[int, Path, pq.FileMetaData]:
     facts = _FACTS.get(key)
     if facts is None:
         facts = (_trace_k(store, trace), pq.read_metadata(path))
-        while len(_FACTS) >= 16:
-            _FACTS.pop(next(iter(_FACTS)))
-        _FACTS[key] = facts
+        with _FACTS_LOCK:
+            while len(_FACTS) >= 16:
+                _FACTS.pop(next(iter(_FACTS)))
+            _FACTS[key] = facts
     return facts[0], path, facts[1]
 
 

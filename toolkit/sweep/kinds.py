@@ -55,8 +55,7 @@ def _cached(store: Store, table: str, trace: str, key: tuple, load: Callable[[],
     """A trace flattened once per worker for consecutive cells of the same trace (as
     ``sweep_prefix`` does), keyed by the trace file's identity so a replaced trace is
     re-read; at most two kept."""
-    st = store._key_path(table, trace).stat()  # noqa: SLF001 - change detection only
-    full = (str(store.root), *key, st.st_mtime_ns, st.st_size, st.st_ino)
+    full = (str(store.root), *key, store.source_stamp(table, trace))
     if full not in _STREAMS:
         while len(_STREAMS) >= 2:
             _STREAMS.pop(next(iter(_STREAMS)))
