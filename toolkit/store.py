@@ -27,12 +27,13 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 import numpy as np
@@ -393,8 +394,7 @@ class Store:
             for t, data in conformed.items():
                 pq.write_table(data, self._tx.stage(t, key, replace),
                                row_group_size=row_group_rows(data),
-                               **parquet_options(data.schema, data,
-                                                 "lz4" if t in FAST_CODEC_TABLES else "zstd"))
+                               **parquet_options(data.schema, data, _codec(t)))
         return finals
 
     @contextmanager
@@ -406,9 +406,8 @@ class Store:
         self._table_dir(table)
         with self.transaction():
             assert self._tx is not None
-            fast = table in FAST_CODEC_TABLES
             sink = ParquetSink(self._tx.stage(table, key, replace), schema.TABLES[table],
-                               "lz4" if fast else "zstd", dictionary_strings=fast)
+                               _codec(table), dictionary_strings=table in FAST_CODEC_TABLES)
             try:
                 yield sink
             except BaseException:
@@ -907,6 +906,29 @@ def _read_group(path: Path, group: int, want: pa.Schema) -> pa.Table:
     except (OSError, pa.ArrowException) as e:
         raise StoreError(f"{path}: unreadable Parquet row group {group}: {e}") from None
     return t if t.schema.equals(want) else t.cast(want)
+
+
+T = TypeVar("T")
+_KEPT_LOCK = threading.Lock()
+
+
+def kept(cache: dict, key: tuple, load: Callable[[], T], limit: int) -> T:
+    """``cache[key]``, loaded on a miss, the oldest entries dropped past ``limit``: for
+    what a process derives from a stored file and keys by its :meth:`Store.source_stamp`
+    (a trace's facts, a flattened stream), so a rewritten file is never taken for the
+    old one. Safe from several threads (a miss may load twice; one copy is kept)."""
+    hit = cache.get(key)
+    if hit is None:
+        hit = load()
+        with _KEPT_LOCK:
+            while len(cache) >= limit:
+                cache.pop(next(iter(cache)))
+            cache[key] = hit
+    return hit
+
+
+def _codec(table: str) -> str:
+    return "lz4" if table in FAST_CODEC_TABLES else "zstd"
 
 
 FAST_CODEC_TABLES = frozenset({"selection_replay"})

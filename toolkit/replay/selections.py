@@ -57,7 +57,7 @@ from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, 
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, layer_major, row_hits
 from toolkit.replay.topk_pages import Scratch, read_topk
-from toolkit.store import Store, bounded_key
+from toolkit.store import Store, bounded_key, kept
 
 MODES = ("plain", "hisparse")
 KV_DTYPES = ("fp8", "bf16")
@@ -167,7 +167,6 @@ def _trace_k(store: Store, trace: str) -> int:
 
 
 _FACTS: dict[tuple, tuple[int, pq.FileMetaData]] = {}  # per process, by file identity
-_FACTS_LOCK = threading.Lock()  # replays on several threads of one process
 
 
 def trace_facts(store: Store, trace: str) -> tuple[int, Path, pq.FileMetaData]:
@@ -183,15 +182,9 @@ def trace_facts(store: Store, trace: str) -> tuple[int, Path, pq.FileMetaData]:
         k = _trace_k(store, trace)
         path = store.root / "selections" / f"{trace}.parquet"
         return k, path, pq.read_metadata(path)
-    key = (str(store.root), trace, *stamps)
-    facts = _FACTS.get(key)
-    if facts is None:
-        facts = (_trace_k(store, trace), pq.read_metadata(path))
-        with _FACTS_LOCK:
-            while len(_FACTS) >= 16:
-                _FACTS.pop(next(iter(_FACTS)))
-            _FACTS[key] = facts
-    return facts[0], path, facts[1]
+    k, md = kept(_FACTS, (str(store.root), trace, *stamps),
+                 lambda: (_trace_k(store, trace), pq.read_metadata(path)), 16)
+    return k, path, md
 
 
 def rows_from_table(t: pa.Table, k: int) -> SelectionRows:

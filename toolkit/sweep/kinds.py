@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from toolkit.config import config_json, fingerprint
 from toolkit.registry import Registry
-from toolkit.store import Store, bounded_key
+from toolkit.store import Store, bounded_key, kept
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,7 @@ def _cached(store: Store, table: str, trace: str, key: tuple, load: Callable[[],
     """A trace flattened once per worker for consecutive cells of the same trace (as
     ``sweep_prefix`` does), keyed by the trace file's identity so a replaced trace is
     re-read; at most two kept."""
-    full = (str(store.root), *key, store.source_stamp(table, trace))
-    if full not in _STREAMS:
-        while len(_STREAMS) >= 2:
-            _STREAMS.pop(next(iter(_STREAMS)))
-        _STREAMS[full] = load()
-    return _STREAMS[full]
+    return kept(_STREAMS, (str(store.root), *key, store.source_stamp(table, trace)), load, 2)
 
 
 # -- selections -------------------------------------------------------------------------
