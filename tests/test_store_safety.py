@@ -269,6 +269,89 @@ class TestCrashWindows:
         assert store.keys("selection_replay") == [] and store.keys("miss_curves") == []
 
 
+def run_row(run_id: str, hits: int = 1) -> pa.Table:
+    """A one-row ``replay_runs`` table (a lone small write)."""
+    row = {f.name: (None if f.nullable else "x" if pa.types.is_string(f.type) else 0)
+           for f in toolkit.store.schema.TABLES["replay_runs"]}
+    row.update(run_id=run_id, kind="prefix", block_hits=hits)
+    return pa.Table.from_pylist([row], schema=toolkit.store.schema.TABLES["replay_runs"])
+
+
+class TestSmallWrites:
+    """A lone small write (one table, outside a transaction) is staged as one flock-ed
+    file and renamed under the store lock: same checks, same all-or-nothing."""
+
+    def test_lands_whole_and_leaves_no_staging(self, store):
+        store.write("replay_runs", "r", run_row("r", 5))
+        assert store.query("SELECT block_hits FROM replay_runs")["block_hits"].to_list() == [5]
+        store.write("replay_runs", "r", run_row("r", 7), replace=True)
+        assert store.read("replay_runs", "r").column("block_hits").to_pylist() == [7]
+        assert list((store.root / STAGING_DIR).iterdir()) == []
+        with pytest.raises(StoreError, match="already exists"):
+            store.write("replay_runs", "r", run_row("r", 9))
+        assert store.read("replay_runs", "r").column("block_hits").to_pylist() == [7]
+
+    def test_failed_write_leaves_nothing(self, store, monkeypatch):
+        import toolkit.store as st
+
+        def disk_full(fd, data):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(st.os, "write", disk_full)
+        with pytest.raises(OSError, match="No space"):
+            store.write("replay_runs", "r", run_row("r"))
+        monkeypatch.undo()
+        assert store.keys("replay_runs") == [] and not list((store.root / STAGING_DIR).iterdir())
+
+    def test_another_writer_wins_between_check_and_commit(self, tmp_path, monkeypatch):
+        """Both passed the early check; the second to take the lock is refused, the
+        first writer's row is kept and the loser's staged file removed."""
+        import toolkit.store as st
+
+        with toolkit.open_store(tmp_path / "s") as a, toolkit.open_store(tmp_path / "s") as b:
+            real, raced = st.Store._lock, []
+
+            def b_first(self, *, exclusive):
+                if self is a and exclusive and not raced:  # a staged, about to commit
+                    raced.append(b.write("replay_runs", "r", run_row("r", 2)))
+                return real(self, exclusive=exclusive)
+
+            monkeypatch.setattr(st.Store, "_lock", b_first)
+            with pytest.raises(StoreError, match="another process meanwhile"):
+                a.write("replay_runs", "r", run_row("r", 1))
+            assert a.read("replay_runs", "r").column("block_hits").to_pylist() == [2]
+            assert not list((tmp_path / "s" / STAGING_DIR).iterdir())
+
+    def test_stale_staged_file_removed_unless_its_writer_lives(self, store):
+        staging = store.root / STAGING_DIR
+        staging.mkdir(exist_ok=True)
+        dead, live = staging / "one-dead.replay_runs.r.parquet", staging / "one-live.x.parquet"
+        for f in (dead, live):
+            f.write_bytes(b"x")
+            old = time.time() - STALE_STAGING_S - 10
+            os.utime(f, (old, old))
+        fd = os.open(live, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with toolkit.open_store(store.root) as s:
+                assert not dead.exists() and live.exists()
+                assert any("one-dead" in p for p in s.problems)
+        finally:
+            os.close(fd)
+        with toolkit.open_store(store.root):
+            assert not live.exists()
+
+    def test_replacing_a_compacted_key_rewrites_its_part(self, store):
+        """A key living in a compacted part cannot be replaced by a rename: it goes through
+        a transaction that moves it out of the part (one copy of its row)."""
+        for r in ("a", "b"):
+            store.write("replay_runs", r, run_row(r, 1))
+        assert store.compact()["replay_runs"] == 2
+        store.write("replay_runs", "a", run_row("a", 3), replace=True)
+        got = store.query("SELECT run_id, block_hits FROM replay_runs ORDER BY run_id")
+        assert got.rows() == [("a", 3), ("b", 1)]
+
+
 class TestConcurrentWriters:
     def test_commit_rechecks_the_name(self, tmp_path):
         """Both passed the early check; the second to commit is refused, the first kept."""

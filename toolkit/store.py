@@ -6,6 +6,7 @@ Layout of a store directory::
     requests/<trace>.parquet  one file per ingested request timeline
     replay_runs/<run>.parquet one file per replay run, keyed by its config fingerprint
     .staging/tx-<id>/         a write in progress: its files, then a COMMIT marker
+    .staging/one-<id>.<table>.<key>.parquet   a lone small write in progress
 
 Only this module knows that layout. Every write is a transaction: all its files (a trace
 and its metadata, a run summary and its per-row results) are written completely under
@@ -14,7 +15,9 @@ are checked once more, a ``COMMIT`` marker listing the files is written and the 
 renamed into place. A process killed before the marker leaves nothing visible (its staging
 directory is removed on a later open); one killed after it is rolled forward on the next
 open. So a failed or killed write never exposes part of itself, and two writers of the same
-name without ``replace`` cannot both succeed.
+name without ``replace`` cannot both succeed. A lone small write (one table, outside any
+transaction) has a single file to move, whose rename is atomic by itself: it is staged as
+that one file and renamed under the same lock and checks, without a directory or marker.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ MANIFEST_FILE = "manifest.json"
 COMPACTABLE = ("replay_runs", "selection_runs", "selection_replay", "tier_runs",
                "tier_requests", "engram_runs", "sweeps", "compare_runs")
 PART_ROWS = 4_000_000  # rows per compacted part file
+SMALL_WRITE_BYTES = 4 << 20  # a lone write up to this is staged as one file (_write_small)
+SMALL_PREFIX = "one-"  # the name of such a staged file starts with this
 TINY_TABLE_BYTES = 16 << 10  # below this a table is written plain (see parquet_options)
 ROW_GROUP_BYTES = 32 << 20  # ~32 MB per row group: selective reads of big list columns
 KEY_MAX_CHARS = 128
@@ -188,6 +193,18 @@ class _Transaction:
         os.close(self._fd)
 
 
+def _locked(path: Path) -> bool:
+    """Whether another open file description holds a flock on ``path``."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def _staged_name(table: str, key: str) -> str:
     """Where a transaction stages ``table``/``key``: flat in its directory (a directory
     per table was two more mkdir/rmdir pairs, ~80 us each on the VM's disk, per sweep
@@ -247,6 +264,8 @@ class Store:
                 raise StoreError(f"no store at {self.root}; create one with toolkit ingest")
             self.root.mkdir(parents=True, exist_ok=True)  # another process may race us
         self.problems: list[str] = []
+        self._dirs = {t: self.root / t for t in schema.TABLES}
+        self._dir_names = [str(d) for d in self._dirs.values()]
         self._tx: _Transaction | None = None
         self._seen: tuple[int, ...] | None = None
         self._tried: dict[str, str] = {}  # table -> view statement last attempted
@@ -389,6 +408,12 @@ class Store:
         check_key(key, "trace name" if "requests" in tables else "key")
         finals = [self._key_path(t, key) for t in tables]
         conformed = {t: schema.conform(d, schema.TABLES[t]) for t, d in tables.items()}
+        if self._tx is None and len(conformed) == 1:
+            ((table, data),) = conformed.items()
+            nbytes = data.nbytes
+            if nbytes <= SMALL_WRITE_BYTES and self._write_small(table, key, data, nbytes,
+                                                                 replace):
+                return finals
         with self.transaction():
             assert self._tx is not None
             for t, data in conformed.items():
@@ -396,6 +421,59 @@ class Store:
                                row_group_size=row_group_rows(data),
                                **parquet_options(data.schema, data, _codec(t)))
         return finals
+
+    def _write_small(self, table: str, key: str, data: pa.Table, nbytes: int,
+                     replace: bool) -> bool:
+        """One small table written outside a transaction (a run row, a short curve): its
+        single rename is atomic on its own, so it needs no staging directory, marker or
+        lock file of its own. Encoded in memory and staged as one file, flock-ed while
+        it lives (see ``_recover_entry``): a one-row write takes ~0.5 ms against ~1.0
+        through a transaction, a third of a replay of the real Mooncake trace. False (and
+        nothing written) if ``key`` lives in a compacted part: that needs the part
+        rewritten, in a transaction."""
+        if key in self._compacted(table):
+            return False
+        if not replace and self._key_path(table, key).exists():
+            raise StoreError(f"{table} {key!r} already exists in {self.root}; "
+                             "pass --replace to overwrite")
+        out = pa.BufferOutputStream()
+        pq.write_table(data, out, row_group_size=row_group_rows(data, nbytes),
+                       **parquet_options(data.schema, data, _codec(table), nbytes))
+        view = memoryview(out.getvalue())
+        staging = self.root / STAGING_DIR
+        name = f"{SMALL_PREFIX}{uuid.uuid4().hex}.{_staged_name(table, key)}"
+        staged: Path | None = staging / name
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        try:
+            fd = os.open(staged, flags, 0o666)
+        except FileNotFoundError:
+            staging.mkdir(parents=True, exist_ok=True)
+            fd = os.open(staged, flags, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # alive: recovery leaves it
+            while view:
+                view = view[os.write(fd, view):]
+            with self._lock(exclusive=True):
+                self._recover_locked()
+                if key in self._compacted(table):  # compacted meanwhile by another process
+                    return False
+                final = self._key_path(table, key)
+                if not replace and final.exists():
+                    raise StoreError(
+                        f"{table} {key!r} already exists in {self.root} (written by "
+                        "another process meanwhile); pass --replace to overwrite")
+                try:  # the table directory is there but for a table's first file
+                    os.replace(staged, final)
+                except FileNotFoundError:
+                    final.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(staged, final)
+                staged = None
+        finally:
+            os.close(fd)
+            if staged is not None:
+                staged.unlink(missing_ok=True)
+        self._refresh_views({table})
+        return True
 
     @contextmanager
     def writer(self, table: str, key: str, *, replace: bool = False) -> Iterator[ParquetSink]:
@@ -473,9 +551,10 @@ class Store:
 
     # -- internals --------------------------------------------------------------------
     def _table_dir(self, table: str) -> Path:
-        if table not in schema.TABLES:
+        d = self._dirs.get(table)
+        if d is None:
             raise StoreError(f"unknown table {table!r}; known: {', '.join(self.tables())}")
-        return self.root / table
+        return d
 
     def _key_path(self, table: str, key: str) -> Path:
         return self._table_dir(table) / f"{key}.parquet"
@@ -738,15 +817,17 @@ class Store:
         elif now - entry.lstat().st_mtime > STALE_STAGING_S:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
+            elif entry.name.startswith(SMALL_PREFIX) and _locked(entry):
+                return  # a live small write (see Store._write_small)
             else:
                 entry.unlink(missing_ok=True)
             self._note(f"removed stale {entry.relative_to(self.root)}")
 
     def _signature(self) -> tuple[int, ...]:
         sig = []
-        for t in schema.TABLES:
+        for d in self._dir_names:  # strings: a Path per table was half of this
             try:
-                sig.append((self.root / t).stat().st_mtime_ns)
+                sig.append(os.stat(d).st_mtime_ns)
             except FileNotFoundError:
                 sig.append(0)
         return tuple(sig)
@@ -945,7 +1026,7 @@ def _dictionary_strings(table_schema: pa.Schema) -> pa.Schema:
 
 
 def parquet_options(table_schema: pa.Schema, data: pa.Table | None = None,
-                    codec: str = "zstd") -> dict[str, object]:
+                    codec: str = "zstd", nbytes: int | None = None) -> dict[str, object]:
     """``codec`` (zstd unless the table is in ``FAST_CODEC_TABLES``) everywhere, except for
     two kinds of list column that replays read whole:
 
@@ -963,19 +1044,20 @@ def parquet_options(table_schema: pa.Schema, data: pa.Table | None = None,
     hashes): on numeric columns zstd finds the repeats anyway, and building their
     dictionaries made writing a 10,001-row miss curve take 2.5 ms instead of 1.3.
 
-    (benchmarks/RESULTS.md has the measurements.)
+    (benchmarks/RESULTS.md has the measurements.) ``nbytes``: ``data.nbytes``, if known.
     """
+    if data is not None and (data.nbytes if nbytes is None else nbytes) < TINY_TABLE_BYTES \
+            and not any(pa.types.is_nested(f.type) for f in table_schema):
+        # a run row or a short curve: nothing to compress, and zstd and dictionaries cost
+        # ~0.45 ms of a one-row file's ~0.95 ms to write; nor anything for min/max
+        # statistics to skip (a whole file is one read), which cost another 0.09 ms
+        return {"compression": "none", "use_dictionary": False, "write_statistics": False}
     delta_none = [f"{f.name}.list.element" for f in table_schema
                   if pa.types.is_list(f.type) and f.type.value_type == pa.int32()]
     delta_zstd = [f"{f.name}.list.element" for f in table_schema
                   if data is not None and pa.types.is_list(f.type)
                   and f.type.value_type == pa.int64() and _small_ids(data.column(f.name))]
     plain = {c.split(".")[0] for c in delta_none + delta_zstd}
-    if data is not None and data.nbytes < TINY_TABLE_BYTES and not any(
-            pa.types.is_nested(f.type) for f in table_schema):
-        # a run row or a short curve: nothing to compress, and zstd and dictionaries cost
-        # ~0.45 ms of a one-row file's ~0.95 ms to write
-        return {"compression": "none", "use_dictionary": False}
     dictionary = [f"{f.name}.list.element" if pa.types.is_list(f.type) else f.name
                   for f in table_schema if f.name not in plain and _repeats_whole(f.type)]
     if not delta_none and not delta_zstd:
@@ -1006,13 +1088,13 @@ def _small_ids(column: pa.ChunkedArray) -> bool:
     return lo is not None and lo >= 0 and hi < 2**32
 
 
-def row_group_rows(data: pa.Table) -> int:
+def row_group_rows(data: pa.Table, nbytes: int | None = None) -> int:
     """Rows per Parquet row group so that a group holds about ``ROW_GROUP_BYTES``.
 
     A fixed row count would put a whole k=2048 selection trace in one group, and every
     filtered read (one request at a time) would then decode the whole file.
     """
-    per_row = data.nbytes / max(data.num_rows, 1)
+    per_row = (data.nbytes if nbytes is None else nbytes) / max(data.num_rows, 1)
     return int(max(1_024, min(1 << 17, ROW_GROUP_BYTES // max(per_row, 1))))
 
 

@@ -294,17 +294,19 @@ def summarize(stream: BlockStream, hits: np.ndarray) -> dict[str, Any]:
     }
 
 
-INDEX_VERSION = 2
-"""Bump when the flattening changes: older stream indexes are then ignored."""
+INDEX_VERSION = 3
+"""Bump when the flattening or the file layout changes: older indexes are then rebuilt."""
 
-
-INDEX_ARRAYS = ("meta", "keys", "lengths", "prompt_tokens", "block_tokens")
-"""An index file is these arrays as consecutive ``.npy`` records (no zip: its CRC pass
-cost more than reading the keys)."""
+INDEX_MAGIC = int.from_bytes(b"TKPFXIDX", "little")
+INDEX_HEADER = ("magic", "version", "stamp x 5", "n_keys", "lookups", "requests")
+"""An index file is an int64 header (these fields), then the raw arrays: int32 keys
+(padded to 8 bytes), then int64 lengths, prompt tokens and block tokens per request. Read
+with one ``readinto`` and viewed in place: 0.05 ms for Mooncake's 288,500 lookups, against
+0.15 for the five ``.npy`` records of version 2 (each header parsed as Python text)."""
 
 
 def _index_path(store: Store, trace: str) -> Path:
-    return store.cache_path("prefix-stream", trace, ".npy")
+    return store.cache_path("prefix-stream", trace, ".idx")
 
 
 def _load_index(store: Store, trace: str,
@@ -312,22 +314,30 @@ def _load_index(store: Store, trace: str,
     """The stream saved by an earlier load of this very ``requests`` file, else None."""
     if stamp is None:
         return None
+    head = 5 + len(stamp)  # magic, version, stamp, n_keys, lookups, requests
     try:
-        with _index_path(store, trace).open("rb") as f:
-            meta = np.load(f, allow_pickle=False)
-            if tuple(int(x) for x in meta[:len(stamp) + 1]) != (INDEX_VERSION, *stamp):
+        with _index_path(store, trace).open("rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < head * 8 or size % 8:
                 return None
-            z = {name: np.load(f, allow_pickle=False) for name in INDEX_ARRAYS[1:]}
-    except (OSError, ValueError, EOFError):
-        return None  # absent, unreadable or truncated: rebuild it
-    lengths = z["lengths"]
-    if z["keys"].size != int(lengths.sum()) or not (
-            lengths.size == z["prompt_tokens"].size == z["block_tokens"].size):
+            buf = np.empty(size // 8, dtype=np.int64)
+            if f.readinto(buf) != size:
+                return None
+    except OSError:
+        return None  # absent or unreadable: rebuild it
+    magic, version, *got, n_keys, n, r = (int(x) for x in buf[:head])
+    if (magic, version, tuple(got)) != (INDEX_MAGIC, INDEX_VERSION, stamp) or min(n, r) < 0:
         return None
-    starts = np.zeros(lengths.size, dtype=np.int64)
+    at = head + (n + 1) // 2
+    if buf.size != at + 3 * r:
+        return None  # truncated, or not ours
+    keys = buf[head:].view(np.int32)[:n]
+    lengths, prompt, block = (buf[at + i * r:at + (i + 1) * r] for i in range(3))
+    if int(lengths.sum()) != n:
+        return None
+    starts = np.zeros(r, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
-    return BlockStream(z["keys"], int(meta[len(stamp) + 1]), starts, lengths,
-                       z["prompt_tokens"], z["block_tokens"])
+    return BlockStream(keys, n_keys, starts, lengths, prompt, block)
 
 
 def _save_index(store: Store, trace: str, stamp: tuple[int, ...] | None,
@@ -341,12 +351,16 @@ def _save_index(store: Store, trace: str, stamp: tuple[int, ...] | None,
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
             tmp = f.name
-            meta = np.array([INDEX_VERSION, *stamp, stream.n_keys], dtype=np.int64)
-            for a in (meta, stream.keys, stream.lengths, stream.prompt_tokens,
-                      stream.block_tokens):
-                np.save(f, a, allow_pickle=False)
+            n, r = stream.keys.size, stream.lengths.size
+            np.array([INDEX_MAGIC, INDEX_VERSION, *stamp, stream.n_keys, n, r],
+                     dtype=np.int64).tofile(f)
+            np.ascontiguousarray(stream.keys, dtype=np.int32).tofile(f)
+            f.write(bytes(4 * (n % 2)))  # whole int64 words
+            for a in (stream.lengths, stream.prompt_tokens, stream.block_tokens):
+                np.ascontiguousarray(a, dtype=np.int64).tofile(f)
         os.chmod(tmp, 0o644)  # as readable as the store's own files, not 0600
         os.replace(tmp, path)
+        path.with_suffix(".npy").unlink(missing_ok=True)  # a version-2 index
     except OSError:
         if tmp is not None:
             with contextlib.suppress(OSError):
