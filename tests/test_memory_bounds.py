@@ -89,3 +89,38 @@ class TestReplayBounds:
         keys = np.arange(10_000, dtype=np.int64)
         with pytest.raises(ResourceError, match="lru"):
             policies.get("lru").simulate(keys, 10_000, 100)
+
+
+class TestKeptHeap:
+    """``import toolkit`` asks glibc to keep freed blocks (toolkit.memory.keep_freed_memory):
+    a replay's arrays then reuse pages instead of faulting them in again."""
+
+    @staticmethod
+    def faults(env: dict[str, str]) -> int:
+        import os
+        import subprocess
+        import sys
+
+        # three 2 MiB arrays freed together, as a replay frees its stream and its links:
+        # by default glibc trims the 6 MiB at the top of the heap, so the next three fault
+        # in all their pages again
+        code = ("import resource, numpy as np, toolkit\n"
+                "def once(): return [np.ones(1 << 18) for _ in range(3)]\n"
+                "for _ in range(5): once()\n"
+                "f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+                "for _ in range(50): once()\n"
+                "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f)")
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                             capture_output=True, text=True, check=True)
+        return int(out.stdout)
+
+    def test_freed_arrays_are_reused_and_the_switch_turns_it_off(self):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).mallopt  # noqa: B018 - glibc only
+        except AttributeError:
+            pytest.skip("not glibc")
+        kept = self.faults({"TOOLKIT_KEEP_HEAP": "1"})
+        default = self.faults({"TOOLKIT_KEEP_HEAP": "0"})
+        assert kept < 500 and default > 50 * 3 * 256  # 512 pages an array, each time

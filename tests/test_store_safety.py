@@ -341,6 +341,49 @@ class TestSmallWrites:
         with toolkit.open_store(store.root):
             assert not live.exists()
 
+    @pytest.mark.parametrize("same_tick", [False, True])
+    def test_stranger_beside_a_small_write_is_left_out(self, store, monkeypatch, same_tick):
+        """A small write checks one directory time, not every table's: a badly named file
+        another process dropped is still left out and reported at the next query, also
+        when that directory's time did not move (a coarse clock), which re-lists now."""
+        import toolkit.store as st
+
+        store.write_row("replay_runs", "a", run_row("a").to_pylist()[0])
+        assert store.query("SELECT count(*) AS n FROM replay_runs")["n"][0] == 1
+        d = store.root / "replay_runs"
+        m = d.stat().st_mtime_ns
+        (d / "bad name.parquet").write_bytes((d / "a.parquet").read_bytes())
+        if same_tick:
+            os.utime(d, ns=(m, m))
+            real = st.os.replace
+
+            def in_the_tick(a, b):
+                real(a, b)
+                if Path(b).parent == d:
+                    os.utime(d, ns=(m, m))
+
+            monkeypatch.setattr(st.os, "replace", in_the_tick)
+        store.write_row("replay_runs", "b", run_row("b").to_pylist()[0])
+        monkeypatch.undo()
+        assert store.query("SELECT count(*) AS n FROM replay_runs")["n"][0] == 2
+        assert any("not a valid key name" in p and "bad name" in p for p in store.problems)
+
+    def test_write_row_checks_its_values(self, store):
+        """A row is built with the table's schema: a value that does not fit, or a
+        missing required one, is refused with the table and key named, and nothing lands."""
+        row = run_row("r").to_pylist()[0]
+        with pytest.raises(ValueError, match="replay_runs 'r'"):
+            store.write_row("replay_runs", "r", {**row, "block_hits": "many"})
+        with pytest.raises(ValueError, match="'kind' has 1 null"):
+            store.write_row("replay_runs", "r", {k: v for k, v in row.items() if k != "kind"})
+        with pytest.raises(StoreError, match="unknown table"):
+            store.write_row("no_such_table", "r", row)
+        assert store.keys("replay_runs") == []
+        store.write_row("replay_runs", "r", {**row, "block_hits": 3, "not_a_column": 1})
+        got = store.read("replay_runs", "r")
+        assert got.schema.equals(toolkit.store.schema.TABLES["replay_runs"])
+        assert got.column("block_hits").to_pylist() == [3]
+
     def test_replacing_a_compacted_key_rewrites_its_part(self, store):
         """A key living in a compacted part cannot be replaced by a rename: it goes through
         a transaction that moves it out of the part (one copy of its row)."""

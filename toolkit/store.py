@@ -266,6 +266,9 @@ class Store:
         self.problems: list[str] = []
         self._dirs = {t: self.root / t for t in schema.TABLES}
         self._dir_names = [str(d) for d in self._dirs.values()]
+        self._table_index = {t: i for i, t in enumerate(schema.TABLES)}
+        self._manifests = {t: os.path.join(d, COMPACT_DIR, MANIFEST_FILE)
+                           for t, d in zip(schema.TABLES, self._dir_names, strict=True)}
         self._tx: _Transaction | None = None
         self._seen: tuple[int, ...] | None = None
         self._tried: dict[str, str] = {}  # table -> view statement last attempted
@@ -397,6 +400,25 @@ class Store:
         """
         return self.write_many({table: data}, key, replace=replace)[0]
 
+    def write_row(self, table: str, key: str, row: dict[str, object], *,
+                  replace: bool = False) -> Path:
+        """Atomically write one ``row`` (a run summary) as ``table``/``key``.
+
+        Built with the table's schema at once (not inferred, then cast: 0.15 ms of a
+        ~1 ms one-row write); keys the schema lacks are dropped, as by ``conform``.
+
+        Raises:
+            ValueError: a value does not fit its column, or a required one is missing.
+        """
+        want = schema.TABLES.get(table)
+        if want is None:
+            self._table_dir(table)  # the error naming the known tables
+        try:
+            data = pa.Table.from_pylist([row], schema=want)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
+            raise ValueError(f"{table} {key!r}: {e}") from None
+        return self.write(table, key, data, replace=replace)
+
     def write_many(
         self, tables: dict[str, pa.Table], key: str, *, replace: bool = False
     ) -> list[Path]:
@@ -472,8 +494,26 @@ class Store:
             os.close(fd)
             if staged is not None:
                 staged.unlink(missing_ok=True)
-        self._refresh_views({table})
+        self._after_own_write(table)
         return True
+
+    def _after_own_write(self, table: str) -> None:
+        """What :meth:`_refresh_views` would do after our own write into ``table`` alone,
+        with one ``stat`` instead of one per table (0.1 ms of a one-row write): a table
+        read by glob whose directory time moved keeps its view, and the next query, which
+        sees that directory changed, lists it (as ``_refresh_views`` arranges). Any other
+        case takes the full refresh."""
+        i = self._table_index.get(table)
+        if (self._con is not None and self._seen is not None and i is not None
+                and len(self._made) == len(schema.TABLES)
+                and self._made.get(table) == self._glob_view(table)):
+            try:
+                moved = os.stat(self._dir_names[i]).st_mtime_ns != self._seen[i]
+            except FileNotFoundError:
+                moved = False
+            if moved:
+                return
+        self._refresh_views({table})
 
     @contextmanager
     def writer(self, table: str, key: str, *, replace: bool = False) -> Iterator[ParquetSink]:
@@ -565,9 +605,10 @@ class Store:
     # -- compaction -----------------------------------------------------------------------
     def _manifest(self, table: str) -> dict[str, list[list]]:
         """Compacted part (path relative to the table) -> [[key, first row, rows], ...]."""
-        path = self._table_dir(table) / COMPACT_DIR / MANIFEST_FILE
-        try:
-            return json.loads(path.read_text())["parts"]
+        self._table_dir(table)  # refuses an unknown table
+        try:  # a string path, opened directly: Path joins and read_text cost ~0.05 ms
+            with open(self._manifests[table], "rb") as f:  # of a one-row write, twice
+                return json.loads(f.read())["parts"]
         except FileNotFoundError:
             return {}
 

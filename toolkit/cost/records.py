@@ -12,7 +12,6 @@ import dataclasses
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
 
 from toolkit import __version__
 from toolkit.config import config_json, fingerprint
@@ -91,7 +90,7 @@ def record_replay_cost(store: Store, cfg: DecodeCostConfig) -> dict[str, Any]:
         "usd_per_million_output_tokens": float(s[f"usd_per_million_output_tokens_{tier}"]),
         "config_json": config_json(cfg), "toolkit_version": __version__,
     }
-    store.write("decode_costs", cfg.run_id, pa.Table.from_pylist([row]), replace=True)
+    store.write_row("decode_costs", cfg.run_id, row, replace=True)
     return row
 
 

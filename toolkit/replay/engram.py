@@ -17,7 +17,6 @@ from typing import Any
 
 import numba as nb
 import numpy as np
-import pyarrow as pa
 
 from toolkit.config import fingerprint
 from toolkit.errors import ToolkitError
@@ -252,7 +251,7 @@ def replay_engram(store: Store, cfg: EngramReplayConfig, *, save: bool = True
         "elapsed_s": t_load + t_replay,
     }
     if save:
-        store.write("engram_runs", cfg.run_id, pa.Table.from_pylist([row]), replace=True)
+        store.write_row("engram_runs", cfg.run_id, row, replace=True)
     out = dict(row)
     out["tokens_per_usd"] = own["tokens_per_usd_overlapped"]
     out["batch_per_gpu"] = own["batch_per_gpu"]

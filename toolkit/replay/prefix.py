@@ -451,7 +451,7 @@ def replay_prefix(
         "toolkit_version": __version__,
     }
     if save:
-        store.write("replay_runs", cfg.run_id, pa.Table.from_pylist([row]), replace=True)
+        store.write_row("replay_runs", cfg.run_id, row, replace=True)
     return row
 
 
@@ -477,5 +477,5 @@ def sweep_prefix(
             bar.update(stream.keys.size)
     if save:
         for cfg, row in zip(cfgs, rows, strict=True):
-            store.write("replay_runs", cfg.run_id, pa.Table.from_pylist([row]), replace=True)
+            store.write_row("replay_runs", cfg.run_id, row, replace=True)
     return rows
