@@ -93,6 +93,8 @@ def main() -> None:
     ap.add_argument("--read-ahead", action="store_true",
                     help="store replays with the extra I/O thread decoding the next chunks")
     args = ap.parse_args()
+    if args.dir:
+        args.dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=args.dir)) if args.dir else Path(tempfile.mkdtemp())
     root = tmp / "store"
     shape = (args.steps, args.layers, args.prompt_tokens)

@@ -286,6 +286,7 @@ class TestSmallWrites:
         assert store.query("SELECT block_hits FROM replay_runs")["block_hits"].to_list() == [5]
         store.write("replay_runs", "r", run_row("r", 7), replace=True)
         assert store.read("replay_runs", "r").column("block_hits").to_pylist() == [7]
+        toolkit.store.drain_trash()  # the replaced file's second name, unlinked later
         assert list((store.root / STAGING_DIR).iterdir()) == []
         with pytest.raises(StoreError, match="already exists"):
             store.write("replay_runs", "r", run_row("r", 9))
@@ -383,6 +384,45 @@ class TestSmallWrites:
         got = store.read("replay_runs", "r")
         assert got.schema.equals(toolkit.store.schema.TABLES["replay_runs"])
         assert got.column("block_hits").to_pylist() == [3]
+
+    @pytest.mark.parametrize("link", [True, False])
+    def test_replaced_file_is_freed_later_or_at_once(self, store, monkeypatch, link):
+        """A replaced run row keeps a second name in staging until the trash thread drops
+        it; where hard links fail the rename frees it, as before. Readers see the new row
+        either way, and nothing is left once the thread is done."""
+        import toolkit.store as st
+
+        if not link:
+            def no_links(a, b):
+                raise OSError(1, "Operation not permitted")
+
+            monkeypatch.setattr(st.os, "link", no_links)
+        for hits in range(1, 6):
+            store.write_row("replay_runs", "r", run_row("r", hits).to_pylist()[0],
+                            replace=True)
+            assert store.read("replay_runs", "r").column("block_hits").to_pylist() == [hits]
+        left = [p.name for p in (store.root / STAGING_DIR).iterdir()]
+        assert all(n.startswith(st.OLD_PREFIX) for n in left) and (link or not left)
+        st.drain_trash()
+        assert list((store.root / STAGING_DIR).iterdir()) == []
+        assert store.keys("replay_runs") == ["r"]
+
+    def test_old_names_are_removed_silently_once_stale(self, store, monkeypatch):
+        """Such a name left by a process that died is garbage: a later open removes it
+        without a warning once stale (by its ctime: the link made it), and leaves a young
+        one to its writer's thread."""
+        import toolkit.store as st
+
+        monkeypatch.setattr(st, "STALE_STAGING_S", 0.5)  # a ctime cannot be set back
+        staging = store.root / STAGING_DIR
+        staging.mkdir(exist_ok=True)
+        old, young = staging / "old-dead.parquet", staging / "old-young.parquet"
+        old.write_bytes(b"x")
+        time.sleep(0.7)
+        young.write_bytes(b"x")
+        with toolkit.open_store(store.root) as s:
+            assert not old.exists() and young.exists()
+            assert not any("old-" in p for p in s.problems)
 
     def test_replacing_a_compacted_key_rewrites_its_part(self, store):
         """A key living in a compacted part cannot be replaced by a rename: it goes through
