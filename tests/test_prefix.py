@@ -318,6 +318,29 @@ class TestStreamIndex:
         assert load_stream(store, "t").keys.tolist() == [1, 2, 2]
         assert path.read_bytes() == data  # rewritten whole
 
+    @pytest.mark.parametrize("field", ["lengths", "n_keys"])
+    def test_index_with_a_negative_count_is_rebuilt(self, store, field):
+        """Lengths that still add up but go negative (or a negative key count) would send
+        the compiled summary out of bounds: such a body is refused and rebuilt."""
+        from toolkit.replay.prefix import _index_path
+
+        store.write("requests", "t", _table([(1024, 512, [1, 2]), (512, 512, [2])]))
+        load_stream(store, "t")
+        path = _index_path(store, "t")
+        good = path.read_bytes()
+        buf = np.frombuffer(good, dtype=np.int64).copy()
+        head = 5 + len(store.source_stamp("requests", "t"))
+        if field == "lengths":
+            at = head + (3 + 1) // 2
+            assert buf[at:at + 2].tolist() == [2, 1]
+            buf[at:at + 2] = [1003, -1000]
+        else:
+            buf[head - 3] = -1
+        path.write_bytes(buf.tobytes())
+        s = load_stream(store, "t")
+        assert s.lengths.tolist() == [2, 1] and s.keys.tolist() == [1, 2, 2]
+        assert path.read_bytes() == good
+
     def test_unwritable_cache_is_skipped(self, store):
         from toolkit.replay.prefix import _index_path
 

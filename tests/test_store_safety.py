@@ -407,6 +407,22 @@ class TestSmallWrites:
         assert list((store.root / STAGING_DIR).iterdir()) == []
         assert store.keys("replay_runs") == ["r"]
 
+    def test_replace_during_shutdown_frees_inline(self, store, monkeypatch):
+        """Once the interpreter shuts down no thread takes new work: the write that has
+        landed is not reported as failed, and the old file goes at once."""
+        import toolkit.store as st
+
+        store.write_row("replay_runs", "r", run_row("r", 1).to_pylist()[0])
+
+        class Closed:
+            def submit(self, *a):
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+        monkeypatch.setattr(st, "_TRASH", (os.getpid(), Closed()))
+        store.write_row("replay_runs", "r", run_row("r", 2).to_pylist()[0], replace=True)
+        assert store.read("replay_runs", "r").column("block_hits").to_pylist() == [2]
+        assert list((store.root / STAGING_DIR).iterdir()) == []
+
     def test_old_names_are_removed_silently_once_stale(self, store, monkeypatch):
         """Such a name left by a process that died is garbage: a later open removes it
         without a warning once stale (by its ctime: the link made it), and leaves a young

@@ -54,10 +54,13 @@ def keep_freed_memory() -> bool:
     free unmaps it, so the next array of that size faults in every page again. On the
     project VM a fault costs ~1.5 us: replaying the real Mooncake trace (a 1.1 ms kernel)
     spent ~1.3 ms faulting in its 1.4 MB stream and its 1.5 MB LRU links each time, and
-    ~0.2 ms unmapping them. Keeping up to ``TRIM_THRESHOLD_BYTES`` of freed heap bounds
-    what this costs in resident memory. Setting the thresholds explicitly also turns off
-    glibc's own sliding threshold. Returns whether it was applied (glibc only; not with
-    ``TOOLKIT_KEEP_HEAP=0``).
+    ~0.2 ms unmapping them. The cost is resident memory that is free but not returned:
+    up to ``TRIM_THRESHOLD_BYTES`` at the top of each malloc arena (one per thread that
+    allocates, up to 8 per core), plus holes below live blocks, which glibc never
+    returns anyway. The 2-billion-access replay's peak RSS stayed within 451-618 MiB
+    with or without it (benchmarks/RESULTS.md). Setting the thresholds explicitly also
+    turns off glibc's own sliding threshold, for the whole process (a notebook's too).
+    Returns whether it was applied (glibc only; not with ``TOOLKIT_KEEP_HEAP=0``).
     """
     import ctypes
     import os

@@ -445,7 +445,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         ValueError: a non-nullable column is missing or holds nulls, or a column cannot be
             cast safely.
     """
-    if table.schema.equals(schema):  # built with it (Store.write_row): check nulls only
+    if table.schema.equals(schema, check_metadata=True):  # built with it: nulls only
         for i, f in enumerate(schema):
             if not f.nullable and (nulls := table.column(i).null_count):
                 raise ValueError(f"column {f.name!r} has {nulls} null(s) but is not "

@@ -216,7 +216,8 @@ def _keep_old(final: Path, staging: Path) -> str | None:
     file took 0.2-0.4 ms against 0.06 with this link first, and the freeing happens on
     a background thread (:func:`_discard_later`). None when there is no such file or
     the file system refuses a hard link (the rename then frees it, as usual). Such an
-    entry is never needed: recovery removes it at once, whoever dies when."""
+    entry is never needed: recovery removes it silently once stale (by its ctime, the
+    link's time), whoever dies when."""
     old = os.path.join(staging, f"{OLD_PREFIX}{uuid.uuid4().hex}.parquet")
     try:
         os.link(final, old)
@@ -244,7 +245,12 @@ def _discard_later(path: str) -> None:
             _TRASH = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="toolkit-trash"))
             _TRASH_PENDING.clear()
         _TRASH_PENDING[:] = [f for f in _TRASH_PENDING if not f.done()]
-        _TRASH_PENDING.append(_TRASH[1].submit(_unlink, path))
+        try:
+            _TRASH_PENDING.append(_TRASH[1].submit(_unlink, path))
+            return
+        except RuntimeError:  # interpreter shutting down: no new futures (the write
+            pass  # itself has landed), so free it here
+    _unlink(path)
 
 
 def _forget_trash() -> None:
@@ -478,7 +484,10 @@ class Store:
         if want is None:
             self._table_dir(table)  # the error naming the known tables
         check_key(key, "key")
-        payload = encode_row(want, row)
+        try:
+            payload = encode_row(want, row)
+        except ValueError as e:
+            raise ValueError(f"{table} {key!r}: {e}") from None
         if payload is not None:
             if self._tx is not None:
                 with open(self._tx.stage(table, key, replace), "wb") as f:

@@ -321,20 +321,26 @@ def _load_index(store: Store, trace: str,
             if size < head * 8 or size % 8:
                 return None
             buf = np.empty(size // 8, dtype=np.int64)
-            if f.readinto(buf) != size:
-                return None
+            view, got = memoryview(buf).cast("B"), 0
+            while got < size:  # a read returns at most ~2 GiB, or less on a signal
+                step = f.readinto(view[got:])
+                if not step:
+                    return None  # shrank meanwhile
+                got += step
     except OSError:
         return None  # absent or unreadable: rebuild it
-    magic, version, *got, n_keys, n, r = (int(x) for x in buf[:head])
-    if (magic, version, tuple(got)) != (INDEX_MAGIC, INDEX_VERSION, stamp) or min(n, r) < 0:
+    magic, version, *seen, n_keys, n, r = (int(x) for x in buf[:head])
+    if (magic, version, tuple(seen)) != (INDEX_MAGIC, INDEX_VERSION, stamp) or min(
+            n, r, n_keys) < 0:
         return None
     at = head + (n + 1) // 2
     if buf.size != at + 3 * r:
         return None  # truncated, or not ours
     keys = buf[head:].view(np.int32)[:n]
     lengths, prompt, block = (buf[at + i * r:at + (i + 1) * r] for i in range(3))
-    if int(lengths.sum()) != n:
-        return None
+    if int(lengths.sum()) != n or (r and int(lengths.min()) < 0):
+        return None  # (a negative length would send the compiled summary out of bounds;
+        # keys are checked against n_keys by every policy before its kernel runs)
     starts = np.zeros(r, dtype=np.int64)
     np.cumsum(lengths[:-1], out=starts[1:])
     return BlockStream(keys, n_keys, starts, lengths, prompt, block)
@@ -342,8 +348,10 @@ def _load_index(store: Store, trace: str,
 
 def _save_index(store: Store, trace: str, stamp: tuple[int, ...] | None,
                 stream: BlockStream) -> None:
-    """Keep ``stream`` next to the store (best effort: a read-only store just skips it)."""
-    if stamp is None:
+    """Keep ``stream`` next to the store (best effort: a read-only store just skips it;
+    nor is a stream of int64 keys kept, of 2**31 distinct blocks or more: the index
+    holds int32 keys)."""
+    if stamp is None or stream.keys.dtype != np.int32:
         return
     path = _index_path(store, trace)
     tmp = None
@@ -354,7 +362,7 @@ def _save_index(store: Store, trace: str, stamp: tuple[int, ...] | None,
             n, r = stream.keys.size, stream.lengths.size
             np.array([INDEX_MAGIC, INDEX_VERSION, *stamp, stream.n_keys, n, r],
                      dtype=np.int64).tofile(f)
-            np.ascontiguousarray(stream.keys, dtype=np.int32).tofile(f)
+            np.ascontiguousarray(stream.keys).tofile(f)
             f.write(bytes(4 * (n % 2)))  # whole int64 words
             for a in (stream.lengths, stream.prompt_tokens, stream.block_tokens):
                 np.ascontiguousarray(a, dtype=np.int64).tofile(f)
