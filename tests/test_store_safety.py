@@ -4,12 +4,14 @@ writers, stale staging cleaned up, corrupt files reported by name, no needless r
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -242,15 +244,9 @@ class TestCrashWindows:
         tx = store.root / STAGING_DIR / "tx-live"
         tx.mkdir(parents=True)
         (tx / "part").write_bytes(b"x")
-        old = time.time() - STALE_STAGING_S - 10
-        os.utime(tx, (old, old))
-        fd = os.open(tx, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            with toolkit.open_store(store.root) as s:
-                assert (tx / "part").exists() and not s.problems
-        finally:
-            os.close(fd)
+        make_stale(tx)
+        with flocked(tx), toolkit.open_store(store.root) as s:
+            assert (tx / "part").exists() and not s.problems
         with toolkit.open_store(store.root) as s:
             assert not tx.exists() and s.problems
 
@@ -267,6 +263,24 @@ class TestCrashWindows:
                 "misses": [1], "miss_ratio": [1.0]}))
             raise RuntimeError("dies before the summary")
         assert store.keys("selection_replay") == [] and store.keys("miss_curves") == []
+
+
+def make_stale(*paths: Path) -> None:
+    """Set back the times of ``paths`` past the staging age limit."""
+    old = time.time() - STALE_STAGING_S - 10
+    for p in paths:
+        os.utime(p, (old, old))
+
+
+@contextlib.contextmanager
+def flocked(path: Path) -> Iterator[None]:
+    """Hold a flock on ``path``, as a live writer does."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def run_row(run_id: str, hits: int = 1) -> pa.Table:
@@ -329,16 +343,10 @@ class TestSmallWrites:
         dead, live = staging / "one-dead.replay_runs.r.parquet", staging / "one-live.x.parquet"
         for f in (dead, live):
             f.write_bytes(b"x")
-            old = time.time() - STALE_STAGING_S - 10
-            os.utime(f, (old, old))
-        fd = os.open(live, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            with toolkit.open_store(store.root) as s:
-                assert not dead.exists() and live.exists()
-                assert any("one-dead" in p for p in s.problems)
-        finally:
-            os.close(fd)
+        make_stale(dead, live)
+        with flocked(live), toolkit.open_store(store.root) as s:
+            assert not dead.exists() and live.exists()
+            assert any("one-dead" in p for p in s.problems)
         with toolkit.open_store(store.root):
             assert not live.exists()
 
