@@ -57,7 +57,7 @@ def keep_freed_memory() -> bool:
     ~0.2 ms unmapping them. The cost is resident memory that is free but not returned:
     up to ``TRIM_THRESHOLD_BYTES`` at the top of each malloc arena (one per thread that
     allocates, up to 8 per core), plus holes below live blocks, which glibc never
-    returns anyway. The 2-billion-access replay's peak RSS stayed within 451-618 MiB
+    returns anyway. The 2-billion-access replay's peak RSS stayed within 433-618 MiB
     with or without it (benchmarks/RESULTS.md). Setting the thresholds explicitly also
     turns off glibc's own sliding threshold, for the whole process (a notebook's too).
     Returns whether it was applied (glibc only; not with ``TOOLKIT_KEEP_HEAP=0``).

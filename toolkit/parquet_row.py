@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pyarrow as pa
 
+from toolkit.schema import null_refused
+
 CREATED_BY = b"kvtier-toolkit parquet_row"
 
 # Parquet's enums (parquet.thrift)
@@ -158,7 +160,7 @@ def encode_row(schema: pa.Schema, row: Mapping[str, object]) -> bytes | None:
         v = row.get(name)
         if v is None:
             if not nullable:
-                raise ValueError(f"column {name!r} has 1 null(s) but is not nullable")
+                raise null_refused(name, 1)
             body = b"\x02\x00\x00\x00\x02\x00"  # definition levels: one RLE run of 0
         else:
             value = enc(v)

@@ -435,6 +435,12 @@ TABLES: dict[str, pa.Schema] = {
 
 
 
+def null_refused(column: str, nulls: int) -> ValueError:
+    """The error for ``nulls`` nulls in the required ``column`` (one wording for every
+    writer: ``conform`` and :mod:`toolkit.parquet_row`)."""
+    return ValueError(f"column {column!r} has {nulls} null(s) but is not nullable")
+
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Return ``table`` with exactly ``schema``'s columns, order and types.
 
@@ -448,8 +454,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     if table.schema.equals(schema, check_metadata=True):  # built with it: nulls only
         for i, f in enumerate(schema):
             if not f.nullable and (nulls := table.column(i).null_count):
-                raise ValueError(f"column {f.name!r} has {nulls} null(s) but is not "
-                                 "nullable")
+                raise null_refused(f.name, nulls)
         return table
     names = set(table.column_names)  # a list built per lookup was 0.24 ms of a run row
     missing = [f.name for f in schema if f.name not in names and not f.nullable]
@@ -462,8 +467,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             continue
         col = table.column(f.name)
         if not f.nullable and col.null_count:
-            raise ValueError(f"column {f.name!r} has {col.null_count} null(s) but is not "
-                             "nullable")
+            raise null_refused(f.name, col.null_count)
         # a column of the right type is taken as it is: a per-chunk results table of
         # 4,096 rows spent more in eleven no-op casts than in being written
         columns.append(col if col.type == f.type else col.cast(f.type, safe=True))

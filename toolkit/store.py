@@ -517,16 +517,13 @@ class Store:
             nbytes = data.nbytes
             if nbytes <= SMALL_WRITE_BYTES:
                 out = pa.BufferOutputStream()
-                pq.write_table(data, out, row_group_size=row_group_rows(data, nbytes),
-                               **parquet_options(data.schema, data, _codec(table), nbytes))
+                _write_parquet(table, data, out, nbytes)
                 if self._write_small(table, key, out.getvalue(), replace):
                     return finals
         with self.transaction():
             assert self._tx is not None
             for t, data in conformed.items():
-                pq.write_table(data, self._tx.stage(t, key, replace),
-                               row_group_size=row_group_rows(data),
-                               **parquet_options(data.schema, data, _codec(t)))
+                _write_parquet(t, data, self._tx.stage(t, key, replace))
         return finals
 
     def _write_small(self, table: str, key: str, payload: bytes | pa.Buffer,
@@ -1138,6 +1135,14 @@ def kept(cache: dict, key: tuple, load: Callable[[], T], limit: int) -> T:
                 cache.pop(next(iter(cache)))
             cache[key] = hit
     return hit
+
+
+def _write_parquet(table: str, data: pa.Table, where: object, nbytes: int | None = None
+                   ) -> None:
+    """``data`` of ``table`` as one Parquet file at ``where`` (a path or a buffer), with
+    the store's row groups and encodings."""
+    pq.write_table(data, where, row_group_size=row_group_rows(data, nbytes),
+                   **parquet_options(data.schema, data, _codec(table), nbytes))
 
 
 def _codec(table: str) -> str:

@@ -301,7 +301,7 @@ INDEX_MAGIC = int.from_bytes(b"TKPFXIDX", "little")
 INDEX_HEADER = ("magic", "version", "stamp x 5", "n_keys", "lookups", "requests")
 """An index file is an int64 header (these fields), then the raw arrays: int32 keys
 (padded to 8 bytes), then int64 lengths, prompt tokens and block tokens per request. Read
-with one ``readinto`` and viewed in place: 0.05 ms for Mooncake's 288,500 lookups, against
+into one buffer and viewed in place: 0.05 ms for Mooncake's 288,500 lookups, against
 0.15 for the five ``.npy`` records of version 2 (each header parsed as Python text)."""
 
 

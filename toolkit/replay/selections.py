@@ -635,8 +635,7 @@ def replay_selections(
             "config_json": config_json(cfg), "toolkit_version": __version__,
         }
         if save:  # inside the block: a failed summary write discards the per-row file too
-            store.write_row("selection_runs", run_id, summary,
-                        replace=True)
+            store.write_row("selection_runs", run_id, summary, replace=True)
     return summary
 
 

@@ -20,8 +20,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import pyarrow as pa
-
 from toolkit.registry import Registry
 
 
@@ -87,8 +85,8 @@ def run_cell(task: CellTask, store: Any = None) -> CellOutcome:
             seconds = time.perf_counter() - t0
             row = {**task.row, "run_id": run_id, "status": "done", "error": None,
                    "seconds": seconds}
-            store.write("sweeps", cell_key(row["sweep_id"], task.index),
-                        pa.Table.from_pylist([row]), replace=True)
+            store.write_row("sweeps", cell_key(row["sweep_id"], task.index), row,
+                            replace=True)
         return CellOutcome(task.index, "done", run_id, None, seconds)
     except Exception as e:  # noqa: BLE001 - recorded or re-raised by the parent
         from toolkit.errors import ToolkitError

@@ -178,5 +178,4 @@ def _record_failure(store: Store, tasks: list[CellTask], out: CellOutcome) -> No
     task = next(t for t in tasks if t.index == out.index)
     r = {**task.row, "run_id": None, "status": "failed", "error": out.error,
          "seconds": out.seconds}
-    store.write("sweeps", cell_key(r["sweep_id"], out.index), pa.Table.from_pylist([r]),
-                replace=True)
+    store.write_row("sweeps", cell_key(r["sweep_id"], out.index), r, replace=True)
