@@ -357,3 +357,69 @@ class TestThreadMap:
 
         with pytest.raises(KeyError):
             thread_map(fn, range(6), 2)
+
+
+class TestSharedPool:
+    """One pool of worker threads per process, kept between replays (a worker's decoding
+    scratch is then allocated once), that nested or concurrent callers cannot deadlock."""
+
+    def test_same_threads_across_calls(self):
+        import threading
+
+        from toolkit.replay.parallel import ordered_results
+
+        def who():
+            return threading.get_ident()
+
+        first = set(ordered_results([who] * 8, 2))
+        for _ in range(5):
+            assert set(ordered_results([who] * 8, 2)) <= first | {threading.get_ident()}
+
+    def test_nested_calls_finish(self):
+        """Every pool thread busy in an outer call that itself fans out: the inner
+        items that cannot start are run by their callers instead."""
+        from toolkit.replay.parallel import ordered_results, resolve_workers, thread_map
+
+        n = resolve_workers(None) + 2
+
+        def outer(i):
+            return lambda: sum(thread_map(lambda j: i * j, range(6), n))
+
+        assert list(ordered_results([outer(i) for i in range(3 * n)], n)) == [
+            15 * i for i in range(3 * n)]
+
+    def test_abandoned_results_drop_queued_work(self):
+        import threading
+        import time
+
+        from toolkit.replay.parallel import ordered_results
+
+        ran = []
+        lock = threading.Lock()
+
+        def slow(i):
+            def f():
+                time.sleep(0.01)
+                with lock:
+                    ran.append(i)
+                return i
+            return f
+
+        gen = ordered_results((slow(i) for i in range(50)), 2)
+        assert next(gen) == 0
+        gen.close()
+        time.sleep(0.1)
+        assert len(ran) <= 4  # the first, what was running, nothing queued after close
+
+    def test_forked_child_gets_its_own_pool(self):
+        import os
+
+        from toolkit.replay.parallel import thread_map
+
+        assert thread_map(lambda i: i + 1, range(4), 2) == [1, 2, 3, 4]
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            ok = thread_map(lambda i: i + 1, range(4), 2) == [1, 2, 3, 4]
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0

@@ -5,15 +5,50 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import numpy as np
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_POOL: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, threads, pool)
+_POOL_LOCK = threading.Lock()
+
+
+def shared_pool(threads: int) -> ThreadPoolExecutor:
+    """This process's worker threads, at least ``threads`` of them, kept between replays.
+
+    A pool made per replay gave each replay new threads, so each worker's decoding
+    scratch (:func:`toolkit.replay.selections.thread_scratch`, ~33 MB for a k = 2048
+    request) was allocated and faulted in again every time: on the 2-vCPU VM the second
+    worker's read of a 4M-position chunk took 11-50 ms instead of 6.5, and 2 workers
+    gave 1.35x one instead of ~1.7x (benchmarks/RESULTS.md). Callers never wait on a
+    queued item they could run themselves (see :func:`thread_map`,
+    :func:`ordered_results`), so replays nested in pool threads or run from several
+    threads at once cannot deadlock on it. A forked child makes its own."""
+    global _POOL
+    threads = max(threads, resolve_workers(None))  # one size for every replay's asks
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid() or _POOL[1] < threads:
+            # a smaller pool is dropped, not shut down: a caller may still submit to it,
+            # and its idle threads exit once it is collected
+            _POOL = (os.getpid(), threads,
+                     ThreadPoolExecutor(threads, thread_name_prefix="toolkit-worker"))
+        return _POOL[2]
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are gone and its lock may be held."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def resolve_workers(workers: int | None) -> int:
@@ -45,12 +80,17 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R
     # started first would take it): what the caller has just decoded is still in its
     # core's cache (on the 2-vCPU VM, 2 pool threads over a chunk the caller had just read
     # ran no faster than one thread; benchmarks/RESULTS.md)
-    with ThreadPoolExecutor(max_workers=min(workers, len(items)) - 1) as pool:
-        helpers = [pool.submit(drain) for _ in range(min(workers, len(items)) - 1)]
+    pool = shared_pool(min(workers, len(items)) - 1)
+    helpers = [pool.submit(drain) for _ in range(min(workers, len(items)) - 1)]
+    try:
         results[first] = fn(items[first])
         drain()
-        for h in helpers:
-            h.result()  # re-raises a helper's error
+    finally:
+        # a helper still queued (every pool thread busy) has nothing left to do
+        started = [h for h in helpers if not h.cancel()]
+        wait(started)
+    for h in started:
+        h.result()  # re-raises a helper's error
     return results
 
 
@@ -62,17 +102,22 @@ def ordered_results(work: Iterable[Callable[[], R]], workers: int) -> Iterator[R
         for w in work:
             yield w()
         return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending: deque[Future[R]] = deque()
-        it = iter(work)
+    pool = shared_pool(workers)
+    pending: deque[tuple[Future[R], Callable[[], R]]] = deque()
+    it = iter(work)
+    try:
         for w in itertools.islice(it, workers + 1):
-            pending.append(pool.submit(w))
+            pending.append((pool.submit(w), w))
         while pending:
-            res = pending.popleft().result()
+            fut, w = pending.popleft()
+            # not started yet (the pool's threads are busy elsewhere): run it here
+            res = w() if fut.cancel() else fut.result()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append(pool.submit(nxt))
+                pending.append((pool.submit(nxt), nxt))
             yield res
+    finally:  # an error or a consumer that stopped: drop what has not started
+        wait([f for f, _ in pending if not f.cancel()])
 
 
 def read_ahead(read: Callable[[T], R], items: Iterable[T], depth: int) -> Iterator[R]:
