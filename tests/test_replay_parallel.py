@@ -93,6 +93,88 @@ class TestFusedPlan:
         assert o.new_group.tolist() == [True, False, True]
 
 
+class PlannedLRU:
+    """LRU without its fused row kernel: replay then plans a key stream, runs the LRU
+    kernel on it and folds the hits back into rows (the path every other policy takes)."""
+
+    name = "lru"
+
+    def simulate(self, *args, **kwargs):
+        from toolkit.policies.lru import LRU
+
+        return LRU().simulate(*args, **kwargs)
+
+
+class TestFusedLRU:
+    """LRU's fused row kernel (planning, policy and fold in one pass) against the planned
+    path through the plain LRU kernel: the same per-row hits, fast-path flags and
+    evictions on unsorted rows and lists, both modes, both initial states, IndexShare."""
+
+    @settings(max_examples=80, deadline=None)
+    @given(rows=raw_rows(), n=st.integers(1, 8), mode=st.sampled_from(["plain", "hisparse"]),
+           initial=st.sampled_from(["first", "empty"]), share=st.booleans(),
+           dtype=st.sampled_from([np.int32, np.int64]))
+    def test_equals_planned_path(self, rows, n, mode, initial, share, dtype):
+        from toolkit.policies import policies
+        from toolkit.replay.selections import _replay_part
+
+        raw = as_rows(rows, dtype)
+        full = (0,) if share and mode == "hisparse" else None
+        cfg = SelectionReplayConfig("t", "lru", n, mode=mode, initial=initial,
+                                    full_layers=full)
+        try:
+            o = _order(raw, full)
+        except toolkit.ToolkitError:  # IndexShare without the Full layer's row
+            return
+        n_keys = int(max(raw.seq_len.max(initial=0), 1))
+        got = _replay_part(raw, o, 0, o.src.size, n, n_keys, cfg, policies.get("lru"))
+        want = _replay_part(raw, o, 0, o.src.size, n, n_keys, cfg, PlannedLRU())
+        assert got[0].tolist() == want[0].tolist()
+        assert got[1].tolist() == want[1].tolist()
+        assert got[2] == want[2]
+
+    def test_replay_results_equal(self, store, monkeypatch):
+        """Through replay_selections, on the bundled real trace: the whole summary."""
+        from pathlib import Path
+
+        from toolkit.policies import policies
+
+        store.ingest("bundle", Path(__file__).resolve().parents[1] / "traces" / "smollm2",
+                     "smollm2", select="smollm2-softmax-sum")
+        for mode in ("plain", "hisparse"):
+            cfg = SelectionReplayConfig("smollm2", "lru", 96, mode=mode)
+            fused = replay_selections(store, cfg, save=False, progress=False, workers=1)
+            with monkeypatch.context() as m:
+                m.setitem(policies._items, "lru", PlannedLRU())
+                planned = replay_selections(store, cfg, save=False, progress=False,
+                                            workers=1)
+            for key in ("hits", "misses", "evictions", "fast_path_rows", "accesses"):
+                assert fused[key] == planned[key], key
+
+    def test_position_out_of_range_is_refused(self):
+        from toolkit.policies import policies
+        from toolkit.replay.selections import _replay_part
+
+        raw = as_rows([(0, 0, 0, 4, [1, 2]), (0, 1, 0, 5, [0, 9])])  # 9 >= max seq_len
+        o = _order(raw, None)
+        cfg = SelectionReplayConfig("t", "lru", 2, mode="plain")
+        with pytest.raises(ValueError, match="request 0, layer 0, step 1"):
+            _replay_part(raw, o, 0, o.src.size, 2, 5, cfg, policies.get("lru"))
+
+    def test_sparse_key_space_takes_the_planned_path(self):
+        """Positions near 10**9 in a few rows: the fused kernel would size its links by
+        the key space; the planned path compacts the keys instead."""
+        from toolkit.policies import policies
+        from toolkit.replay.selections import _replay_part
+
+        big = 10**9
+        raw = as_rows([(0, 0, 0, big, [5, big - 2]), (0, 1, 0, big + 1, [5, big])])
+        o = _order(raw, None)
+        cfg = SelectionReplayConfig("t", "lru", 1, mode="plain")
+        got = _replay_part(raw, o, 0, o.src.size, 1, big + 1, cfg, policies.get("lru"))
+        assert got[0].tolist() == [0, 0] and got[2] == 3
+
+
 @settings(max_examples=80, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(-3, 40)),
                      max_size=60),

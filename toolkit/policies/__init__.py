@@ -43,7 +43,13 @@ class SimResult:
 
 @runtime_checkable
 class CachePolicy(Protocol):
-    """What the replay drivers need from a policy."""
+    """What the replay drivers need from a policy.
+
+    A policy may also carry ``rows_kernel``, a compiled kernel that replays selection
+    rows directly (see :func:`toolkit.policies.lru.lru_rows` for its signature); the
+    selection replay then skips its key stream. It is optional: without it the replay
+    plans the stream and calls :meth:`simulate`.
+    """
 
     name: str
 
