@@ -129,6 +129,22 @@ def lru_kernel(keys, n_keys, capacity, segments, hits):  # pragma: no cover - co
     return evictions
 
 
+@nb.njit(inline="always")
+def row_shape(values, lo, hi, hisparse, newest):  # pragma: no cover - compiled
+    """(descents, times the newest token is selected) of the list ``values[lo:hi]``, for
+    selection planning (``toolkit.replay.selection_plan``) and :func:`lru_rows`. Order
+    is checked on the full row (a subsequence of an ascending row ascends), in a pass
+    without a loop-carried value, so LLVM vectorises it."""
+    descents = 0
+    n_newest = 0
+    for i in range(lo + 1, hi):
+        descents += values[U(i)] <= values[U(i - 1)]
+    if hisparse:
+        for i in range(lo, hi):
+            n_newest += values[U(i)] == newest
+    return descents, n_newest
+
+
 @nb.njit(cache=True, nogil=True)
 def lru_rows(values, offsets, src, seq_len, new_group, n, hisparse, warm, n_keys, capacity,
              row_hits, fast, scratch):  # pragma: no cover - compiled
@@ -157,13 +173,7 @@ def lru_rows(values, offsets, src, seq_len, new_group, n, hisparse, warm, n_keys
             row_hits[r] = hi - lo
             continue
         fast[r] = False
-        descents = 0
-        n_newest = 0
-        for i in range(lo + 1, hi):
-            descents += values[U(i)] <= values[U(i - 1)]
-        if hisparse:
-            for i in range(lo, hi):
-                n_newest += values[U(i)] == newest
+        descents, n_newest = row_shape(values, lo, hi, hisparse, newest)
         if hi - lo - n_newest == 0:  # nothing for the policy (at most the newest token)
             row_hits[r] = hi - lo
             continue

@@ -18,6 +18,7 @@ import numpy as np
 
 from toolkit.memory import check_memory
 from toolkit.policies._kernel import U
+from toolkit.policies.lru import row_shape
 
 
 @dataclass(frozen=True)
@@ -60,15 +61,7 @@ def _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
         if is_fast:
             row_policy[r] = 0
             continue
-        # order is checked on the full row (a subsequence of an ascending row ascends),
-        # in a pass without a loop-carried value, so LLVM vectorises it
-        descents = 0
-        n_newest = 0
-        for i in range(lo + 1, hi):
-            descents += values[U(i)] <= values[U(i - 1)]
-        if hisparse:
-            for i in range(lo, hi):
-                n_newest += values[U(i)] == newest
+        descents, n_newest = row_shape(values, lo, hi, hisparse, newest)
         if not seg_open and hi - lo - n_newest > 0:
             # a buffer starts cold at its first policy access, led by the warm-up
             segments[n_seg] = pos
