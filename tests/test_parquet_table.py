@@ -141,3 +141,16 @@ def test_replay_results_land_as_arrow_writes_them(tmp_path):
         assert int(np.sum(rows.column("misses").to_numpy())) == out["misses"]
         assert store.query("SELECT sum(hits) FROM selection_replay WHERE run_id = $r",
                            {"r": out["run_id"]}).item() == out["hits"]
+
+
+def test_null_dictionary_entry_refused(tmp_path):
+    """A dictionary entry that is null passes a null count of 0; the column is required,
+    so the writer refuses it instead of writing another value or an empty string."""
+    sch = pa.schema([pa.field("s", pa.dictionary(pa.int32(), pa.string()), nullable=False)])
+    col = pa.chunked_array([
+        pa.DictionaryArray.from_arrays(pa.array([0, 0], pa.int32()), pa.array([None], pa.string())),
+        pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), pa.array(["x"]))])
+    w = FlatWriter(tmp_path / "t.parquet", sch)
+    with pytest.raises(ValueError, match="null"):
+        w.write(pa.table({"s": col}, schema=sch))
+    w.abort()

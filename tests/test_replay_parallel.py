@@ -151,6 +151,49 @@ class TestFusedLRU:
             for key in ("hits", "misses", "evictions", "fast_path_rows", "accesses"):
                 assert fused[key] == planned[key], key
 
+    def test_newest_token_twice_is_free_on_both_paths(self):
+        """Rows not from the store may repeat a position; every copy of the newest token
+        is a free hit on both paths and in the NumPy reference (a row of only the newest
+        token, twice, used to put one key outside every segment)."""
+        import pyarrow as pa
+
+        from toolkit.policies import policies
+        from toolkit.replay.selections import _replay_part
+
+        rows = [(0, 0, 0, 6, [1, 2, 3]), (0, 1, 0, 7, [6, 3, 6]), (0, 2, 0, 8, [7, 7]),
+                (1, 0, 0, 6, [5, 5]), (1, 1, 0, 7, [0, 6, 1, 6])]
+        raw = as_rows(rows)
+        o = _order(raw, None)
+        cfg = SelectionReplayConfig("t", "lru", 2, mode="hisparse")
+        got = _replay_part(raw, o, 0, o.src.size, 2, 8, cfg, policies.get("lru"))
+        want = _replay_part(raw, o, 0, o.src.size, 2, 8, cfg, PlannedLRU())
+        assert got[0].tolist() == want[0].tolist() and got[2] == want[2]
+        ref = plan(rows_from_table(pa.table({
+            "request_id": raw.request_id, "step": raw.step, "layer": raw.layer,
+            "seq_len": raw.seq_len,
+            "topk": pa.ListArray.from_arrays(pa.array(raw.offsets), pa.array(raw.values))}),
+            5), 2, "hisparse", "first")
+        p = fused_plan(raw.values, raw.offsets, o.src, o.seq_len, o.new_group, 2, "hisparse",
+                       "first")
+        assert p.keys.tolist() == ref.keys.tolist()
+        assert p.segments.tolist() == ref.segments.tolist()
+        assert (got[0] - want[0]).tolist() == [0] * len(rows)
+        assert got[0].tolist()[3] == 2  # [5, 5] at seq_len 6: both the newest token
+
+    @pytest.mark.parametrize("lists", [[[0, 2**32 + 1]], [[2**32 + 1, 0, 1]]])
+    def test_positions_beyond_int32_refused(self, lists):
+        """int64 rows (the NumPy path, rows= from a caller): a position the int32 key
+        stream cannot hold is refused on both paths, never narrowed to another key."""
+        from toolkit.policies import policies
+        from toolkit.replay.selections import _replay_part
+
+        raw = as_rows([(0, 0, 0, 2**33, lists[0])], np.int64)
+        o = _order(raw, None)
+        cfg = SelectionReplayConfig("t", "lru", 1, mode="plain")
+        for policy in (policies.get("lru"), PlannedLRU()):
+            with pytest.raises(ValueError):
+                _replay_part(raw, o, 0, o.src.size, 1, 2**33, cfg, policy)
+
     def test_position_out_of_range_is_refused(self):
         from toolkit.policies import policies
         from toolkit.replay.selections import _replay_part
@@ -492,6 +535,30 @@ class TestSharedPool:
         gen.close()
         time.sleep(0.1)
         assert len(ran) <= 4  # the first, what was running, nothing queued after close
+
+    def test_no_more_running_than_workers_in_a_larger_pool(self):
+        import threading
+        import time
+
+        from toolkit.replay.parallel import ordered_results, shared_pool
+
+        shared_pool(8)
+        running, peak = [0], [0]
+        lock = threading.Lock()
+
+        def item(i):
+            def f():
+                with lock:
+                    running[0] += 1
+                    peak[0] = max(peak[0], running[0])
+                time.sleep(0.005)
+                with lock:
+                    running[0] -= 1
+                return i
+            return f
+
+        assert list(ordered_results((item(i) for i in range(12)), 2)) == list(range(12))
+        assert peak[0] <= 2
 
     def test_forked_child_gets_its_own_pool(self):
         import os

@@ -46,6 +46,7 @@ from toolkit.parquet_row import (
     _varint,
     _zz,
 )
+from toolkit.schema import null_refused
 
 CREATED_BY = b"kvtier-toolkit parquet_table"
 _DELTA, _RLE_DICTIONARY = 5, 8  # Encoding
@@ -174,17 +175,19 @@ def _one_string(col: pa.ChunkedArray) -> bytes | None:
             if len(used) != 1:
                 return None
             v = c.dictionary[used[0].as_py()].as_py()
-            if first is not None and v != first:
-                return None
+            if v is None or (first is not None and v != first):
+                return None  # a null entry (refused on the PLAIN path), or another value
             first = v
         return first.encode("utf-8") if first is not None else None
     values = pc.unique(col.cast(pa.string()))
     return values[0].as_py().encode("utf-8") if len(values) == 1 else None
 
 
-def _plain_strings(col: pa.ChunkedArray) -> bytes:
+def _plain_strings(col: pa.ChunkedArray, name: str) -> bytes:
     """PLAIN BYTE_ARRAY values (a 4-byte length, then the bytes) of a string column."""
     arr = col.cast(pa.string()).combine_chunks()
+    if arr.null_count:  # e.g. a dictionary entry that is null: a required column
+        raise null_refused(name, arr.null_count)
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + len(arr)
                                                                + 1]
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None \
@@ -260,7 +263,7 @@ class FlatWriter:
             dict_at = None
             value = _one_string(col) if kind == "string" else None
             if kind == "string" and value is None:  # several values: PLAIN byte arrays
-                page = _page(_DATA_PAGE, _plain_strings(col), _data_header(rows, _PLAIN))
+                page = _page(_DATA_PAGE, _plain_strings(col, f.name), _data_header(rows, _PLAIN))
                 encodings = (_PLAIN, _RLE)
                 stats = b""
             elif kind == "string":

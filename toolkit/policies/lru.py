@@ -154,8 +154,8 @@ def lru_rows(values, offsets, src, seq_len, new_group, n, hisparse, warm, n_keys
     (request, layer) led by ``warm`` uncounted accesses of ``0 .. warm-1``) fused with
     :func:`lru_kernel` and the fold of its hits into rows. Fills ``row_hits`` and
     ``fast`` per replay row; returns the eviction count, or ``-1 - r`` if replay row
-    ``r`` holds a position outside ``[0, n_keys)`` (checked at each row's ends, its
-    smallest and largest once ascending). ``scratch``: int32, at least the longest row
+    ``r`` holds a position outside ``[0, n_keys)`` (an ascending row is checked at its
+    ends, any other at every position). ``scratch``: int32, at least the longest row
     (a row that is not ascending is sorted there)."""
     s = n_keys
     link = _links(n_keys)
@@ -190,11 +190,11 @@ def lru_rows(values, offsets, src, seq_len, new_group, n, hisparse, warm, n_keys
             for i in range(lo, hi):
                 v = values[U(i)]
                 if not (hisparse and v == newest):
+                    if v < 0 or v >= n_keys:  # before narrowing to the int32 scratch
+                        return -1 - r
                     scratch[m] = v
                     m += 1
             scratch[:m].sort()
-            if scratch[0] < 0 or scratch[m - 1] >= n_keys:
-                return -1 - r
             for i in range(m):
                 hit, size, evicted = _touch(link, s, scratch[i], size, capacity)
                 h += hit

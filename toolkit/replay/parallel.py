@@ -96,8 +96,9 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R
 
 def ordered_results(work: Iterable[Callable[[], R]], workers: int) -> Iterator[R]:
     """Run ``work`` items on up to ``workers`` threads and yield results in order, with at
-    most ``workers + 1`` items in flight (bounded memory for streamed chunks; ``work`` may
-    be a lazy iterable). ``workers=1`` runs everything on the calling thread."""
+    most ``workers`` items submitted at a time (bounded memory for streamed chunks, and
+    no more running at once whatever the shared pool's size; ``work`` may be a lazy
+    iterable). ``workers=1`` runs everything on the calling thread."""
     if workers <= 1:
         for w in work:
             yield w()
@@ -106,7 +107,7 @@ def ordered_results(work: Iterable[Callable[[], R]], workers: int) -> Iterator[R
     pending: deque[tuple[Future[R], Callable[[], R]]] = deque()
     it = iter(work)
     try:
-        for w in itertools.islice(it, workers + 1):
+        for w in itertools.islice(it, workers):
             pending.append((pool.submit(w), w))
         while pending:
             fut, w = pending.popleft()

@@ -72,8 +72,9 @@ def _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
             pos += warm
             row_start[r] = pos
         start = pos
-        if n_newest and values[U(hi - 1)] != newest:
-            # newest token inside the row: branch-free skip (written, then overwritten)
+        if n_newest > 1 or (n_newest and values[U(hi - 1)] != newest):
+            # newest token inside the row (or more than once, in rows not from the
+            # store): branch-free skip of every copy (written, then overwritten)
             for i in range(lo, hi):
                 v = values[U(i)]
                 keys[U(pos)] = v
@@ -173,6 +174,11 @@ def fused_plan(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, seq_len
     """
     hisparse = mode == "hisparse"
     warm = n if (hisparse and initial == "first") else 0
+    if values.dtype != np.int32 and values.size and (
+            int(values.min()) < 0 or int(values.max()) >= 2**31):
+        # the key stream is int32 (positions < 2**31): refuse rather than narrow
+        raise ValueError(f"positions must lie in [0, 2**31); got [{int(values.min())}, "
+                         f"{int(values.max())}]")
     lengths = offsets[1:][src] - offsets[:-1][src]
     n_groups = int(np.count_nonzero(new_group))
     if warm and n_groups:
