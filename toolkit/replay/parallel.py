@@ -96,26 +96,37 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R
 
 def ordered_results(work: Iterable[Callable[[], R]], workers: int) -> Iterator[R]:
     """Run ``work`` items on up to ``workers`` threads and yield results in order, with at
-    most ``workers`` items submitted at a time (bounded memory for streamed chunks, and
-    no more running at once whatever the shared pool's size; ``work`` may be a lazy
-    iterable). ``workers=1`` runs everything on the calling thread."""
+    most ``workers + 1`` items in flight (bounded memory for streamed chunks; the one
+    beyond ``workers`` starts the moment a thread is free) and at most ``workers``
+    running, whatever the shared pool's size. ``work`` may be a lazy iterable.
+    ``workers=1`` runs everything on the calling thread."""
     if workers <= 1:
         for w in work:
             yield w()
         return
     pool = shared_pool(workers)
+    running = threading.BoundedSemaphore(workers)
+
+    def gated(w: Callable[[], R]) -> Callable[[], R]:
+        def run() -> R:
+            with running:
+                return w()
+        return run
+
     pending: deque[tuple[Future[R], Callable[[], R]]] = deque()
     it = iter(work)
     try:
-        for w in itertools.islice(it, workers):
-            pending.append((pool.submit(w), w))
+        for w in itertools.islice(it, workers + 1):
+            g = gated(w)
+            pending.append((pool.submit(g), g))
         while pending:
-            fut, w = pending.popleft()
+            fut, g = pending.popleft()
             # not started yet (the pool's threads are busy elsewhere): run it here
-            res = w() if fut.cancel() else fut.result()
+            res = g() if fut.cancel() else fut.result()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append((pool.submit(nxt), nxt))
+                g = gated(nxt)
+                pending.append((pool.submit(g), g))
             yield res
     finally:  # an error or a consumer that stopped: drop what has not started
         wait([f for f, _ in pending if not f.cancel()])
