@@ -341,8 +341,7 @@ class Store:
         self._seen: tuple[int, ...] | None = None
         self._tried: dict[str, str] = {}  # table -> view statement last attempted
         self._made: dict[str, str] = {}  # table -> view statement in force
-        self._catalog_sha: str | None = None
-        self._catalog_ddl: list[str] | None = None  # the statements _catalog_sha is of
+        self._catalog_ddl: list[str] | None = None  # the view statements last on disk
         self._con: duckdb.DuckDBPyConnection | None = duckdb.connect()
         self._recover()
         self._refresh_views()
@@ -1079,9 +1078,6 @@ class Store:
         if ddl == self._catalog_ddl:  # the same statements (mostly the same objects):
             return  # no hash of every view's text after each write (0.2-0.3 ms)
         sha = hashlib.sha256("\n".join(ddl).encode()).hexdigest()
-        if sha == self._catalog_sha:
-            self._catalog_ddl = list(ddl)
-            return
         path = self.root / CATALOG_FILE
         # The on-disk catalog is a convenience for `duckdb store/catalog.duckdb`; if
         # another process holds it, our in-memory views still work.
@@ -1090,7 +1086,7 @@ class Store:
                 with duckdb.connect(str(path), read_only=True) as cat:
                     row = cat.execute("SELECT sha FROM toolkit_catalog").fetchone()
                 if row and row[0] == sha:
-                    self._catalog_sha, self._catalog_ddl = sha, list(ddl)
+                    self._catalog_ddl = list(ddl)
                     return
         try:
             with duckdb.connect(str(path)) as cat:
@@ -1098,7 +1094,7 @@ class Store:
                     cat.execute(stmt)
                 cat.execute("CREATE OR REPLACE TABLE toolkit_catalog AS SELECT $sha AS sha",
                             {"sha": sha})
-            self._catalog_sha, self._catalog_ddl = sha, list(ddl)
+            self._catalog_ddl = list(ddl)
         except duckdb.Error:
             pass
 
