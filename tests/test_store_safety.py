@@ -264,6 +264,33 @@ class TestCrashWindows:
             raise RuntimeError("dies before the summary")
         assert store.keys("selection_replay") == [] and store.keys("miss_curves") == []
 
+    @pytest.mark.parametrize("link", [True, False])
+    def test_replaced_files_of_a_transaction_are_freed_later(self, store, monkeypatch, link):
+        """A transaction replacing two files gives each a second name before its renames
+        (freed on the trash thread, or by the rename where hard links fail): readers see
+        both new files, and nothing is left in staging once the thread is done."""
+        import toolkit.store as st
+
+        if not link:
+            def no_links(a, b):
+                raise OSError(1, "Operation not permitted")
+
+            monkeypatch.setattr(st.os, "link", no_links)
+        linked = []
+        real_keep = st._keep_old
+        monkeypatch.setattr(st, "_keep_old", lambda f, s: linked.append(
+            out := real_keep(f, s)) or out)
+        for hits in range(1, 4):
+            with store.transaction():
+                store.write("replay_runs", "a", run_row("a", hits), replace=True)
+                store.write("replay_runs", "b", run_row("b", 10 * hits), replace=True)
+            got = store.query("SELECT run_id, block_hits FROM replay_runs ORDER BY run_id")
+            assert got["block_hits"].to_list() == [hits, 10 * hits]
+        # the first commit replaced nothing; the next two replaced two files each
+        assert sum(x is not None for x in linked) == (4 if link else 0)
+        st.drain_trash()
+        assert list((store.root / STAGING_DIR).iterdir()) == []
+
 
 def make_stale(*paths: Path) -> None:
     """Set back the times of ``paths`` past the staging age limit."""

@@ -171,10 +171,13 @@ def _one_string(col: pa.ChunkedArray) -> bytes | None:
     if all(pa.types.is_dictionary(c.type) for c in chunks):
         first = None
         for c in chunks:
-            used = pc.unique(c.indices)
-            if len(used) != 1:
+            if c.null_count:
+                return None  # a null row: several values (refused on the PLAIN path)
+            # min == max: one index used (unique() was 0.13 ms a column of 30,720 rows)
+            used = pc.min_max(c.indices)
+            if used["min"] != used["max"]:
                 return None
-            v = c.dictionary[used[0].as_py()].as_py()
+            v = c.dictionary[used["min"].as_py()].as_py()
             if v is None or (first is not None and v != first):
                 return None  # a null entry (refused on the PLAIN path), or another value
             first = v
@@ -256,7 +259,7 @@ class FlatWriter:
 
     def _write_group(self, t: pa.Table) -> None:
         rows = t.num_rows
-        chunks, total = [], 0
+        chunks, pages, total = [], [], 0
         for i, (f, kind) in enumerate(zip(self.schema, self._kinds, strict=True)):
             col = t.column(i)
             start = self._at
@@ -290,7 +293,7 @@ class FlatWriter:
                 encodings = (_DELTA, _RLE)
                 fmt = "<q" if width == 64 else "<i"
                 stats = _stats(struct.pack(fmt, lo), struct.pack(fmt, hi)) if rows else b""
-            self._f.write(page)
+            pages.append(page)
             size = len(page)
             self._at += size
             total += size
@@ -310,6 +313,7 @@ class FlatWriter:
             # ColumnChunk: 2 file_offset, 3 meta_data
             chunks.append(_field(2, _T_I64) + _zz(start) + _field(1, _T_STRUCT) + meta
                           + b"\x00")
+        self._f.write(b"".join(pages))  # one call a row group, not one a column
         self._groups.append(_field(1, _T_LIST) + _list(len(chunks), _T_STRUCT)
                             + b"".join(chunks) + _field(1, _T_I64) + _zz(total)
                             + _field(1, _T_I64) + _zz(rows) + b"\x00")

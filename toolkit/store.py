@@ -175,24 +175,35 @@ class _Transaction:
         exclusive store lock."""
         staged = [(_staged_name(t, k), f"{t}/{k}.parquet") for t, k in sorted(self.entries)]
         plan = {"entries": [], "moves": staged + moves, "deletes": deletes}
-        if len(self.entries) == 1 and not moves and not deletes:
-            # one file: its rename is atomic on its own, so no marker to write, read back
-            # and remove (a third of a one-row run write's commit); a death before the
-            # rename leaves staging that the next open removes, as before the marker
+        # files about to be replaced keep a second name, freed on the trash thread
+        staging = self.store.root / STAGING_DIR
+        olds = [old for (t, k), replace in self.entries.items() if replace
+                and (old := _keep_old(self.store._key_path(t, k), staging)) is not None]
+        try:
+            if len(self.entries) == 1 and not moves and not deletes:
+                # one file: its rename is atomic on its own, so no marker to write, read
+                # back and remove (a third of a one-row run write's commit); a death
+                # before the rename leaves staging that the next open removes
+                _apply(self.store.root, self.dir, plan)
+                return
+            marker = self.dir / COMMIT_MARKER
+            tmp = self.dir / (COMMIT_MARKER + ".tmp")
+            tmp.write_text(json.dumps(plan))
+            os.replace(tmp, marker)  # the commit point
             _apply(self.store.root, self.dir, plan)
-            return
-        marker = self.dir / COMMIT_MARKER
-        tmp = self.dir / (COMMIT_MARKER + ".tmp")
-        tmp.write_text(json.dumps(plan))
-        os.replace(tmp, marker)  # the commit point
-        _apply(self.store.root, self.dir, plan)
-        marker.unlink()
+            marker.unlink()
+        finally:  # a second name is never needed, whatever happened
+            for old in olds:
+                _discard_later(old)
 
     def close(self) -> None:
         """Drop the staging directory, unless it committed but could not finish renaming
         (then the next open completes it)."""
         if not (self.dir / COMMIT_MARKER).exists():
-            shutil.rmtree(self.dir, ignore_errors=True)
+            try:  # committed: every staged file has been renamed out
+                os.rmdir(self.dir)
+            except OSError:  # files left (a failed or abandoned write)
+                shutil.rmtree(self.dir, ignore_errors=True)
         os.close(self._fd)
 
 
