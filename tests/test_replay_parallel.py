@@ -180,6 +180,34 @@ class TestFusedLRU:
         assert (got[0] - want[0]).tolist() == [0] * len(rows)
         assert got[0].tolist()[3] == 2  # [5, 5] at seq_len 6: both the newest token
 
+    def test_newest_token_before_later_positions(self):
+        """An ascending row from a caller may hold positions past its newest token; the
+        newest is then not last, and the shortcut that looks only at the last position
+        must not apply: planner and fused kernel agree with the NumPy reference."""
+        import pyarrow as pa
+
+        from toolkit.policies import policies
+        from toolkit.replay.selections import _replay_part
+
+        rows = [(0, 0, 0, 6, [1, 5, 7]), (0, 1, 0, 7, [0, 6]), (0, 2, 0, 9, [2, 8]),
+                (0, 3, 0, 10, [3, 9])]
+        raw = as_rows(rows)
+        o = _order(raw, None)
+        cfg = SelectionReplayConfig("t", "lru", 2, mode="hisparse")
+        got = _replay_part(raw, o, 0, o.src.size, 2, 10, cfg, policies.get("lru"))
+        ref = plan(rows_from_table(pa.table({
+            "request_id": raw.request_id, "step": raw.step, "layer": raw.layer,
+            "seq_len": raw.seq_len,
+            "topk": pa.ListArray.from_arrays(pa.array(raw.offsets), pa.array(raw.values))}),
+            5), 2, "hisparse", "first")
+        p = fused_plan(raw.values, raw.offsets, o.src, o.seq_len, o.new_group, 2, "hisparse",
+                       "first")
+        assert p.keys.tolist() == ref.keys.tolist()
+        # warm-up 0, 1; then 1 7 (5, the newest, is free), 0, 2, 3 (6, 8, 9 free)
+        assert p.keys.tolist() == [0, 1, 1, 7, 0, 2, 3]
+        # by hand, 2 slots: row 0 hits 1 and gets 5 free; each later row only its newest
+        assert got[0].tolist() == [2, 1, 1, 1] and got[2] == 4
+
     @pytest.mark.parametrize("lists", [[[0, 2**32 + 1]], [[2**32 + 1, 0, 1]]])
     def test_positions_beyond_int32_refused(self, lists):
         """int64 rows (the NumPy path, rows= from a caller): a position the int32 key

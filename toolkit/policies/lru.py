@@ -140,8 +140,12 @@ def row_shape(values, lo, hi, hisparse, newest):  # pragma: no cover - compiled
     for i in range(lo + 1, hi):
         descents += values[U(i)] <= values[U(i - 1)]
     if hisparse:
-        for i in range(lo, hi):
-            n_newest += values[U(i)] == newest
+        if descents == 0 and hi > lo and values[U(hi - 1)] <= newest:
+            # strictly ascending up to the newest token: only the last can be it
+            n_newest = 1 if values[U(hi - 1)] == newest else 0
+        else:
+            for i in range(lo, hi):
+                n_newest += values[U(i)] == newest
     return descents, n_newest
 
 
