@@ -61,7 +61,7 @@ from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, 
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, layer_major, row_hits
 from toolkit.replay.topk_pages import Scratch, read_topk
-from toolkit.store import Store, bounded_key, kept
+from toolkit.store import Store, bounded_key, kept, sink_schema
 
 MODES = ("plain", "hisparse")
 KV_DTYPES = ("fp8", "bf16")
@@ -567,22 +567,25 @@ def _replay_chunk(rows: SelectionRows, cfg: SelectionReplayConfig, n: int, polic
     row_hits_ = np.concatenate([h for h, _, _ in out]) if out else np.zeros(0, np.int64)
     fast = np.concatenate([f for _, f, _ in out]) if out else np.zeros(0, np.bool_)
     misses = o.accesses - row_hits_
-    per_row = pa.table({
-        "run_id": _constant(run_id, n_rows),  # one-entry dictionaries (see ParquetSink)
-        "trace": _constant(cfg.trace, n_rows),
-        "request_id": o.request_id.astype(np.int64, copy=False),
-        "step": o.step.astype(np.int32, copy=False),
-        "layer": o.layer.astype(np.int16, copy=False),
-        "seq_len": o.seq_len.astype(np.int32, copy=False),
-        "accesses": o.accesses.astype(np.int32), "hits": row_hits_.astype(np.int32),
-        "misses": misses.astype(np.int32), "bytes_h2d": misses * cfg.row_bytes,
-        "fast_path": fast,
-    })
+    per_row = pa.Table.from_arrays([
+        _constant(run_id, n_rows),  # one-entry dictionaries (see ParquetSink)
+        _constant(cfg.trace, n_rows),
+        pa.array(o.request_id.astype(np.int64, copy=False)),
+        pa.array(o.step.astype(np.int32, copy=False)),
+        pa.array(o.layer.astype(np.int16, copy=False)),
+        pa.array(o.seq_len.astype(np.int32, copy=False)),
+        pa.array(o.accesses.astype(np.int32)), pa.array(row_hits_.astype(np.int32)),
+        pa.array(misses.astype(np.int32)), pa.array(misses * cfg.row_bytes),
+        pa.array(fast),
+    ], schema=_RESULTS)  # the sink's own schema: taken as it is, no conform
     counts = {"rows": int(n_rows), "accesses": int(o.accesses.sum()),
               "hits": int(row_hits_.sum()), "misses": int(misses.sum()),
               "evictions": int(sum(e for _, _, e in out)),
               "fast_path_rows": int(fast.sum())}
     return counts, per_row
+
+
+_RESULTS = sink_schema("selection_replay")
 
 
 def _constant(value: str, n: int) -> pa.DictionaryArray:
