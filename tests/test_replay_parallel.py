@@ -57,6 +57,19 @@ def as_rows(rows, dtype=np.int32) -> SelectionRows:
     return SelectionRows(col[0], col[1], col[2], col[3], offsets.astype(dtype), vals, 5)
 
 
+def reference_and_fused_plans(raw: SelectionRows, o, n: int):
+    """The NumPy reference plan and the compiled planner's, hisparse from a warm buffer."""
+    import pyarrow as pa
+
+    ref = plan(rows_from_table(pa.table({
+        "request_id": raw.request_id, "step": raw.step, "layer": raw.layer,
+        "seq_len": raw.seq_len,
+        "topk": pa.ListArray.from_arrays(pa.array(raw.offsets), pa.array(raw.values))}),
+        5), n, "hisparse", "first")
+    return ref, fused_plan(raw.values, raw.offsets, o.src, o.seq_len, o.new_group, n,
+                           "hisparse", "first")
+
+
 class TestFusedPlan:
     @settings(max_examples=60, deadline=None)
     @given(rows=raw_rows(), n=st.integers(1, 8), mode=st.sampled_from(["plain", "hisparse"]),
@@ -155,7 +168,6 @@ class TestFusedLRU:
         """Rows not from the store may repeat a position; every copy of the newest token
         is a free hit on both paths and in the NumPy reference (a row of only the newest
         token, twice, used to put one key outside every segment)."""
-        import pyarrow as pa
 
         from toolkit.policies import policies
         from toolkit.replay.selections import _replay_part
@@ -168,13 +180,7 @@ class TestFusedLRU:
         got = _replay_part(raw, o, 0, o.src.size, 2, 8, cfg, policies.get("lru"))
         want = _replay_part(raw, o, 0, o.src.size, 2, 8, cfg, PlannedLRU())
         assert got[0].tolist() == want[0].tolist() and got[2] == want[2]
-        ref = plan(rows_from_table(pa.table({
-            "request_id": raw.request_id, "step": raw.step, "layer": raw.layer,
-            "seq_len": raw.seq_len,
-            "topk": pa.ListArray.from_arrays(pa.array(raw.offsets), pa.array(raw.values))}),
-            5), 2, "hisparse", "first")
-        p = fused_plan(raw.values, raw.offsets, o.src, o.seq_len, o.new_group, 2, "hisparse",
-                       "first")
+        ref, p = reference_and_fused_plans(raw, o, 2)
         assert p.keys.tolist() == ref.keys.tolist()
         assert p.segments.tolist() == ref.segments.tolist()
         assert (got[0] - want[0]).tolist() == [0] * len(rows)
@@ -184,7 +190,6 @@ class TestFusedLRU:
         """An ascending row from a caller may hold positions past its newest token; the
         newest is then not last, and the shortcut that looks only at the last position
         must not apply: planner and fused kernel agree with the NumPy reference."""
-        import pyarrow as pa
 
         from toolkit.policies import policies
         from toolkit.replay.selections import _replay_part
@@ -195,13 +200,7 @@ class TestFusedLRU:
         o = _order(raw, None)
         cfg = SelectionReplayConfig("t", "lru", 2, mode="hisparse")
         got = _replay_part(raw, o, 0, o.src.size, 2, 10, cfg, policies.get("lru"))
-        ref = plan(rows_from_table(pa.table({
-            "request_id": raw.request_id, "step": raw.step, "layer": raw.layer,
-            "seq_len": raw.seq_len,
-            "topk": pa.ListArray.from_arrays(pa.array(raw.offsets), pa.array(raw.values))}),
-            5), 2, "hisparse", "first")
-        p = fused_plan(raw.values, raw.offsets, o.src, o.seq_len, o.new_group, 2, "hisparse",
-                       "first")
+        ref, p = reference_and_fused_plans(raw, o, 2)
         assert p.keys.tolist() == ref.keys.tolist()
         # warm-up 0, 1; then 1 7 (5, the newest, is free), 0, 2, 3 (6, 8, 9 free)
         assert p.keys.tolist() == [0, 1, 1, 7, 0, 2, 3]
