@@ -175,11 +175,8 @@ class _Transaction:
         exclusive store lock."""
         staged = [(_staged_name(t, k), f"{t}/{k}.parquet") for t, k in sorted(self.entries)]
         plan = {"entries": [], "moves": staged + moves, "deletes": deletes}
-        # files about to be replaced keep a second name, freed on the trash thread
-        staging = self.store.root / STAGING_DIR
-        olds = [old for (t, k), replace in self.entries.items() if replace
-                and (old := _keep_old(self.store._key_path(t, k), staging)) is not None]
-        try:
+        replaced = [self.store._key_path(t, k) for (t, k), r in self.entries.items() if r]
+        with _freed_later(replaced, self.store.root / STAGING_DIR):
             if len(self.entries) == 1 and not moves and not deletes:
                 # one file: its rename is atomic on its own, so no marker to write, read
                 # back and remove (a third of a one-row run write's commit); a death
@@ -192,9 +189,6 @@ class _Transaction:
             os.replace(tmp, marker)  # the commit point
             _apply(self.store.root, self.dir, plan)
             marker.unlink()
-        finally:  # a second name is never needed, whatever happened
-            for old in olds:
-                _discard_later(old)
 
     def close(self) -> None:
         """Drop the staging directory, unless it committed but could not finish renaming
@@ -236,6 +230,19 @@ def _keep_old(final: Path, staging: Path) -> str | None:
     except OSError:
         return None
     return old
+
+
+@contextlib.contextmanager
+def _freed_later(finals: list[Path], staging: Path) -> Iterator[None]:
+    """Around the renames that replace ``finals``: each gets a second name first
+    (:func:`_keep_old`), handed to the trash thread when the block ends, whatever
+    happened in it (such a name is never needed)."""
+    olds = [old for final in finals if (old := _keep_old(final, staging)) is not None]
+    try:
+        yield
+    finally:
+        for old in olds:
+            _discard_later(old)
 
 
 _TRASH: tuple[int, ThreadPoolExecutor] | None = None
@@ -575,15 +582,13 @@ class Store:
                     raise StoreError(
                         f"{table} {key!r} already exists in {self.root} (written by "
                         "another process meanwhile); pass --replace to overwrite")
-                old = _keep_old(final, staging) if replace else None
-                try:  # the table directory is there but for a table's first file
-                    os.replace(staged, final)
-                except FileNotFoundError:
-                    final.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(staged, final)
+                with _freed_later([final] if replace else [], staging):
+                    try:  # the table directory is there but for a table's first file
+                        os.replace(staged, final)
+                    except FileNotFoundError:
+                        final.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(staged, final)
                 staged = None
-                if old is not None:
-                    _discard_later(old)
         finally:
             os.close(fd)
             if staged is not None:
