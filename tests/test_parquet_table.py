@@ -154,3 +154,16 @@ def test_null_dictionary_entry_refused(tmp_path):
     with pytest.raises(ValueError, match="null"):
         w.write(pa.table({"s": col}, schema=sch))
     w.abort()
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 30_720, 30_721])
+@pytest.mark.parametrize("offset", [0, 3, 8, 16])
+def test_bool_pages_are_the_bitmap_packed_again(n, offset):
+    """A boolean column's PLAIN bytes taken from Arrow's bitmap (whole chunks at a byte
+    offset) are the bytes of unpacking and packing it again, padding bits zero."""
+    from toolkit.parquet_table import _plain_bools
+
+    bits = np.random.default_rng(n + offset).random(n + offset + 5) < 0.5
+    bits[-5:] = True  # set bits past the slice: they must not leak into the padding
+    col = pa.chunked_array([pa.array(bits).slice(offset, n)])
+    assert _plain_bools(col) == np.packbits(bits[offset:offset + n], bitorder="little").tobytes()

@@ -202,17 +202,36 @@ def _one_string(col: pa.ChunkedArray) -> bytes | None:
         for c in chunks:
             if c.null_count:
                 return None  # a null row: several values (refused on the PLAIN path)
-            # min == max: one index used (unique() was 0.13 ms a column of 30,720 rows)
-            used = pc.min_max(c.indices)
-            if used["min"] != used["max"]:
-                return None
-            v = c.dictionary[used["min"].as_py()].as_py()
+            if len(c.dictionary) == 1:  # a valid array's every index is 0 (a replay's)
+                v = c.dictionary[0].as_py()
+            else:  # min == max: one index used (unique() was 0.13 ms for 30,720 rows)
+                used = pc.min_max(c.indices)
+                if used["min"] != used["max"]:
+                    return None
+                v = c.dictionary[used["min"].as_py()].as_py()
             if v is None or (first is not None and v != first):
                 return None  # a null entry (refused on the PLAIN path), or another value
             first = v
         return first.encode("utf-8") if first is not None else None
     values = pc.unique(col.cast(pa.string()))
     return values[0].as_py().encode("utf-8") if len(values) == 1 else None
+
+
+def _plain_bools(col: pa.ChunkedArray) -> bytes:
+    """PLAIN BOOLEAN values: bit-packed, least significant bit first, as Arrow holds
+    them, so a whole chunk's bitmap is taken as it is (unpacking it to bytes and packing
+    them again was 37 us of a 30,720-row group); bits past the last value are zero."""
+    if col.num_chunks == 1 and col.null_count == 0:
+        arr = col.chunk(0)
+        if arr.offset % 8 == 0:
+            n = len(arr)
+            body = bytearray(memoryview(arr.buffers()[1])[arr.offset // 8:
+                                                          arr.offset // 8 + (n + 7) // 8])
+            if n % 8:
+                body[-1] &= (1 << (n % 8)) - 1
+            return bytes(body)
+    bits = col.combine_chunks().to_numpy(zero_copy_only=False)
+    return np.packbits(bits, bitorder="little").tobytes()
 
 
 def _plain_strings(col: pa.ChunkedArray, name: str) -> bytes:
@@ -309,8 +328,7 @@ class FlatWriter:
                 encodings = (_PLAIN, _RLE, _RLE_DICTIONARY)
                 stats = _stats(value, value)
             elif kind == "bool":
-                bits = col.combine_chunks().to_numpy(zero_copy_only=False)
-                body = np.packbits(bits, bitorder="little").tobytes()
+                body = _plain_bools(col)
                 page = _page(_DATA_PAGE, body, _data_header(rows, _PLAIN))
                 encodings = (_PLAIN, _RLE)
                 stats = b""

@@ -157,7 +157,7 @@ class _Transaction:
         if not self.entries and not self.expelled:
             return
         with self.store._lock(exclusive=True):
-            self.store._recover_locked()
+            self.store._recover_locked(skip=self.dir.name)
             for (table, key), replace in self.entries.items():
                 if not replace and self.store._key_exists(table, key):
                     raise StoreError(
@@ -477,7 +477,7 @@ class Store:
         finally:
             self._tx = None
             tx.close()
-            self._refresh_views({t for t, _ in tx.entries} | {t for t, _ in tx.expelled})
+            self._after_own_write({t for t, _ in tx.entries} | {t for t, _ in tx.expelled})
 
     def write(self, table: str, key: str, data: pa.Table, *, replace: bool = False) -> Path:
         """Atomically write ``data`` as ``table``/``key``.
@@ -574,7 +574,7 @@ class Store:
             while view:
                 view = view[os.write(fd, view):]
             with self._lock(exclusive=True):
-                self._recover_locked()
+                self._recover_locked(skip=name)
                 if key in self._compacted(table):  # compacted meanwhile by another process
                     return False
                 final = self._key_path(table, key)
@@ -593,26 +593,31 @@ class Store:
             os.close(fd)
             if staged is not None:
                 staged.unlink(missing_ok=True)
-        self._after_own_write(table)
+        self._after_own_write({table})
         return True
 
-    def _after_own_write(self, table: str) -> None:
-        """What :meth:`_refresh_views` would do after our own write into ``table`` alone,
-        with one ``stat`` instead of one per table (0.1 ms of a one-row write): a table
-        read by glob whose directory time moved keeps its view, and the next query, which
-        sees that directory changed, lists it (as ``_refresh_views`` arranges). Any other
-        case takes the full refresh."""
+    def _after_own_write(self, tables: set[str]) -> None:
+        """What :meth:`_refresh_views` would do after our own write into ``tables``
+        alone, with one ``stat`` a table instead of the store lock and one per table
+        (0.1-0.2 ms of a one-row write or a replay's commit): a table read by glob whose
+        directory time moved keeps its view, and the next query, which sees that
+        directory changed, lists it (as ``_refresh_views`` arranges). Any other case
+        takes the full refresh."""
+        if self._con is not None and self._seen is not None and len(self._made) == len(
+                schema.TABLES) and all(self._moved_glob(t) for t in tables):
+            return
+        self._refresh_views(tables)
+
+    def _moved_glob(self, table: str) -> bool:
+        """Whether ``table`` is read by glob and its directory time moved since the last
+        refresh (so the write just made is seen by the next query's refresh)."""
         i = self._table_index.get(table)
-        if (self._con is not None and self._seen is not None and i is not None
-                and len(self._made) == len(schema.TABLES)
-                and self._made.get(table) == self._glob_view(table)):
-            try:
-                moved = os.stat(self._dir_names[i]).st_mtime_ns != self._seen[i]
-            except FileNotFoundError:
-                moved = False
-            if moved:
-                return
-        self._refresh_views({table})
+        if i is None or self._made.get(table) != self._glob_view(table):
+            return False
+        try:
+            return os.stat(self._dir_names[i]).st_mtime_ns != self._seen[i]
+        except FileNotFoundError:
+            return False
 
     @contextmanager
     def writer(self, table: str, key: str, *, replace: bool = False) -> Iterator[ParquetSink]:
@@ -918,14 +923,17 @@ class Store:
             except OSError as e:  # e.g. a read-only store: report, don't refuse to read
                 self._note(f"{staging}: could not clean up: {e}")
 
-    def _recover_locked(self) -> None:
+    def _recover_locked(self, skip: str | None = None) -> None:
         """Roll forward committed transactions of dead processes; remove their stale
-        uncommitted files. Caller holds the exclusive store lock."""
+        uncommitted files. Caller holds the exclusive store lock. ``skip``: the name of
+        the caller's own staging entry (alive, and not to be probed for its lock)."""
         staging = self.root / STAGING_DIR
         if not staging.is_dir():
             return
         now = time.time()
         for entry in sorted(staging.iterdir()):
+            if entry.name == skip:
+                continue
             try:
                 self._recover_entry(entry, now)
             except FileNotFoundError:  # its live owner finished and removed it meanwhile

@@ -160,6 +160,30 @@ def is_sorted_rows(request_id, layer, step):  # pragma: no cover - compiled
     return True
 
 
+@nb.njit(cache=True, nogil=True)
+def gather_rows(perm, request_id, layer, step, seq_len, offsets):  # pragma: no cover - compiled
+    """Per-row columns in replay order ``perm`` in one pass: (request_id, step, layer,
+    seq_len, new_group, accesses). ``new_group``: a (request, layer) buffer starts at
+    this row; ``accesses``: the length of the list row ``perm`` points at (int64). Six
+    NumPy gathers and compares took 0.2-0.35 ms of a 2M-access replay of 30,720 rows."""
+    n = perm.shape[0]
+    r = np.empty(n, dtype=request_id.dtype)
+    st = np.empty(n, dtype=step.dtype)
+    la = np.empty(n, dtype=layer.dtype)
+    sl = np.empty(n, dtype=seq_len.dtype)
+    new_group = np.empty(n, dtype=np.bool_)
+    accesses = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        p = perm[i]
+        r[i] = request_id[p]
+        st[i] = step[p]
+        la[i] = layer[p]
+        sl[i] = seq_len[p]
+        accesses[i] = np.int64(offsets[p + 1]) - np.int64(offsets[p])
+        new_group[i] = i == 0 or r[i] != r[i - 1] or la[i] != la[i - 1]
+    return r, st, la, sl, new_group, accesses
+
+
 def fused_plan(values: np.ndarray, offsets: np.ndarray, src: np.ndarray, seq_len: np.ndarray,
                new_group: np.ndarray, n: int, mode: str, initial: str) -> FusedPlan:
     """Plan replay rows ``src`` (indices into the Arrow list ``offsets``/``values``).

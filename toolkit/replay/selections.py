@@ -59,7 +59,13 @@ from toolkit.policies._kernel import INT32_LIMIT
 from toolkit.replay import parallel
 from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.replay.progress import progress as progress_bar
-from toolkit.replay.selection_plan import fused_plan, is_sorted_rows, layer_major, row_hits
+from toolkit.replay.selection_plan import (
+    fused_plan,
+    gather_rows,
+    is_sorted_rows,
+    layer_major,
+    row_hits,
+)
 from toolkit.replay.topk_pages import Scratch, read_topk
 from toolkit.store import Store, bounded_key, kept, sink_schema
 
@@ -470,17 +476,16 @@ def _order(rows: SelectionRows, full_layers: tuple[int, ...] | None) -> _Ordered
     rid, layer, step = rows.request_id, rows.layer, rows.step
     if is_sorted_rows(rid, layer, step):
         perm = np.arange(rid.size, dtype=np.int64)
-        r, la, st, sl = rid, layer, step, rows.seq_len
     else:
         perm, ok = layer_major(rid, layer, step)  # step-major, as recorders write
         if not ok:
             perm = np.lexsort((step, layer, rid))
-        r, la, st, sl = rid[perm], layer[perm], step[perm], rows.seq_len[perm]
-    src = perm if full_layers is None else perm[_shared_src(r, st, la, full_layers)]
-    new_group = np.ones(r.size, dtype=np.bool_)
-    if r.size:
-        new_group[1:] = (r[1:] != r[:-1]) | (la[1:] != la[:-1])
-    accesses = (rows.offsets[1:][src] - rows.offsets[:-1][src]).astype(np.int64)
+    r, st, la, sl, new_group, accesses = gather_rows(perm, rid, layer, step, rows.seq_len,
+                                                     rows.offsets)
+    src = perm
+    if full_layers is not None:  # a Shared layer reads its Full layer's list
+        src = perm[_shared_src(r, st, la, full_layers)]
+        accesses = (rows.offsets[1:][src] - rows.offsets[:-1][src]).astype(np.int64)
     return _Ordered(r, st, la, sl, src, new_group, accesses)
 
 
