@@ -115,8 +115,16 @@ def test_chunks_inside_a_row_group(tmp_path, monkeypatch):
         specs = S.chunk_specs(path, 10)
         assert len(specs) >= 2 and any(s.start > 0 for s in specs)
         ours = [S.read_chunk(path, s, 6) for s in specs]
+        # two workers: the per-row columns are read on a second thread, the same rows
+        two = [S.read_chunk(path, s, 6, workers=2) for s in specs]
         monkeypatch.setattr(S, "read_topk", lambda *a: None)
         arrow = [S.read_chunk(path, s, 6) for s in specs]
+        arrow_two = [S.read_chunk(path, s, 6, workers=2) for s in specs]
+    for a, b in zip(ours, two, strict=True):
+        for c in ("request_id", "step", "layer", "seq_len", "offsets", "values"):
+            assert np.array_equal(getattr(a, c), getattr(b, c)), c
+    for a, b in zip(arrow, arrow_two, strict=True):
+        assert np.array_equal(a.values, b.values) and np.array_equal(a.step, b.step)
     for a, b in zip(ours, arrow, strict=True):
         for r in range(a.request_id.size):
             assert a.values[a.offsets[r]:a.offsets[r + 1]].tolist() == \

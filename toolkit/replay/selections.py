@@ -314,22 +314,28 @@ def chunk_specs(path: Any, max_rows: int,
 
 
 def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = None,
-               metadata: pq.FileMetaData | None = None) -> SelectionRows:
+               metadata: pq.FileMetaData | None = None, workers: int = 1) -> SelectionRows:
     """Read one chunk (see :func:`chunk_specs`), lists zero-copy where Arrow allows.
 
     ``scratch``: decode the positions into its buffers (see :class:`Scratch`); the rows
     are then valid only until the next read with the same scratch. ``metadata``: the
     file's footer, parsed once per replay (1.45 ms a parse for a 2-billion-position
-    trace's 480 row groups, 0.17 ns a position if every chunk parsed it again)."""
+    trace's 480 row groups, 0.17 ns a position if every chunk parsed it again).
+    ``workers > 1``: Arrow reads the four per-row columns on a second thread while this
+    one decodes the positions (a trace smaller than a chunk has its workers idle there)."""
     if spec.request_range is None:
         # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
         # slower than one (measured, benchmarks/RESULTS.md)
         pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False, metadata=metadata)
-        lists = read_topk(path, list(spec.row_groups), scratch, pf)
+        groups = list(spec.row_groups)
+        read_lists = functools.partial(read_topk, path, groups, scratch, pf)
+        read_columns = functools.partial(pf.read_row_groups, groups,
+                                         columns=ROW_COLUMNS[:-1], use_threads=False)
+        lists, t = thread_map(lambda read: read(), [read_lists, read_columns],
+                              min(workers, 2)) if workers > 1 else (read_lists(), None)
         if lists is not None:  # our decoder of the store's own layout: ~3.6x Arrow's
             values, offsets = lists
-            t = pf.read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS[:-1],
-                                   use_threads=False).slice(spec.start, spec.rows)
+            t = (read_columns() if t is None else t).slice(spec.start, spec.rows)
             col = {c: t.column(c).to_numpy() for c in ("request_id", "step", "layer",
                                                          "seq_len")}
             return SelectionRows(**col, offsets=offsets[spec.start:spec.start + spec.rows + 1],
@@ -698,5 +704,5 @@ def thread_scratch() -> Scratch:
 def _read_and_replay(path: Any, spec: ChunkSpec, k: int, cfg: SelectionReplayConfig, n: int,
                      policy: Any, run_id: str, metadata: pq.FileMetaData | None = None,
                      workers: int = 1) -> tuple[dict[str, int], pa.Table]:
-    rows = read_chunk(path, spec, k, thread_scratch(), metadata)
+    rows = read_chunk(path, spec, k, thread_scratch(), metadata, workers)
     return _replay_chunk(rows, cfg, n, policy, run_id, workers)
