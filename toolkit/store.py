@@ -608,16 +608,19 @@ class Store:
             return
         self._refresh_views(tables)
 
-    def _moved_glob(self, table: str) -> bool:
-        """Whether ``table`` is read by glob and its directory time moved since the last
-        refresh (so the write just made is seen by the next query's refresh)."""
+    def _moved_glob(self, table: str, mtime_ns: int | None = None) -> bool:
+        """Whether ``table`` is read by glob and its directory time (``mtime_ns``, or
+        stat-ed now) moved since the last refresh (so the write just made is seen by the
+        next query's refresh)."""
         i = self._table_index.get(table)
-        if i is None or self._made.get(table) != self._glob_view(table):
+        if i is None or self._seen is None or self._made.get(table) != self._glob_view(table):
             return False
-        try:
-            return os.stat(self._dir_names[i]).st_mtime_ns != self._seen[i]
-        except FileNotFoundError:
-            return False
+        if mtime_ns is None:
+            try:
+                mtime_ns = os.stat(self._dir_names[i]).st_mtime_ns
+            except FileNotFoundError:
+                return False
+        return mtime_ns != self._seen[i]
 
     @contextmanager
     def writer(self, table: str, key: str, *, replace: bool = False) -> Iterator[ParquetSink]:
@@ -1067,8 +1070,7 @@ class Store:
                 todo = touched | {t for t, a, b in zip(schema.TABLES, seen, self._seen,
                                                        strict=True) if a != b}
                 for i, t in enumerate(schema.TABLES):
-                    if (t in touched and seen[i] != self._seen[i]
-                            and self._made.get(t) == self._glob_view(t)):
+                    if t in touched and self._moved_glob(t, seen[i]):
                         # our own write into a table read by glob leaves its view as it
                         # is: list it when a query next needs it (its change is still
                         # unseen), not after every write (a sweep recording 2,000 runs
