@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import schema
-from toolkit.replay.topk_pages import leaf_counts, read_small_ids, read_topk
+from toolkit.replay.topk_pages import leaf_counts, read_flat, read_small_ids, read_topk
 from toolkit.store import parquet_options
 
 TOPK = schema.TABLES["selections"].field("topk")
@@ -100,6 +100,61 @@ def test_replay_reads_the_same_rows_either_way(tmp_path, monkeypatch):
     assert {k: ours[k] for k in keys} == {k: arrow[k] for k in keys}
 
 
+PER_ROW = ["request_id", "step", "layer", "seq_len"]
+
+
+def _write_selections(path, n_rows, rng, row_group_rows, page_bytes=None, id_high=2**31,
+                      **override):
+    """A selections file of ``n_rows`` rows with random per-row integers, in the store's
+    layout (``parquet_options``) unless ``override`` says otherwise."""
+    sch = schema.TABLES["selections"]
+    table = pa.table({
+        "trace": pa.array(["t"] * n_rows),
+        "request_id": pa.array(rng.integers(0, id_high, n_rows), pa.int64()),
+        "step": pa.array(rng.integers(-(2**31), 2**31, n_rows), pa.int32()),
+        "layer": pa.array(rng.integers(-(2**15), 2**15, n_rows), pa.int16()),
+        "seq_len": pa.array(np.sort(rng.integers(0, 2**31, n_rows)), pa.int32()),
+        "topk": pa.array([[1, 2]] * n_rows, type=TOPK.type),
+    }, schema=sch)
+    opts = parquet_options(sch) | override
+    if page_bytes:
+        opts["data_page_size"] = page_bytes
+    pq.write_table(table, path, row_group_size=row_group_rows, **opts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n_rows=st.integers(1, 700), groups=st.integers(1, 4), seed=st.integers(0, 2**16),
+       page_bytes=st.sampled_from([None, 64, 700]), id_high=st.sampled_from([8, 2**31]))
+def test_per_row_columns_same_as_arrow(tmp_path_factory, n_rows, groups, seed, page_bytes,
+                                       id_high):
+    """The per-row integers, as the store writes them (delta pages), over any wraps of
+    int32 and int16, several pages and row groups: Arrow's values and NumPy types."""
+    path = tmp_path_factory.mktemp("f") / "f.parquet"
+    _write_selections(path, n_rows, np.random.default_rng(seed), -(-n_rows // groups),
+                      page_bytes, id_high)
+    pf = pq.ParquetFile(path)
+    for sel in [[g] for g in range(pf.num_row_groups)] + [list(range(pf.num_row_groups))]:
+        got = read_flat(path, PER_ROW, sel, pf.metadata)
+        assert got is not None
+        want = pf.read_row_groups(sel, columns=PER_ROW)
+        for c in PER_ROW:
+            assert got[c].dtype == want.column(c).to_numpy().dtype, c
+            assert got[c].tolist() == want.column(c).to_pylist(), c
+
+
+@pytest.mark.parametrize("override, id_high", [
+    ({"compression": "zstd"}, 2**31),
+    ({"column_encoding": {"topk.list.element": "DELTA_BINARY_PACKED"}}, 2**31),  # PLAIN
+    ({}, 2**40),  # a request id past int32: the decoder narrows through int32
+])
+def test_per_row_columns_in_other_layouts_are_left_to_arrow(tmp_path, override, id_high):
+    path = tmp_path / "f.parquet"
+    if "column_encoding" in override:
+        override = override | {"compression": {"topk": "none"}}
+    _write_selections(path, 300, np.random.default_rng(0), 300, id_high=id_high, **override)
+    assert read_flat(path, PER_ROW, [0]) is None
+
+
 def test_chunks_inside_a_row_group(tmp_path, monkeypatch):
     """Chunks that start inside a row group (several requests per group) slice the decoded
     offsets exactly as Arrow's rows: same per-row hits."""
@@ -115,11 +170,19 @@ def test_chunks_inside_a_row_group(tmp_path, monkeypatch):
         specs = S.chunk_specs(path, 10)
         assert len(specs) >= 2 and any(s.start > 0 for s in specs)
         ours = [S.read_chunk(path, s, 6) for s in specs]
-        # two workers: the per-row columns are read on a second thread, the same rows
         two = [S.read_chunk(path, s, 6, workers=2) for s in specs]
+        # the per-row columns through Arrow, the positions through ours
+        monkeypatch.setattr(S, "read_flat", lambda *a: None)
+        mixed = [S.read_chunk(path, s, 6) for s in specs]
+        mixed_two = [S.read_chunk(path, s, 6, workers=2) for s in specs]
         monkeypatch.setattr(S, "read_topk", lambda *a: None)
         arrow = [S.read_chunk(path, s, 6) for s in specs]
         arrow_two = [S.read_chunk(path, s, 6, workers=2) for s in specs]
+    for a, b, c in zip(ours, mixed, mixed_two, strict=True):
+        for col in ("request_id", "step", "layer", "seq_len", "offsets", "values"):
+            assert getattr(a, col).dtype == getattr(b, col).dtype, col
+            assert np.array_equal(getattr(a, col), getattr(b, col)), col
+            assert np.array_equal(getattr(a, col), getattr(c, col)), col
     for a, b in zip(ours, two, strict=True):
         for c in ("request_id", "step", "layer", "seq_len", "offsets", "values"):
             assert np.array_equal(getattr(a, c), getattr(b, c)), c

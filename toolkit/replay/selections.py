@@ -66,7 +66,7 @@ from toolkit.replay.selection_plan import (
     layer_major,
     row_hits,
 )
-from toolkit.replay.topk_pages import Scratch, read_topk
+from toolkit.replay.topk_pages import Scratch, read_flat, read_topk
 from toolkit.store import Store, bounded_key, kept, sink_schema
 
 MODES = ("plain", "hisparse")
@@ -321,25 +321,29 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
     are then valid only until the next read with the same scratch. ``metadata``: the
     file's footer, parsed once per replay (1.45 ms a parse for a 2-billion-position
     trace's 480 row groups, 0.17 ns a position if every chunk parsed it again).
-    ``workers > 1``: Arrow reads the four per-row columns on a second thread while this
-    one decodes the positions (a trace smaller than a chunk has its workers idle there)."""
+    A chunk in the store's own layout is decoded without Arrow (``topk_pages``); in any
+    other, with ``workers > 1``, Arrow reads the four per-row columns on a second thread
+    while this one decodes the positions (a trace smaller than a chunk has its workers
+    idle there)."""
     if spec.request_range is None:
+        groups = list(spec.row_groups)
+        md = metadata if metadata is not None else pq.read_metadata(path)
+        flat = read_flat(path, ROW_COLUMNS[:-1], groups, md)
+        if flat is not None and (lists := read_topk(path, groups, scratch, md)) is not None:
+            # both in the store's own layout: no Arrow reader at all
+            return _chunk_rows(flat, *lists, spec, k)
         # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
         # slower than one (measured, benchmarks/RESULTS.md)
-        pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False, metadata=metadata)
-        groups = list(spec.row_groups)
+        pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False, metadata=md)
         read_lists = functools.partial(read_topk, path, groups, scratch, pf)
         read_columns = functools.partial(pf.read_row_groups, groups,
                                          columns=ROW_COLUMNS[:-1], use_threads=False)
         lists, t = thread_map(lambda read: read(), [read_lists, read_columns],
                               min(workers, 2)) if workers > 1 else (read_lists(), None)
         if lists is not None:  # our decoder of the store's own layout: ~3.6x Arrow's
-            values, offsets = lists
-            t = (read_columns() if t is None else t).slice(spec.start, spec.rows)
-            col = {c: t.column(c).to_numpy() for c in ("request_id", "step", "layer",
-                                                         "seq_len")}
-            return SelectionRows(**col, offsets=offsets[spec.start:spec.start + spec.rows + 1],
-                                 values=values, k=k)
+            t = read_columns() if t is None else t
+            return _chunk_rows({c: t.column(c).to_numpy() for c in ROW_COLUMNS[:-1]},
+                               *lists, spec, k)
         t = pf.read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS, use_threads=False)
         t = t.slice(spec.start, spec.rows)
     else:
@@ -347,6 +351,14 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
         flt = (ds.field("request_id") >= lo) & (ds.field("request_id") <= hi)
         t = ds.dataset(path, format="parquet").to_table(columns=ROW_COLUMNS, filter=flt)
     return raw_rows(t, k)
+
+
+def _chunk_rows(columns: dict[str, np.ndarray], values: np.ndarray, offsets: np.ndarray,
+                spec: ChunkSpec, k: int) -> SelectionRows:
+    """The chunk ``spec`` of row groups decoded whole (per-row columns, positions)."""
+    a, b = spec.start, spec.start + spec.rows
+    return SelectionRows(**{c: v[a:b] for c, v in columns.items()}, offsets=offsets[a:b + 1],
+                         values=values, k=k)
 
 
 def iter_rows(store: Store, trace: str, max_rows: int = 1_000_000) -> Iterator[SelectionRows]:

@@ -371,16 +371,10 @@ def _mapped(f: BinaryIO, at: int, size: int, file_bytes: int) -> np.ndarray | No
     return np.frombuffer(mm, dtype=np.uint8, count=size, offset=at - lo)
 
 
-def _column_chunk(buf: np.ndarray, size_all: int, values: np.ndarray, vat: int,
-                  offsets: np.ndarray, rat: int, ids: bool = False,
-                  codec: pa.Codec | None = None) -> tuple[int, int] | None:
-    """Decode the data pages in ``buf[:size_all]`` into ``values[vat:]`` and
-    ``offsets[rat:]``: the new (vat, rat), or None if a page is not in our layout.
-    ``codec``: the pages are compressed with it (each is decompressed into a buffer with
-    the 8 bytes of slack the unpacking reads past the end)."""
-    raw = memoryview(buf)[:size_all]
-    levels = np.empty((2, 0), dtype=np.uint8)
-    page = np.empty(0, dtype=np.uint8)
+def _data_pages(raw: memoryview, size_all: int) -> list[tuple[int, int, int, dict]] | None:
+    """``(body start, stored bytes, plain bytes, data page header)`` of each page of a
+    column chunk, or None if one is not a v1 data page (a dictionary page, v2, ...)."""
+    pages = []
     pos = 0
     while pos < size_all:
         head = _Compact(raw, pos)
@@ -394,6 +388,25 @@ def _column_chunk(buf: np.ndarray, size_all: int, values: np.ndarray, vat: int,
         if h.get(1) != _DATA_PAGE or not isinstance(dp, dict) or not isinstance(
                 size, int) or not isinstance(plain, int) or pos + size > size_all:
             return None
+        pages.append((pos, size, plain, dp))
+        pos += size
+    return pages
+
+
+def _column_chunk(buf: np.ndarray, size_all: int, values: np.ndarray, vat: int,
+                  offsets: np.ndarray, rat: int, ids: bool = False,
+                  codec: pa.Codec | None = None) -> tuple[int, int] | None:
+    """Decode the data pages in ``buf[:size_all]`` into ``values[vat:]`` and
+    ``offsets[rat:]``: the new (vat, rat), or None if a page is not in our layout.
+    ``codec``: the pages are compressed with it (each is decompressed into a buffer with
+    the 8 bytes of slack the unpacking reads past the end)."""
+    raw = memoryview(buf)[:size_all]
+    levels = np.empty((2, 0), dtype=np.uint8)
+    page = np.empty(0, dtype=np.uint8)
+    pages = _data_pages(raw, size_all)
+    if pages is None:
+        return None
+    for pos, size, plain, dp in pages:
         if (dp.get(2), dp.get(3), dp.get(4)) != (_DELTA_BINARY_PACKED, _RLE, _RLE):
             return None
         n_levels = int(dp.get(1, -1))
@@ -422,16 +435,31 @@ def _column_chunk(buf: np.ndarray, size_all: int, values: np.ndarray, vat: int,
             return None
         vat += got
         rat += started
-        pos += size
     return vat, rat
 
 
+def _chunk_bytes(f: BinaryIO, at: int, size_all: int, file_bytes: int,
+                 pages: np.ndarray) -> np.ndarray | None:
+    """A column chunk's ``size_all`` bytes at ``at`` plus 8 readable bytes past them (the
+    unpacking reads ahead): mapped, else read into ``pages`` (zeroed slack)."""
+    buf = _mapped(f, at, size_all + 8, file_bytes)
+    if buf is not None:
+        return buf
+    buf = pages[:size_all + 8]
+    buf[size_all:] = 0
+    f.seek(at)
+    if f.readinto(memoryview(buf)[:size_all]) != size_all:
+        return None
+    return buf
+
+
 def read_topk(path: Path, groups: list[int], scratch: Scratch | None = None,
-              pf: pq.ParquetFile | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+              pf: pq.ParquetFile | pq.FileMetaData | None = None,
+              ) -> tuple[np.ndarray, np.ndarray] | None:
     """``(values int32, offsets int64)`` of ``topk`` over row groups ``groups``, or None
     if a chunk is not in the layout this decoder reads (the caller then uses Arrow).
     With ``scratch``, the values are a view of its buffer, valid until its next use;
-    ``pf``: the file already open (its metadata is not parsed again)."""
+    ``pf``: the file already open, or its parsed footer (not parsed again)."""
     return _read_lists(path, "topk", groups, scratch, pf, ids=False)
 
 
@@ -463,23 +491,88 @@ def leaf_counts(path: Path, column: str, pf: pq.ParquetFile | None = None) -> li
     return [md.row_group(g).column(col).num_values for g in range(md.num_row_groups)]
 
 
+def _footer(path: Path, pf: pq.ParquetFile | pq.FileMetaData | None) -> pq.FileMetaData:
+    if isinstance(pf, pq.FileMetaData):
+        return pf
+    return pf.metadata if pf is not None else pq.read_metadata(path)
+
+
+_FLAT_TYPES = {("INT64", "NONE"): np.int64, ("INT32", "NONE"): np.int32,
+               ("INT32", "INT_16"): np.int16, ("INT32", "INT_8"): np.int8}
+"""Arrow's type of a flat required column, by (physical, converted) type."""
+
+
+def read_flat(path: Path, columns: list[str], groups: list[int],
+              metadata: pq.FileMetaData | None = None) -> dict[str, np.ndarray] | None:
+    """Flat required integer columns over row groups ``groups``, as NumPy arrays of
+    Arrow's types, from delta pages as ``parquet_options`` writes a selections file's
+    per-row columns; None if any column is in another layout (or an INT64 value is
+    outside ``[0, 2**31)``), and the caller reads them with Arrow. Arrow took 0.54 ms
+    for the four columns of a 30,720-row chunk (zstd + PLAIN), and building its reader
+    another 0.2."""
+    if sys.byteorder != "little":
+        return None
+    md = metadata if metadata is not None else pq.read_metadata(path)
+    names = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    rows = sum(md.row_group(g).num_rows for g in groups)
+    out: dict[str, np.ndarray] = {}
+    pages = np.empty(0, dtype=np.uint8)
+    with open(path, "rb") as f:
+        file_bytes = os.fstat(f.fileno()).st_size
+        for name in columns:
+            col = names.get(name)
+            if col is None:
+                return None
+            desc = md.schema.column(col)
+            dtype = _FLAT_TYPES.get((desc.physical_type, desc.converted_type))
+            if dtype is None or desc.max_definition_level or desc.max_repetition_level:
+                return None
+            values = np.empty(rows, dtype=np.int32)
+            vat = 0
+            for g in groups:
+                meta = md.row_group(g).column(col)
+                if meta.compression != "UNCOMPRESSED" or meta.dictionary_page_offset \
+                        is not None or "DELTA_BINARY_PACKED" not in meta.encodings:
+                    return None
+                size_all = meta.total_compressed_size
+                if pages.size < size_all + 8:
+                    pages = np.empty(size_all + 8, dtype=np.uint8)
+                buf = _chunk_bytes(f, meta.data_page_offset, size_all, file_bytes, pages)
+                if buf is None:
+                    return None
+                chunk_pages = _data_pages(memoryview(buf)[:size_all], size_all)
+                if chunk_pages is None:
+                    return None
+                for pos, size, plain, dp in chunk_pages:
+                    n = dp.get(1, -1)
+                    if size != plain or dp.get(2) != _DELTA_BINARY_PACKED or (
+                            _delta(buf, pos, pos + size, values, vat, dtype == np.int64)
+                            != n):
+                        return None
+                    vat += n
+                del buf, chunk_pages  # unmaps a mapped chunk
+            if vat != rows:
+                return None
+            out[name] = values if dtype == np.int32 else values.astype(dtype)
+    return out
+
+
 _LAYOUTS = {False: ((1, 1, "INT32"), ("UNCOMPRESSED",)),
             True: ((2, 1, "INT64"), ("UNCOMPRESSED", "ZSTD"))}
 
 
 def _read_lists(path: Path, column: str, groups: list[int], scratch: Scratch | None,
-                pf: pq.ParquetFile | None, ids: bool,
+                pf: pq.ParquetFile | pq.FileMetaData | None, ids: bool,
                 out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
     if sys.byteorder != "little":  # the unpacking loads 8 bytes as one little-endian word
         return None
-    pf = pf or pq.ParquetFile(path)
-    md = pf.metadata
-    names = [pf.schema.column(i).path for i in range(md.num_columns)]
+    md = _footer(path, pf)
+    names = [md.schema.column(i).path for i in range(md.num_columns)]
     leaf = f"{column}.list.element"
     if leaf not in names:
         return None
     col = names.index(leaf)
-    desc = pf.schema.column(col)
+    desc = md.schema.column(col)
     levels_type, codecs = _LAYOUTS[ids]
     if (desc.max_definition_level, desc.max_repetition_level, desc.physical_type) != (
             levels_type):
@@ -501,15 +594,12 @@ def _read_lists(path: Path, column: str, groups: list[int], scratch: Scratch | N
             if meta.compression not in codecs or meta.dictionary_page_offset is not None:
                 return None
             codec = pa.Codec("zstd") if meta.compression == "ZSTD" else None
-            at, size_all = meta.data_page_offset, meta.total_compressed_size
-            buf = _mapped(f, at, size_all + 8, file_bytes)
-            if buf is None:  # 8 readable bytes past the end: the unpacking reads ahead
-                buf = pages[:size_all + 8]
-                buf[size_all:] = 0
-                f.seek(at)
-                if f.readinto(memoryview(buf)[:size_all]) != size_all:
-                    return None
-            done = _column_chunk(buf, size_all, values, vat, offsets, rat, ids, codec)
+            buf = _chunk_bytes(f, meta.data_page_offset, meta.total_compressed_size,
+                               file_bytes, pages)
+            if buf is None:
+                return None
+            done = _column_chunk(buf, meta.total_compressed_size, values, vat, offsets, rat,
+                                 ids, codec)
             del buf  # unmaps a mapped chunk
             if done is None:
                 return None
