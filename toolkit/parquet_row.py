@@ -53,6 +53,7 @@ def _zz(n: int) -> bytes:
     return _varint((n << 1) ^ (n >> 63))
 
 
+@functools.lru_cache(maxsize=256)
 def _field(delta: int, kind: int) -> bytes:
     """A field header, ``delta`` (1-15) after the previous field id of its struct."""
     return bytes([(delta << 4) | kind])

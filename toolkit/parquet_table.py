@@ -17,6 +17,7 @@ against Arrow's own table).
 
 from __future__ import annotations
 
+import functools
 import struct
 from pathlib import Path
 from typing import BinaryIO
@@ -269,6 +270,19 @@ def _page(kind: int, body: bytes, head_fields: bytes) -> bytes:
                      n, head_fields, b"\x00", body))
 
 
+@functools.lru_cache(maxsize=256)
+def _meta_head(kind: str, encodings: tuple[int, ...], name: str) -> bytes:
+    """ColumnMetaData fields 1-4 (type, encodings, path, codec): the same for a column in
+    every row group, so built once (~0.1 ms of Python a 11-column group)."""
+    return b"".join((
+        _field(1, _T_I32), _zz(_PHYSICAL[kind]),  # 1 type
+        _field(1, _T_LIST), _list(len(encodings), _T_I32),
+        b"".join(_zz(e) for e in encodings),  # 2 encodings
+        _field(1, _T_LIST), _list(1, _T_BINARY), _binary(name.encode("utf-8")),  # 3 path
+        _field(1, _T_I32), _zz(0)))  # 4 codec: uncompressed
+
+
+@functools.lru_cache(maxsize=256)
 def _data_header(rows: int, encoding: int) -> bytes:
     # 5 data_page_header: 1 num_values, 2 encoding, 3/4 level encodings (RLE; none here)
     return (_field(2, _T_STRUCT) + _field(1, _T_I32) + _zz(rows) + _field(1, _T_I32)
@@ -345,11 +359,7 @@ class FlatWriter:
             self._at += size
             total += size
             meta = b"".join((
-                _field(1, _T_I32), _zz(_PHYSICAL[kind]),  # 1 type
-                _field(1, _T_LIST), _list(len(encodings), _T_I32),
-                b"".join(_zz(e) for e in encodings),  # 2 encodings
-                _field(1, _T_LIST), _list(1, _T_BINARY), _binary(f.name.encode("utf-8")),
-                _field(1, _T_I32), _zz(0),  # 4 codec: uncompressed
+                _meta_head(kind, encodings, f.name),  # 1-4
                 _field(1, _T_I64), _zz(rows),  # 5 num_values
                 _field(1, _T_I64), _zz(size), _field(1, _T_I64), _zz(size),  # 6, 7 sizes
                 _field(2, _T_I64), _zz(start if dict_at is None else start + len(dpage)),
