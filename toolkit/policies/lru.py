@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies._kernel import KernelPolicy, U
+from toolkit.policies._kernel import KernelPolicy, U, prefetch_row
 
 
 @nb.njit(inline="always")
@@ -167,6 +167,7 @@ def lru_rows(values, offsets, src, seq_len, new_group, n, hisparse, warm, n_keys
     evictions = 0
     seg_open = False
     for r in range(src.shape[0]):
+        prefetch_row(values, offsets, src, r)
         if new_group[r]:
             seg_open = False
         lo = offsets[U(src[r])]

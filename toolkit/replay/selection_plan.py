@@ -17,7 +17,7 @@ import numba as nb
 import numpy as np
 
 from toolkit.memory import check_memory
-from toolkit.policies._kernel import U
+from toolkit.policies._kernel import U, prefetch_row
 from toolkit.policies.lru import row_shape
 
 
@@ -49,6 +49,7 @@ def _plan_kernel(values, offsets, src, seq_len, new_group, n, hisparse, warm,
     n_seg = 0
     seg_open = False
     for r in range(src.shape[0]):
+        prefetch_row(values, offsets, src, r)
         if new_group[r]:
             seg_open = False
         s = src[r]
