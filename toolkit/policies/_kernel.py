@@ -24,7 +24,6 @@ store on the access's dependency chain; an unsigned index has none. Measured 1.3
 LRU (k = 2048 stream). Only for indices known to be >= 0."""
 
 
-
 @intrinsic
 def _prefetch(typingctx, arr, idx):
     """Ask for the cache line holding ``arr[idx]`` (``llvm.prefetch``: a read, kept in
@@ -54,8 +53,9 @@ def prefetch_row(values, offsets, src, r):  # pragma: no cover - compiled
     ``src[r + ROWS_AHEAD]``). Replay reads rows in (request, layer, step) order, but
     recorders write them step by step, so consecutive replay rows lie a whole step of
     layers apart and each row began with cache misses the hardware prefetcher could not
-    foresee: on the real SmolLM2 trace (k = 64, 30 layers) LRU's row kernel took 7.1-8.7
-    ms against 6.7-6.9 for the same rows laid out in replay order, and 6.6-6.8 with this."""
+    foresee: on the real SmolLM2 trace (k = 64, 30 layers) LRU's row kernel took 7.6-8.6
+    ms at its best, 6.8 with this, as fast as the same rows laid out in replay order
+    (benchmarks/RESULTS.md, stop 28)."""
     if r + ROWS_AHEAD < src.shape[0]:
         s = src[r + ROWS_AHEAD]
         lo = offsets[U(s)]

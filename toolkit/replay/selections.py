@@ -321,29 +321,31 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
     are then valid only until the next read with the same scratch. ``metadata``: the
     file's footer, parsed once per replay (1.45 ms a parse for a 2-billion-position
     trace's 480 row groups, 0.17 ns a position if every chunk parsed it again).
-    A chunk in the store's own layout is decoded without Arrow (``topk_pages``); in any
-    other, with ``workers > 1``, Arrow reads the four per-row columns on a second thread
-    while this one decodes the positions (a trace smaller than a chunk has its workers
-    idle there)."""
+    A chunk in the store's own layout is decoded without Arrow (``topk_pages``). With
+    ``workers > 1`` the four per-row columns are read on a second thread while this one
+    decodes the positions (a trace smaller than a chunk has its workers idle there)."""
     if spec.request_range is None:
         groups = list(spec.row_groups)
         md = metadata if metadata is not None else pq.read_metadata(path)
-        flat = read_flat(path, ROW_COLUMNS[:-1], groups, md)
-        if flat is not None and (lists := read_topk(path, groups, scratch, md)) is not None:
-            # both in the store's own layout: no Arrow reader at all
-            return _chunk_rows(flat, *lists, spec, k)
         # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
         # slower than one (measured, benchmarks/RESULTS.md)
-        pf = pq.ParquetFile(path, memory_map=True, pre_buffer=False, metadata=md)
-        read_lists = functools.partial(read_topk, path, groups, scratch, pf)
-        read_columns = functools.partial(pf.read_row_groups, groups,
-                                         columns=ROW_COLUMNS[:-1], use_threads=False)
-        lists, t = thread_map(lambda read: read(), [read_lists, read_columns],
-                              min(workers, 2)) if workers > 1 else (read_lists(), None)
+        pf = functools.partial(pq.ParquetFile, path, memory_map=True, pre_buffer=False,
+                               metadata=md)
+
+        def read_columns() -> dict[str, np.ndarray]:
+            flat = read_flat(path, ROW_COLUMNS[:-1], groups, md)  # the store's layout
+            if flat is None:  # another (an older store's): Arrow's reader
+                t = pf().read_row_groups(groups, columns=ROW_COLUMNS[:-1], use_threads=False)
+                flat = {c: t.column(c).to_numpy() for c in ROW_COLUMNS[:-1]}
+            return flat
+
+        read_lists = functools.partial(read_topk, path, groups, scratch, md)
+        # this thread decodes the positions (the replay reads them next, from its cache)
+        lists, columns = thread_map(lambda read: read(), [read_lists, read_columns],
+                                    min(workers, 2))
         if lists is not None:  # our decoder of the store's own layout: ~3.6x Arrow's
-            t = read_columns() if t is None else t
-            return _chunk_rows({c: t.column(c).to_numpy() for c in ROW_COLUMNS[:-1]},
-                               *lists, spec, k)
+            return _chunk_rows(columns, *lists, spec, k)
+        pf = pf()
         t = pf.read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS, use_threads=False)
         t = t.slice(spec.start, spec.rows)
     else:
