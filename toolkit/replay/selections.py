@@ -329,13 +329,14 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
         md = metadata if metadata is not None else pq.read_metadata(path)
         # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
         # slower than one (measured, benchmarks/RESULTS.md)
-        pf = functools.partial(pq.ParquetFile, path, memory_map=True, pre_buffer=False,
-                               metadata=md)
+        open_file = functools.partial(pq.ParquetFile, path, memory_map=True,
+                                      pre_buffer=False, metadata=md)
 
         def read_columns() -> dict[str, np.ndarray]:
             flat = read_flat(path, ROW_COLUMNS[:-1], groups, md)  # the store's layout
             if flat is None:  # another (an older store's): Arrow's reader
-                t = pf().read_row_groups(groups, columns=ROW_COLUMNS[:-1], use_threads=False)
+                t = open_file().read_row_groups(groups, columns=ROW_COLUMNS[:-1],
+                                                use_threads=False)
                 flat = {c: t.column(c).to_numpy() for c in ROW_COLUMNS[:-1]}
             return flat
 
@@ -345,8 +346,7 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
                                     min(workers, 2))
         if lists is not None:  # our decoder of the store's own layout: ~3.6x Arrow's
             return _chunk_rows(columns, *lists, spec, k)
-        pf = pf()
-        t = pf.read_row_groups(list(spec.row_groups), columns=ROW_COLUMNS, use_threads=False)
+        t = open_file().read_row_groups(groups, columns=ROW_COLUMNS, use_threads=False)
         t = t.slice(spec.start, spec.rows)
     else:
         lo, hi = spec.request_range
