@@ -327,3 +327,31 @@ def test_small_ids_with_a_dictionary_are_left_to_arrow(tmp_path):
     pq.write_table(pa.table({"block_hashes": pa.array([[1, 2], [2]], type=HASHES.type)},
                             schema=pa.schema([HASHES])), path)
     assert read_small_ids(path, "block_hashes", [0]) is None
+
+
+def test_a_page_with_a_negative_value_count_is_left_to_arrow(tmp_path, monkeypatch):
+    """A corrupt page header saying -1 values (and a body the decoder refuses, which it
+    reports as -1 too) makes ``read_flat`` say None before any decoding at a negative
+    position, which would write before its buffer."""
+    import toolkit.replay.topk_pages as tp
+
+    path = tmp_path / "f.parquet"
+    _write_selections(path, 40, np.random.default_rng(0), 20)
+    md = pq.read_metadata(path)
+    meta = md.row_group(0).column(2)  # step
+    raw = bytearray(path.read_bytes())
+    head = tp._Compact(memoryview(raw), meta.data_page_offset)
+    head.struct()
+    header = bytes(raw[meta.data_page_offset:head.pos])
+    i = header.find(bytes([0x2C, 0x15, 0x28]))  # data page header, num_values zigzag(20)
+    assert i >= 0
+    raw[meta.data_page_offset + i + 2] = 0x01  # zigzag(-1)
+    raw[head.pos + 2] = 0x03  # miniblocks per block 4 -> 3: the body is malformed
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(raw))
+    positions = []
+    decode = tp._delta
+    monkeypatch.setattr(tp, "_delta", lambda buf, pos, end, out, at, ids: (
+        positions.append(at), decode(buf, pos, end, out, at, ids))[1])
+    assert tp.read_flat(bad, ["step"], [0, 1]) is None
+    assert all(at >= 0 for at in positions)

@@ -341,9 +341,11 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
             return flat
 
         read_lists = functools.partial(read_topk, path, groups, scratch, md)
-        # this thread decodes the positions (the replay reads them next, from its cache)
-        lists, columns = thread_map(lambda read: read(), [read_lists, read_columns],
-                                    min(workers, 2))
+        if workers > 1:  # this thread decodes the positions (the replay reads them next)
+            lists, columns = thread_map(lambda read: read(), [read_lists, read_columns], 2)
+        else:  # the columns only once the positions are known to be ours
+            lists = read_lists()
+            columns = read_columns() if lists is not None else None
         if lists is not None:  # our decoder of the store's own layout: ~3.6x Arrow's
             return _chunk_rows(columns, *lists, spec, k)
         t = open_file().read_row_groups(groups, columns=ROW_COLUMNS, use_threads=False)

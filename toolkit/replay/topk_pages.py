@@ -386,7 +386,8 @@ def _data_pages(raw: memoryview, size_all: int) -> list[tuple[int, int, int, dic
         size, plain = h.get(3), h.get(2)
         dp = h.get(5)
         if h.get(1) != _DATA_PAGE or not isinstance(dp, dict) or not isinstance(
-                size, int) or not isinstance(plain, int) or pos + size > size_all:
+                size, int) or not isinstance(plain, int) or size < 0 or plain < 0 \
+                or pos + size > size_all:
             return None
         pages.append((pos, size, plain, dp))
         pos += size
@@ -545,9 +546,11 @@ def read_flat(path: Path, columns: list[str], groups: list[int],
                     return None
                 for pos, size, plain, dp in chunk_pages:
                     n = dp.get(1, -1)
-                    if size != plain or dp.get(2) != _DELTA_BINARY_PACKED or (
-                            _delta(buf, pos, pos + size, values, vat, dtype == np.int64)
-                            != n):
+                    # a count the page cannot hold is refused before decoding (the
+                    # decoder's own failure, -1, must not pass for a count of -1)
+                    if not isinstance(n, int) or n < 0 or size != plain \
+                            or dp.get(2) != _DELTA_BINARY_PACKED or _delta(
+                                buf, pos, pos + size, values, vat, dtype == np.int64) != n:
                         return None
                     vat += n
                 del buf, chunk_pages  # unmaps a mapped chunk
