@@ -191,6 +191,42 @@ def test_summary_with_mixed_block_sizes(reqs, capacity):
     assert {k: got[k] for k in ref} == ref
 
 
+@settings(max_examples=80, deadline=None)
+@given(reqs=st.lists(st.tuples(st.integers(0, 20_000), st.sampled_from([16, 512]),
+                               st.lists(st.booleans(), max_size=70)),
+                     min_size=1, max_size=12),
+       uniform=st.booleans())
+def test_summary_of_long_requests_and_any_hits(reqs, uniform):
+    """Property: given hits (not simulated: any pattern, runs of every length), a
+    summary's counts equal a per-lookup Python fold. Requests reach 70 lookups, so the
+    leading run is counted across several 8-byte words and in the array's last bytes,
+    and prompts shorter or longer than their hashes cover exercise the whole-block
+    count found without a division."""
+    if uniform:
+        reqs = [(n, 512, h) for n, _, h in reqs]
+    lengths = np.array([len(h) for _, _, h in reqs], dtype=np.int64)
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    hits = np.array([x for _, _, h in reqs for x in h], dtype=np.bool_)
+    from toolkit.replay.prefix import BlockStream
+
+    stream = BlockStream(np.zeros(hits.size, dtype=np.int32), 1, starts, lengths,
+                         np.array([n for n, _, _ in reqs], dtype=np.int64),
+                         np.array([bt for _, bt, _ in reqs], dtype=np.int64))
+    want = dict(block_hits=0, hit_tokens=0, prefix_hit_blocks=0, prefix_hit_tokens=0)
+    for n, bt, h in reqs:
+        leading = True
+        for i, hit in enumerate(h):
+            tokens = max(0, min(bt, n - bt * i))
+            leading = leading and hit
+            want["block_hits"] += hit
+            want["hit_tokens"] += tokens * hit
+            want["prefix_hit_blocks"] += leading
+            want["prefix_hit_tokens"] += tokens * leading
+    got = summarize(stream, hits)
+    assert {k: got[k] for k in want} == want
+
+
 @settings(max_examples=40, deadline=None)
 @given(reqs=requests_strategy, small=st.integers(0, 20), extra=st.integers(0, 20))
 def test_lru_hits_monotone_in_capacity(reqs, small, extra):

@@ -532,7 +532,7 @@ def _fused_part(rows: SelectionRows, o: _Ordered, lo: int, hi: int, n: int, n_ke
     check_memory(8.0 * (n_keys + 1) + 9.0 * (hi - lo), f"replaying {hi - lo:,} rows")
     row_hits_ = np.empty(hi - lo, dtype=np.int64)
     fast = np.empty(hi - lo, dtype=np.bool_)
-    scratch = np.empty(int(accesses.max(initial=0)), dtype=np.int32)
+    scratch = np.empty(int(accesses.max(initial=0)), dtype=rows.values.dtype)
     ev = kernel(rows.values, rows.offsets, o.src[lo:hi], o.seq_len[lo:hi], o.new_group[lo:hi],
                 n, hisparse, warm, n_keys, min(n, n_keys), row_hits_, fast, scratch)
     if ev < 0:
