@@ -23,6 +23,33 @@ def no_delay(monkeypatch):
 
 
 class TestSwitches:
+    @pytest.mark.parametrize(("value", "bar"), [("0", False), ("off", False), (None, True)])
+    def test_duckdb_bar_follows_the_switch(self, monkeypatch, tmp_path, value, bar):
+        """DuckDB draws its own bar in a notebook for a query over ~2 s (an executed
+        notebook recorded one on a loaded machine): ``TOOLKIT_PROGRESS=0`` turns it off
+        on the store's connection, and without it DuckDB's own choice stays. DuckDB is
+        made to start with its bar on, as it does in a notebook."""
+        import duckdb
+
+        import toolkit
+        from toolkit import store as store_module
+
+        plain_connect = duckdb.connect
+
+        def connect_with_bar(*args, **kwargs):
+            con = plain_connect(*args, **kwargs)
+            con.execute("SET enable_progress_bar = true")
+            return con
+
+        monkeypatch.setattr(store_module.duckdb, "connect", connect_with_bar)
+        if value is None:
+            monkeypatch.delenv(prog.ENV, raising=False)
+        else:
+            monkeypatch.setenv(prog.ENV, value)
+        with toolkit.open_store(tmp_path / "s") as store:
+            got = store.query("SELECT current_setting('enable_progress_bar') AS on_").item()
+        assert got is bar
+
     def test_quiet_when_piped(self, monkeypatch):
         """Tests run without a terminal: nothing is interactive unless asked."""
         monkeypatch.delenv(prog.ENV, raising=False)

@@ -50,6 +50,7 @@ from toolkit import schema
 from toolkit.errors import StoreError
 from toolkit.parquet_row import encode_row
 from toolkit.parquet_table import FlatWriter, writable
+from toolkit.replay.progress import turned_off
 
 if TYPE_CHECKING:
     from toolkit.ingest import IngestResult
@@ -361,6 +362,9 @@ class Store:
         self._made: dict[str, str] = {}  # table -> view statement in force
         self._catalog_ddl: list[str] | None = None  # the view statements last on disk
         self._con: duckdb.DuckDBPyConnection | None = duckdb.connect()
+        if turned_off():  # DuckDB draws its own bar in a notebook for a query over ~2 s,
+            # so an executed notebook's outputs would depend on the machine's speed
+            self._con.execute("SET enable_progress_bar = false")
         self._recover()
         self._refresh_views()
 

@@ -29,14 +29,20 @@ def _in_notebook() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
+def turned_off() -> bool:
+    """Whether ``TOOLKIT_PROGRESS`` turns all feedback off (also DuckDB's own bar: see
+    :class:`toolkit.store.Store`)."""
+    return os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off")
+
+
 def _bar_class(enabled: bool | None) -> Any:
     """The tqdm class to use, or ``None`` for no bar."""
     if enabled is False:
         return None
     if enabled is None:
-        env = os.environ.get(ENV, "").strip().lower()
-        if env in ("0", "false", "no", "off"):
+        if turned_off():
             return None
+        env = os.environ.get(ENV, "").strip().lower()
         enabled = True if env in ("1", "true", "yes", "on") else None
     if _in_notebook():
         try:
