@@ -26,9 +26,12 @@ Last, 1 worker against ``--workers`` on the two other parallel replays: the sele
 curve (``replay mrc``, also against ``lru_miss_curve`` alone on the planned stream) and a
 4-capacity prefix sweep (``replay prefix`` with several capacities).
 
-Each figure is the median of ``--runs`` runs taken in turn; numba compile is excluded.
-Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
-[--sections selections,real,prefix]``.
+Each figure is the median of interleaved rounds: every round calls each contender of a row
+once, in turn, and rounds go on past ``--runs`` until each contender has run
+``--min-time-s`` in all (a 2 ms prefix replay takes hundreds of rounds; five calls of it
+moved its ratio by 10 points from one run of this script to the next). numba compile is
+excluded. Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
+[--min-time-s 1] [--sections selections,real,prefix]``.
 """
 
 from __future__ import annotations
@@ -85,7 +88,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--prompt-tokens", type=int, default=32_768)
     ap.add_argument("--buffer", type=int, default=4096)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="at least this many rounds a row")
+    ap.add_argument("--min-time-s", type=float, default=1.0,
+                    help="and rounds until each contender has run this long in all")
     ap.add_argument("--workers", type=int, default=2,
                     help="thread count compared with 1 worker (0 = all cores)")
     ap.add_argument("--read-ahead", action="store_true",
@@ -117,7 +122,7 @@ def selections_section(args: argparse.Namespace) -> None:
         os.sync()  # flush the new file now: writeback during the runs steals a vCPU
         print(f"# SYNTHETIC trace: {args.requests} requests x {args.steps} steps x "
               f"{args.layers} layers, k=2048, prompt {args.prompt_tokens:,}; LRU, "
-              f"{args.buffer} slots; median of {args.runs} runs, 1 worker, {args.workers} "
+              f"{args.buffer} slots; {rounds(args)}, 1 worker, {args.workers} "
               f"workers and kernel-only taking turns; read-ahead thread: {ahead}")
         print(f"# load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
         w = args.workers
@@ -159,9 +164,10 @@ def selections_section(args: argparse.Namespace) -> None:
         print(workers_row("selection miss curve to 16,384 (replay mrc)", n, args, lambda w:
                           miss_curve_table(store, "syn", "selections", 16_384, workers=w)))
         ck, cn, cseg = curve
-        kern = median_s(lambda: lru_miss_curve(ck, cn, 16_384, cseg, 1), args.runs)
-        e2e = median_s(lambda: miss_curve_table(store, "syn", "selections", 16_384,
-                                                workers=1), args.runs)
+        kern, e2e = medians_s([
+            lambda: lru_miss_curve(ck, cn, 16_384, cseg, 1),
+            lambda: miss_curve_table(store, "syn", "selections", 16_384, workers=1)],
+            args.runs, args.min_time_s)
         print(f"selection miss curve to 16,384, 1 thread: kernel-only (lru_miss_curve on the "
               f"planned stream) {ck.size / kern / 1e6:.1f} M/s, store-to-result (replay mrc, "
               f"curve written) {ck.size / e2e / 1e6:.1f} M/s, {kern / e2e:.0%}")
@@ -181,21 +187,21 @@ def mode_row(store: toolkit.Store, trace: str, buffer: int, mode: str,
                    "first")
     n_keys = int(max(rows.seq_len.max(), buffer))
     replay_selections(store, rc, workers=w, progress=False)  # compile
-    e2e1, e2en, kern, misses = [], [], [], set()
-    for _ in range(args.runs):
-        for workers, times in ((1, e2e1), (w, e2en)):
-            t0 = time.perf_counter()
-            out = replay_selections(store, rc, workers=workers, progress=False,
-                                    read_ahead=args.read_ahead)
-            times.append(time.perf_counter() - t0)
-            misses.add(out["misses"])
-        t0 = time.perf_counter()
-        lru.simulate(p.keys, n_keys, buffer, p.segments)
-        kern.append(time.perf_counter() - t0)
-    assert len(misses) == 1, misses  # any worker count, same result
-    n = out["accesses"]
-    r1, rn, rk = (n / statistics.median(t) / 1e6 for t in (e2e1, e2en, kern))
-    return (f"| {mode} | {n:,} | {out['misses']:,} | {r1:.1f} | {rn:.1f} | {rk:.1f} "
+    misses, accesses = set(), set()
+
+    def e2e(workers: int) -> None:
+        out = replay_selections(store, rc, workers=workers, progress=False,
+                                read_ahead=args.read_ahead)
+        misses.add(out["misses"])
+        accesses.add(out["accesses"])
+
+    times = medians_s([lambda: e2e(1), lambda: e2e(w),
+                       lambda: lru.simulate(p.keys, n_keys, buffer, p.segments)],
+                      args.runs, args.min_time_s)
+    assert len(misses) == 1 and len(accesses) == 1, misses  # any worker count, same result
+    n = accesses.pop()
+    r1, rn, rk = (n / t / 1e6 for t in times)
+    return (f"| {mode} | {n:,} | {misses.pop():,} | {r1:.1f} | {rn:.1f} | {rk:.1f} "
             f"| {r1 / rk:.0%} | {rn / rk:.0%} | {rn / r1:.2f}x | {p.keys.size:,} |", p, n_keys)
 
 
@@ -208,8 +214,8 @@ def real_section(args: argparse.Namespace) -> None:
         rows = load_rows(store, "smollm2")
         buffer = 2 * rows.k
         print(f"\n# REAL trace: bundled SmolLM2-135M recording (smollm2-softmax-sum), k = "
-              f"{rows.k}, {rows.request_id.size:,} rows; LRU, {buffer} slots; median of "
-              f"{args.runs} runs")
+              f"{rows.k}, {rows.request_id.size:,} rows; LRU, {buffer} slots; "
+              f"{rounds(args)}")
         w = args.workers
         print(f"| mode | accesses | misses | store-to-result 1 worker M acc/s | store-to-result "
               f"{w} workers M acc/s | kernel-only (1 thread) M acc/s | ratio 1 worker | "
@@ -245,17 +251,33 @@ def tiled(table: pa.Table, copies: int, name: str) -> pa.Table:
     return big.set_column(0, "trace", pa.array([name] * big.num_rows))
 
 
-def median_s(fn: Callable[[], object], runs: int) -> float:
-    """Median wall seconds of ``runs`` calls."""
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+MAX_ROUNDS = 5_000
 
 
-def prefix_row(store: toolkit.Store, trace: str, cap: int, runs: int) -> str:
+def rounds(args: argparse.Namespace) -> str:
+    return (f"median of >= {args.runs} interleaved rounds, each contender >= "
+            f"{args.min_time_s:g} s in all")
+
+
+def medians_s(fns: list[Callable[[], object]], runs: int, min_s: float) -> list[float]:
+    """Median wall seconds of each of ``fns``, called in turn once a round (so drift in
+    the machine's speed hits all alike), for at least ``runs`` rounds and until each has
+    run ``min_s`` seconds in all (at most ``MAX_ROUNDS``)."""
+    times: list[list[float]] = [[] for _ in fns]
+    spent = [0.0] * len(fns)
+    rounds = 0
+    while rounds < runs or (min(spent) < min_s and rounds < MAX_ROUNDS):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            times[i].append(dt)
+            spent[i] += dt
+        rounds += 1
+    return [statistics.median(t) for t in times]
+
+
+def prefix_row(store: toolkit.Store, trace: str, cap: int, args: argparse.Namespace) -> str:
     """One prefix-replay row: kernel-only vs store-to-result without and with the index."""
     from toolkit.replay.prefix import PrefixReplayConfig, load_stream, replay_prefix
 
@@ -264,15 +286,15 @@ def prefix_row(store: toolkit.Store, trace: str, cap: int, runs: int) -> str:
     cfg = PrefixReplayConfig(trace, "lru", cap)
     replay_prefix(store, cfg)  # compile, and leave the index in place
     lru = policies.get("lru")
-    kern = median_s(lambda: lru.simulate(stream.keys, stream.n_keys, cap), runs)
-    cold = median_s(lambda: replay_prefix(
-        store, cfg, stream=load_stream(store, trace, use_index=False)), runs)
-    warm = median_s(lambda: replay_prefix(store, cfg), runs)
+    kern, cold, warm = medians_s([
+        lambda: lru.simulate(stream.keys, stream.n_keys, cap),
+        lambda: replay_prefix(store, cfg, stream=load_stream(store, trace, use_index=False)),
+        lambda: replay_prefix(store, cfg)], args.runs, args.min_time_s)
     return (f"| {trace} | {n:,} | {cap:,} | {n / kern / 1e6:.1f} | {n / cold / 1e6:.1f} "
             f"| {kern / cold:.0%} | {n / warm / 1e6:.1f} | {kern / warm:.0%} |")
 
 
-def curve_row(store: toolkit.Store, trace: str, cap: int, runs: int) -> str:
+def curve_row(store: toolkit.Store, trace: str, cap: int, args: argparse.Namespace) -> str:
     """One miss-curve row: ``lru_miss_curve`` alone vs ``miss_curve_table`` from the store."""
     from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
     from toolkit.replay.prefix import load_stream
@@ -280,8 +302,9 @@ def curve_row(store: toolkit.Store, trace: str, cap: int, runs: int) -> str:
     stream = load_stream(store, trace)
     n = stream.keys.size
     miss_curve_table(store, trace, "prefix", cap)
-    kern = median_s(lambda: lru_miss_curve(stream.keys, stream.n_keys, cap, None, 1), runs)
-    e2e = median_s(lambda: miss_curve_table(store, trace, "prefix", cap), runs)
+    kern, e2e = medians_s([
+        lambda: lru_miss_curve(stream.keys, stream.n_keys, cap, None, 1),
+        lambda: miss_curve_table(store, trace, "prefix", cap)], args.runs, args.min_time_s)
     return (f"| {trace} | {n:,} | {cap:,} | {n / kern / 1e6:.1f} | {n / e2e / 1e6:.1f} "
             f"| {kern / e2e:.0%} |")
 
@@ -291,11 +314,8 @@ def workers_row(what: str, n: int, args: argparse.Namespace,
     """``run(1)`` against ``run(args.workers)``, taking turns: one line with both rates."""
     w = args.workers
     run(w)  # compile
-    t1, tn = [], []
-    for _ in range(args.runs):
-        t1.append(median_s(lambda: run(1), 1))
-        tn.append(median_s(lambda: run(w), 1))
-    r1, rn = (n / statistics.median(t) / 1e6 for t in (t1, tn))
+    r1, rn = (n / t / 1e6 for t in medians_s([lambda: run(1), lambda: run(w)], args.runs,
+                                                 args.min_time_s))
     return f"{what}: 1 worker {r1:.1f} M/s, {w} workers {rn:.1f} M/s, {rn / r1:.2f}x"
 
 
@@ -307,19 +327,19 @@ def prefix_section(args: argparse.Namespace) -> None:
         store.write("requests", "synthetic-mooncake-x40",
                     tiled(store.read("requests", "mooncake"), 40, "synthetic-mooncake-x40"))
         os.sync()
-        print(f"\n# prefix replay, LRU; median of {args.runs} runs; store-to-result writes "
+        print(f"\n# prefix replay, LRU; {rounds(args)}; store-to-result writes "
               "its run row; 'no index' decodes the hash lists, 'index' reads the store's "
               "stream index")
         print("| trace | lookups | capacity blocks | kernel-only M lookups/s | store-to-result "
               "no index | ratio | store-to-result index | ratio |")
         print("|---|---|---|---|---|---|---|---|")
         for trace, cap in cases:
-            print(prefix_row(store, trace, cap, args.runs), flush=True)
+            print(prefix_row(store, trace, cap, args), flush=True)
         print("\n| miss curve | lookups | max capacity | kernel-only M lookups/s | "
               "store-to-result (index) M lookups/s | ratio |")
         print("|---|---|---|---|---|---|")
         for trace, cap in cases:
-            print(curve_row(store, trace, cap, args.runs), flush=True)
+            print(curve_row(store, trace, cap, args), flush=True)
         from toolkit.replay.prefix import load_stream, sweep_prefix
 
         caps = [10_000, 100_000, 400_000, 1_000_000]
