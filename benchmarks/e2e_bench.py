@@ -28,9 +28,9 @@ curve (``replay mrc``, also against ``lru_miss_curve`` alone on the planned stre
 
 Each figure is the median of interleaved rounds: every round calls each contender of a row
 once, in turn, and rounds go on past ``--runs`` until each contender has run
-``--min-time-s`` in all (a 2 ms prefix replay takes hundreds of rounds; five calls of it
-moved its ratio by 10 points from one run of this script to the next). numba compile is
-excluded. Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
+``--min-time-s`` in all (a 2 ms prefix replay takes hundreds of rounds; with five calls
+its ratio ranged over 34-56% across runs of this script, benchmarks/RESULTS.md stop 26).
+numba compile is excluded. Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
 [--min-time-s 1] [--sections selections,real,prefix]``.
 """
 
@@ -255,6 +255,7 @@ MAX_ROUNDS = 5_000
 
 
 def rounds(args: argparse.Namespace) -> str:
+    """How a row's medians are taken, for the section headers."""
     return (f"median of >= {args.runs} interleaved rounds, each contender >= "
             f"{args.min_time_s:g} s in all")
 
@@ -265,15 +266,15 @@ def medians_s(fns: list[Callable[[], object]], runs: int, min_s: float) -> list[
     run ``min_s`` seconds in all (at most ``MAX_ROUNDS``)."""
     times: list[list[float]] = [[] for _ in fns]
     spent = [0.0] * len(fns)
-    rounds = 0
-    while rounds < runs or (min(spent) < min_s and rounds < MAX_ROUNDS):
+    done = 0
+    while done < runs or (min(spent) < min_s and done < MAX_ROUNDS):
         for i, fn in enumerate(fns):
             t0 = time.perf_counter()
             fn()
             dt = time.perf_counter() - t0
             times[i].append(dt)
             spent[i] += dt
-        rounds += 1
+        done += 1
     return [statistics.median(t) for t in times]
 
 
