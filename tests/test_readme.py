@@ -80,7 +80,17 @@ def _shown(run_only: bool = False) -> list[tuple[str, list[str]]]:
     return out
 
 
-SHOWN = _shown()
+def _questions() -> list[tuple[str, list[str]]]:
+    """The commands in the README's questions table (inline code in its rows)."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Questions this answers"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    spans = [c for row in rows for c in re.findall(r"`(toolkit [^`]+)`", row)]
+    return [("README.md", shlex.split(c)[1:]) for c in spans]
+
+
+SHOWN = _shown() + _questions()
 
 
 def _parse(args: list[str]) -> None:
@@ -104,7 +114,7 @@ def test_docs_show_commands():
     """The scan finds commands in README and in several docs pages (not silently none)."""
     pages = {page for page, _ in SHOWN}
     assert "README.md" in pages and len(pages) >= 8, pages
-    assert len(SHOWN) >= 60
+    assert len(SHOWN) >= 60 and len(_questions()) >= 10
 
 
 @pytest.mark.parametrize(("page", "args"), SHOWN, ids=[f"{p}:{' '.join(a)[:70]}" for p, a in SHOWN])
