@@ -186,7 +186,12 @@ def test_run_blocks_execute(workdir, monkeypatch):
         ratios = store.query(
             "SELECT capacity_blocks, round(token_hit_ratio, 4) FROM replay_runs "
             "WHERE trace = 'mooncake_conversation' ORDER BY capacity_blocks").rows()
-    assert ratios == [(1_000, 0.0454), (10_000, 0.2153), (30_000, 0.3321)]  # as the README says
+        misses = store.query(
+            "SELECT policy, misses FROM selection_runs WHERE trace = 'smollm2' AND mode = 'plain' "
+            "AND buffer_tokens = 128 ORDER BY policy").rows()
+    # the figures the README quotes under its quickstart
+    assert ratios == [(1_000, 0.0454), (10_000, 0.2153), (30_000, 0.3321)]
+    assert misses == [("lru", 311_045), ("opt", 182_094)]
 
 
 def _python_example() -> str:
