@@ -24,6 +24,7 @@ import toolkit
 from toolkit.cli import app
 
 from .conftest import ROOT
+from .test_public_sources import INTERNAL
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```", re.S | re.M)
@@ -155,6 +156,14 @@ def test_relative_links_resolve():
                 if frag not in {_anchor(h) for h in heads}:
                     broken.append(f"{page.name}: {target} (no such heading)")
     assert not broken, broken
+
+
+def test_docs_cite_public_sources():
+    """docs/ and benchmarks/RESULTS.md, shipped beside the README, point at no internal note."""
+    hits = [f"{p.relative_to(ROOT)}:{i}"
+            for p in [*DOCS, ROOT / "benchmarks" / "RESULTS.md"]
+            for i, line in enumerate(p.read_text().splitlines(), 1) if INTERNAL.search(line)]
+    assert hits == []
 
 
 @pytest.fixture(scope="module")
