@@ -46,13 +46,6 @@ def guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
         fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
 
 
-def print_record(row: dict[str, Any], as_json: bool) -> None:
-    """One run summary: a JSON object, or aligned ``key  value`` lines."""
-    from toolkit.commands.output import Output
-
-    Output("json" if as_json else "table").emit(row)
-
-
 @contextmanager
 def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
     """Open a store for a command: a missing store is an error unless the command creates
