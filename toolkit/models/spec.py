@@ -95,11 +95,6 @@ class ModelSpec:
         """Parameters every token reads: attention, shared experts, dense MLPs, embeddings."""
         return max(self.total_params - self.routed_expert_params, 0.0)
 
-    @property
-    def is_sparse_attention(self) -> bool:
-        """True for DSA models (a lightning indexer picks top-k rows); False for dense MLA."""
-        return self.index_topk > 0
-
     def mla_row_bytes(self, kv_dtype: str = "fp8") -> int:
         """Bytes of one token's MLA row in one layer (656 FP8 serving format, 1152 BF16)."""
         if kv_dtype not in ("fp8", "bf16"):
