@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,16 @@ MAX_GB = 1e6
 StoreOpt = Annotated[Path, typer.Option(
     "--store", help="Store directory (ingest, synth and record create it if missing; other "
     "commands need an existing one).")]
+
+
+def field_default(config: type, name: str) -> Any:
+    """The default of field ``name`` of the config dataclass ``config``: an option whose value
+    ends up in that field takes its default from here, so each default is declared once
+    (``tests/test_cli_defaults.py`` checks every such option)."""
+    field = {f.name: f for f in dataclasses.fields(config)}[name]
+    if field.default is dataclasses.MISSING:
+        raise TypeError(f"{config.__name__}.{name} has no plain default")
+    return field.default
 
 
 def fail(msg: str, code: int = 2) -> None:
