@@ -14,18 +14,13 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import choices, field_default
+from toolkit.commands.common import choices, fail, field_default
 from toolkit.commands.output import FormatOpt, Output, OutputOpt
 from toolkit.cost.config import CompareConfig
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
 
 hardware_app = typer.Typer(help="Accelerator specs with provenance.", no_args_is_help=True)
-
-
-def fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 @hardware_app.command("list")
