@@ -30,11 +30,10 @@ import polars as pl
 
 import toolkit
 from toolkit import sweep
-from toolkit.analysis import run_query
+from toolkit.analysis import run_query, sweep_query
 from toolkit.charts import grouped_bars, misses_per_step, misses_vs_buffer, sweep_surface
 from toolkit.models.spec import get_model, indexer_layer_ids
 from toolkit.replay.selections import load_rows
-from toolkit.sweep.queries import sweep_query
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=60, tbl_width_chars=120, tbl_hide_column_data_types=True,

@@ -35,9 +35,8 @@ import polars as pl
 
 import toolkit
 from toolkit import sweep
-from toolkit.analysis import run_query
+from toolkit.analysis import run_query, sweep_query
 from toolkit.charts import cost_bars, sweep_surface, tier_share_bars, ttft_cdf
-from toolkit.sweep.queries import sweep_query
 from toolkit.synth.agentic import PRESETS, generate
 
 alt.renderers.enable("svg")

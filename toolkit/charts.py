@@ -337,34 +337,6 @@ def grouped_bars(df: pl.DataFrame, x: str, y: str, color: str, title: str,
     ).properties(title=title, width=520, height=260)
 
 
-def cost_vs_interactivity(df: pl.DataFrame, title: str) -> alt.Chart:
-    """$/M total tokens against interactivity, one line per hardware (batch sweep)."""
-    return alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("interactivity_tok_s_user:Q", title="interactivity (tok/s/user)"),
-        y=alt.Y("usd_per_million_total_tokens:Q", title="$ per M total tokens",
-                scale=alt.Scale(type="log")),
-        color=alt.Color("hardware:N"),
-        strokeDash=alt.StrokeDash("overlap:N", title="miss I/O overlapped"),
-        tooltip=["hardware", "batch_per_gpu", "overlap",
-                 alt.Tooltip("interactivity_tok_s_user", format=".1f"),
-                 alt.Tooltip("usd_per_million_total_tokens", format=".4f")],
-    ).properties(title=title, width=520, height=300)
-
-
-def link_vs_hbm(df: pl.DataFrame, title: str) -> alt.LayerChart:
-    """Miss-transfer time over HBM/compute time per step; above 1 the host link, not HBM,
-    sets the step time."""
-    line = alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("buffer_tokens:Q", scale=alt.Scale(type="log"), title="device buffer (tokens)"),
-        y=alt.Y("link_over_work:Q", title="miss I/O time / HBM+compute time",
-                scale=alt.Scale(type="log")),
-        color=alt.Color("hardware:N"),
-        tooltip=["hardware", "buffer_tokens", alt.Tooltip("link_over_work", format=".3f")],
-    )
-    rule = alt.Chart(pl.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 3]).encode(y="y:Q")
-    return (line + rule).properties(title=title, width=520, height=280)
-
-
 _TIER_SOURCE = {"gpu_hit_rate": "GPU (L1)", "host_hit_rate": "host (L2)",
            "storage_hit_rate": "storage (L3)"}
 

@@ -8,8 +8,17 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail, guard
+from toolkit.commands.common import (
+    MAX_GB,
+    StoreOpt,
+    choices,
+    cli_store,
+    fail,
+    field_default,
+    guard,
+)
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
+from toolkit.replay.config import PrefixReplayConfig
 
 app = typer.Typer(
     help="Trace-replay toolkit for KV-cache tiering in sparse-attention LLM serving.",
@@ -123,7 +132,7 @@ def replay_prefix_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Name of a request timeline.")],
     policy: Annotated[str, typer.Option("--policy", help=f"Cache policy: {choices('policy')}.")]
-    = "lru",
+    = field_default(PrefixReplayConfig, "policy"),
     capacity_blocks: Annotated[
         list[str] | None,
         typer.Option("--capacity-blocks", help="Cache size in blocks; omit for unbounded; "
@@ -147,7 +156,7 @@ def replay_prefix_cmd(
     output: OutputOpt = None,
 ) -> None:
     """Replay a request timeline's prefix blocks through one cache (see README: semantics)."""
-    from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix, sweep_prefix
+    from toolkit.replay.prefix import replay_prefix, sweep_prefix
     from toolkit.replay.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,16 @@ StoreOpt = Annotated[Path, typer.Option(
     "commands need an existing one).")]
 
 
+def field_default(config: type, name: str) -> Any:
+    """The default of field ``name`` of the config dataclass ``config``: an option whose value
+    ends up in that field takes its default from here, so each default is declared once
+    (``tests/test_cli_defaults.py`` checks every such option)."""
+    field = {f.name: f for f in dataclasses.fields(config)}[name]
+    if field.default is dataclasses.MISSING:
+        raise TypeError(f"{config.__name__}.{name} has no plain default")
+    return field.default
+
+
 def fail(msg: str, code: int = 2) -> None:
     """Print ``error: msg`` on stderr and exit (2: bad input or usage; 1: query failed)."""
     from tqdm.std import tqdm
@@ -44,13 +55,6 @@ def guard(fn: Any, *args: Any, **kwargs: Any) -> Any:
         fail(f"a value is too large for the replay ({e}); use smaller sizes")
     except OSError as e:  # disk full, permissions: the store is left as it was
         fail(f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}")
-
-
-def print_record(row: dict[str, Any], as_json: bool) -> None:
-    """One run summary: a JSON object, or aligned ``key  value`` lines."""
-    from toolkit.commands.output import Output
-
-    Output("json" if as_json else "table").emit(row)
 
 
 @contextmanager

@@ -14,17 +14,13 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import choices
+from toolkit.commands.common import choices, fail, field_default
 from toolkit.commands.output import FormatOpt, Output, OutputOpt
+from toolkit.cost.config import CompareConfig
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
 
 hardware_app = typer.Typer(help="Accelerator specs with provenance.", no_args_is_help=True)
-
-
-def fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 @hardware_app.command("list")
@@ -208,17 +204,25 @@ def cost_compare_cmd(
                                           f"({choices('hardware')}); ratios are to the first.")]
     = "gb200,gb300,mi355x",
     interactivity: Annotated[str, typer.Option("--interactivity", help="Comma-separated "
-                                               "targets, tok/s/user.")] = "100,150",
+                                               "targets, tok/s/user.")] = (
+        ",".join(f"{x:g}" for x in field_default(CompareConfig, "interactivity"))),
     max_p90_ttft_s: Annotated[float | None, typer.Option(
-        "--max-p90-ttft-s", help="Keep only modelled points whose p90 TTFT meets this.")] = None,
-    price_tier: PriceTierOpt = "hyperscaler",
+        "--max-p90-ttft-s", help="Keep only modelled points whose p90 TTFT meets this.")] = (
+        field_default(CompareConfig, "max_p90_ttft_s")),
+    price_tier: Annotated[str, typer.Option("--price-tier", help="hyperscaler, neocloud or "
+                                            "rental.")] = field_default(CompareConfig,
+                                                                        "price_tier"),
     precision: Annotated[str, typer.Option(
-        "--precision", help="fp4, fp8 or bf16 weights.")] = "fp8",
-    isl: Annotated[int, typer.Option("--isl", min=1, help="Input tokens per request.")] = 8192,
-    osl: Annotated[int, typer.Option("--osl", min=2, help="Output tokens per request.")] = 1024,
+        "--precision", help="fp4, fp8 or bf16 weights.")] = field_default(
+        CompareConfig, "precision"),
+    isl: Annotated[int, typer.Option("--isl", min=1, help="Input tokens per request.")] = (
+        field_default(CompareConfig, "isl")),
+    osl: Annotated[int, typer.Option("--osl", min=2, help="Output tokens per request.")] = (
+        field_default(CompareConfig, "osl")),
     cached_prefix_fraction: Annotated[float, typer.Option(
         "--cached-prefix-fraction", min=0.0, max=1.0,
-        help="Share of prompt tokens served from a prefix cache (agentic traffic: ~0.9).")] = 0.0,
+        help="Share of prompt tokens served from a prefix cache (agentic traffic: ~0.9).")] = (
+        field_default(CompareConfig, "cached_prefix_fraction")),
     engine: Annotated[list[str] | None, typer.Option(
         "--engine", help="HW=ENGINE, repeatable (defaults: gb200=dynamo-sglang, "
         "gb300=dynamo-trt, mi355x=atom, else sglang).")] = None,
@@ -233,7 +237,7 @@ def cost_compare_cmd(
     front of throughput/GPU vs interactivity, interpolate at the targets, price it."""
     import polars as pl
 
-    from toolkit.cost.compare import CompareConfig, compare
+    from toolkit.cost.compare import compare
     from toolkit.serving.params import ServingParams, bundled_params
 
     out = Output.from_options(fmt, as_json, output)

@@ -9,8 +9,17 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail, guard
+from toolkit.commands.common import (
+    MAX_GB,
+    StoreOpt,
+    choices,
+    cli_store,
+    fail,
+    field_default,
+    guard,
+)
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
+from toolkit.replay.config import EngramReplayConfig
 
 
 class DefaultSelectionsGroup(TyperGroup):
@@ -83,31 +92,39 @@ def record_engram_cmd(
     out.emit(res.as_dict())
 
 
+_TABLE_GB = field_default(EngramReplayConfig, "table_bytes") / 1e9
+
+
 def replay_engram_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Engram lookup trace name.")],
     hbm_cache_gb: Annotated[float, typer.Option("--hbm-cache-gb", min=0.0, max=MAX_GB,
                                                 help="HBM row cache per GPU, GB (1e9 B).")],
-    backing: Annotated[str, typer.Option("--backing", help="dram or ssd.")] = "dram",
+    backing: Annotated[str, typer.Option("--backing", help="dram or ssd.")] = (
+        field_default(EngramReplayConfig, "backing")),
     hardware: Annotated[str, typer.Option("--hardware", help=f"Accelerator: "
-                                          f"{choices('hardware')}.")] = "gb200",
+                                          f"{choices('hardware')}.")] = (
+        field_default(EngramReplayConfig, "hardware")),
     model: Annotated[str, typer.Option("--model", help=f"Backbone model spec: "
-                                       f"{choices('model')}.")] = "deepseek-v3.2",
+                                       f"{choices('model')}.")] = (
+        field_default(EngramReplayConfig, "model")),
     policy: Annotated[str, typer.Option("--policy", help=f"Cache policy: {choices('policy')}.")]
-    = "lru",
+    = field_default(EngramReplayConfig, "policy"),
     table_gb: Annotated[float, typer.Option(
         "--table-gb", min=0.0, max=MAX_GB,
-        help="Engram table size of the priced model, GB (assumed 200).")] = 200.0,
-    context_tokens: Annotated[int, typer.Option("--context-tokens", min=1)] = 8192,
+        help=f"Engram table size of the priced model, GB (assumed {_TABLE_GB:g}).")] = _TABLE_GB,
+    context_tokens: Annotated[int, typer.Option("--context-tokens", min=1)] = (
+        field_default(EngramReplayConfig, "context_tokens")),
     max_batch: Annotated[int, typer.Option("--max-batch", min=1,
-                                           help="Batch cap per GPU (assumed).")] = 256,
+                                           help="Batch cap per GPU (assumed).")] = (
+        field_default(EngramReplayConfig, "max_batch_per_gpu")),
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
     """Replay Engram lookups through an HBM row cache over DRAM or SSD and price the
     placement (hits, misses, bytes per token per tier, reuse, tokens per dollar)."""
-    from toolkit.replay.engram import EngramReplayConfig, replay_engram
+    from toolkit.replay.engram import replay_engram
     from toolkit.replay.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, choices, cli_store, fail, guard
+from toolkit.commands.common import StoreOpt, choices, cli_store, fail, field_default, guard
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.commands.timelines import run_ingest
+from toolkit.replay.config import SelectionReplayConfig
 
 
 def ingest_selections_cmd(
@@ -53,29 +54,30 @@ def replay_selections_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Name of a selection trace.")],
     policy: Annotated[str, typer.Option("--policy", help=f"Cache policy: {choices('policy')}.")]
-    = "lru",
+    = field_default(SelectionReplayConfig, "policy"),
     buffer_tokens: Annotated[
         int | None,
         typer.Option("--buffer-tokens", min=1, help="Slots per (request, layer); default 2 x k "
                      "(giving 2 x k is the same run)."),
-    ] = None,
+    ] = field_default(SelectionReplayConfig, "buffer_tokens"),
     opt_bypass: Annotated[
         bool, typer.Option("--opt-bypass", help="With --policy opt: true MIN, which may "
                            "decline to admit (policy 'opt-bypass').")
     ] = False,
     mode: Annotated[str, typer.Option("--mode", help="hisparse (default; SGLang HiSparse "
                                       "device buffer) or plain (cold LRU-style buffer).")]
-    = "hisparse",
+    = field_default(SelectionReplayConfig, "mode"),
     model: Annotated[
         str | None,
         typer.Option("--model", help=f"Model spec for row bytes and the IndexShare pattern: "
                      f"{choices('model')}; the pattern's rule is applied to the trace's layers."),
     ] = None,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp8 or bf16 MLA rows.")] = "fp8",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="fp8 or bf16 MLA rows.")] = (
+        field_default(SelectionReplayConfig, "kv_dtype")),
     initial: Annotated[
         str, typer.Option("--initial", help="HiSparse buffer when a sequence outgrows it: "
                           "first (tokens 0..N-1, staging path) or empty (PD direct path).")
-    ] = "first",
+    ] = field_default(SelectionReplayConfig, "initial"),
     workers: Annotated[
         int | None, typer.Option("--workers", min=0, help="Threads (default: all cores); "
                                  "results do not depend on it.")
@@ -87,7 +89,7 @@ def replay_selections_cmd(
     """Replay top-k selections through per-(request, layer) device buffers (README);
     shows progress on a terminal for replays longer than ~2 s (never with --json)."""
     from toolkit.replay.progress import compile_notice
-    from toolkit.replay.selections import SelectionReplayConfig, model_config, replay_selections
+    from toolkit.replay.selections import model_config, replay_selections
 
     out = Output.from_options(fmt, as_json, output)
     if opt_bypass:
@@ -103,7 +105,7 @@ def replay_selections_cmd(
                    "initial": initial}
         if model is not None:
             cfg = guard(model_config, s, trace, model, kv_dtype=kv_dtype, **options)
-        elif kv_dtype != "fp8":
+        elif kv_dtype != field_default(SelectionReplayConfig, "kv_dtype"):
             fail("--kv-dtype needs --model (the row bytes come from the model's spec)")
         else:
             cfg = guard(SelectionReplayConfig, trace, **options)

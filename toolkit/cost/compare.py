@@ -11,11 +11,11 @@ with Steffen's monotone spline, and divide the hourly price by the tokens.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
+from toolkit.cost.config import CompareConfig
 from toolkit.cost.interpolate import pareto_front, steffen_interpolate
 from toolkit.cost.price import usd_per_million_tokens
 from toolkit.hardware import get_hardware
@@ -33,23 +33,6 @@ DEFAULT_ENGINES: dict[str, str] = {
 comparison (GB200 + Dynamo-SGLang, GB300 + Dynamo-TRT-LLM, MI355X + ATOM); "sglang" else."""
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-
-
-@dataclass(frozen=True)
-class CompareConfig:
-    """One comparison; every field has the CLI flag of the same name (``-`` for ``_``)."""
-
-    model: str
-    hardware: tuple[str, ...]
-    interactivity: tuple[float, ...] = (100.0, 150.0)
-    max_p90_ttft_s: float | None = None
-    price_tier: str = "hyperscaler"
-    precision: str = "fp8"
-    isl: int = 8192
-    osl: int = 1024
-    cached_prefix_fraction: float = 0.0
-    engines: dict[str, str] = field(default_factory=dict)
-    mtp: bool = True
 
 
 def _layouts(hw: str, engine: str, weights_gpus: int) -> list[dict]:

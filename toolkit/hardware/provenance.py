@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.resources import files
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
 from toolkit.errors import ToolkitError
+from toolkit.registry import Registry
 
 Kind = Literal["vendor", "measured", "derived", "assumed", "survey", "fitted"]
 KINDS: tuple[str, ...] = ("vendor", "measured", "derived", "assumed", "survey", "fitted")
@@ -164,3 +165,62 @@ def with_overrides(spec: S, overrides: Mapping[str, Any], where: str) -> S:
         prov[name] = s
         changes[name] = _number(s.value, f"{where}: override {name}")
     return dataclasses.replace(spec, **changes, provenance=MappingProxyType(prov))  # type: ignore[type-var]
+
+
+class SpecRegistry(Registry[S]):
+    """The registry of one spec family (hardware, models): its built-ins are the TOML files
+    under ``<package>/specs/``, parsed and registered on first use, so importing the package
+    reads no file; third-party specs come from the ``<package>`` entry-point group.
+
+    Names are case-insensitive (stored lower-case); a spec's ``aliases`` are registered too.
+
+    Args:
+        family: human name for error messages ("hardware", "model").
+        package: package holding ``specs/*.toml``; also the entry-point group.
+        load: builds one spec from a parsed TOML table (a file without a top-level
+            ``name`` is named after its file stem).
+    """
+
+    def __init__(self, family: str, package: str, load: Callable[[Mapping[str, Any]], S]
+                 ) -> None:
+        super().__init__(family, package)
+        self._package = package
+        self._load = load
+        self._builtins_loaded = False
+
+    def _ensure_builtins(self) -> None:
+        if self._builtins_loaded:
+            return
+        self._builtins_loaded = True  # before registering: register() comes back here
+        for where, data in bundled_spec_texts(self._package):
+            data.setdefault("name", Path(where).stem)
+            self.add(self._load(data))
+
+    def add(self, spec: S) -> S:
+        """Register ``spec`` under its name and aliases; a taken name raises."""
+        self.register(spec.name, spec)  # type: ignore[attr-defined]
+        for alias in getattr(spec, "aliases", ()):
+            self.register(alias, spec)
+        return spec
+
+    def register(self, name: str, obj: S) -> S:
+        self._ensure_builtins()
+        return super().register(name.lower(), obj)
+
+    def get(self, name: str) -> S:
+        self._ensure_builtins()
+        return super().get(name.lower())
+
+    def names(self) -> list[str]:
+        self._ensure_builtins()
+        return super().names()
+
+    def __contains__(self, name: object) -> bool:
+        self._ensure_builtins()
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def spec(self, name: str, overrides: Mapping[str, Any] | None = None) -> S:
+        """The spec registered as ``name``, optionally with fields overridden (recorded in
+        its provenance)."""
+        spec = self.get(name)
+        return with_overrides(spec, overrides, spec.name) if overrides else spec  # type: ignore[attr-defined]

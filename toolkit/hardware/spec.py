@@ -15,12 +15,10 @@ from typing import Any, Literal
 from toolkit.hardware.provenance import (
     Sourced,
     SpecError,
+    SpecRegistry,
     build_spec,
-    bundled_spec_texts,
     read_toml,
-    with_overrides,
 )
-from toolkit.registry import Registry
 
 PriceTier = Literal["hyperscaler", "neocloud", "rental"]
 PRICE_TIERS: tuple[str, ...] = ("hyperscaler", "neocloud", "rental")
@@ -149,26 +147,15 @@ def _price_point(raw: Any, where: str) -> PricePoint:
         raise SpecError(f"{where}: needs survey, source and tier prices ({e})") from None
 
 
-HARDWARE: Registry[HardwareSpec] = Registry("hardware", "toolkit.hardware")
-_builtins_loaded = False
-
-
-def _ensure_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
-    for where, data in bundled_spec_texts("toolkit.hardware"):
-        data.setdefault("name", Path(where).stem)
-        HARDWARE.register(data["name"].lower(), load_hardware(data))
+HARDWARE: SpecRegistry[HardwareSpec] = SpecRegistry("hardware", "toolkit.hardware",
+                                                     load_hardware)
 
 
 def register_hardware(spec: HardwareSpec | str | Path | Mapping[str, Any]) -> HardwareSpec:
     """Register a spec (or a TOML path / dict) under its name; duplicates raise."""
-    _ensure_builtins()
     if not isinstance(spec, HardwareSpec):
         spec = load_hardware(spec)
-    return HARDWARE.register(spec.name, spec)
+    return HARDWARE.add(spec)
 
 
 def get_hardware(name: str, overrides: Mapping[str, Any] | None = None) -> HardwareSpec:
@@ -176,12 +163,9 @@ def get_hardware(name: str, overrides: Mapping[str, Any] | None = None) -> Hardw
 
     Example: ``get_hardware("gb200", overrides={"price_hyperscaler_usd_per_gpu_hour": 2.0})``.
     """
-    _ensure_builtins()
-    spec = HARDWARE.get(name.lower())
-    return with_overrides(spec, overrides, spec.name) if overrides else spec
+    return HARDWARE.spec(name, overrides)
 
 
 def hardware_names() -> list[str]:
     """Names of all registered accelerators, sorted."""
-    _ensure_builtins()
     return HARDWARE.names()

@@ -15,12 +15,10 @@ from typing import Any, Literal
 from toolkit.hardware.provenance import (
     Sourced,
     SpecError,
+    SpecRegistry,
     build_spec,
-    bundled_spec_texts,
     read_toml,
-    with_overrides,
 )
-from toolkit.registry import Registry
 
 KvDtype = Literal["fp8", "bf16"]
 
@@ -95,11 +93,6 @@ class ModelSpec:
         """Parameters every token reads: attention, shared experts, dense MLPs, embeddings."""
         return max(self.total_params - self.routed_expert_params, 0.0)
 
-    @property
-    def is_sparse_attention(self) -> bool:
-        """True for DSA models (a lightning indexer picks top-k rows); False for dense MLA."""
-        return self.index_topk > 0
-
     def mla_row_bytes(self, kv_dtype: str = "fp8") -> int:
         """Bytes of one token's MLA row in one layer (656 FP8 serving format, 1152 BF16)."""
         if kv_dtype not in ("fp8", "bf16"):
@@ -142,43 +135,22 @@ def load_model(path_or_dict: str | Path | Mapping[str, Any]) -> ModelSpec:
     return spec
 
 
-MODELS: Registry[ModelSpec] = Registry("model", "toolkit.models")
-_builtins_loaded = False
-
-
-def _ensure_builtins() -> None:
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
-    for _, data in bundled_spec_texts("toolkit.models"):
-        _register(load_model(data))
-
-
-def _register(spec: ModelSpec) -> ModelSpec:
-    MODELS.register(spec.name, spec)
-    for alias in spec.aliases:
-        MODELS.register(alias, spec)
-    return spec
+MODELS: SpecRegistry[ModelSpec] = SpecRegistry("model", "toolkit.models", load_model)
 
 
 def register_model(spec: ModelSpec | str | Path | Mapping[str, Any]) -> ModelSpec:
     """Register a spec (or TOML path / dict) under its name and aliases; duplicates raise."""
-    _ensure_builtins()
     if not isinstance(spec, ModelSpec):
         spec = load_model(spec)
-    return _register(spec)
+    return MODELS.add(spec)
 
 
 def get_model(name: str, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
     """The registered model ``name`` or alias (case-insensitive), optionally overridden."""
-    _ensure_builtins()
-    spec = MODELS.get(name.lower())
-    return with_overrides(spec, overrides, spec.name) if overrides else spec
+    return MODELS.spec(name, overrides)
 
 
 def model_names(include_aliases: bool = False) -> list[str]:
     """Registered model names, sorted (canonical names unless ``include_aliases``)."""
-    _ensure_builtins()
     names = MODELS.names()
     return names if include_aliases else sorted({MODELS.get(n).name for n in names})

@@ -18,40 +18,10 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from toolkit.config import fingerprint
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
+from toolkit.replay.config import EngramReplayConfig
 from toolkit.store import Store
-
-BACKINGS = ("dram", "ssd")
-
-
-@dataclass(frozen=True)
-class EngramReplayConfig:
-    """One Engram replay (the priced deployment is part of the run's identity)."""
-
-    trace: str
-    hbm_cache_bytes: float
-    backing: str = "dram"
-    policy: str = "lru"
-    hardware: str = "gb200"
-    model: str = "deepseek-v3.2"
-    table_bytes: float = 200e9
-    context_tokens: int = 8192
-    max_batch_per_gpu: int = 256
-    price_tier: str = "hyperscaler"
-
-    def __post_init__(self) -> None:
-        if self.backing not in BACKINGS:
-            raise ValueError(f"--backing must be one of {', '.join(BACKINGS)}; "
-                             f"got {self.backing!r}")
-        if self.hbm_cache_bytes < 0:
-            raise ValueError(f"--hbm-cache-gb must be >= 0; got {self.hbm_cache_bytes / 1e9}")
-        policies.get(self.policy)  # unknown names fail here, listing the known ones
-
-    @property
-    def run_id(self) -> str:
-        return f"engram-{self.trace}-{self.policy}-{self.backing}-{fingerprint(self)[:8]}"
 
 
 @dataclass(frozen=True)

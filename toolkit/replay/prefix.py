@@ -24,39 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from toolkit import __version__
-from toolkit.config import config_json, fingerprint
+from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.policies import SPARSE_KEY_FACTOR, policies
 from toolkit.policies._kernel import INT32_LIMIT, U
+from toolkit.replay.config import PrefixReplayConfig
 from toolkit.replay.keys import dense_ids
 from toolkit.replay.parallel import ordered_results, resolve_workers, thread_map
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.topk_pages import leaf_counts, read_small_ids
-from toolkit.store import Store, bounded_key
-
-
-@dataclass(frozen=True)
-class PrefixReplayConfig:
-    """One prefix replay.
-
-    Attributes:
-        trace: name of a request timeline in the store.
-        policy: registered policy name.
-        capacity_blocks: cache size in blocks; ``None`` is unbounded.
-    """
-
-    trace: str
-    policy: str = "lru"
-    capacity_blocks: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.capacity_blocks is not None and self.capacity_blocks < 0:
-            raise ValueError(f"capacity_blocks must be >= 0, got {self.capacity_blocks}")
-
-    @property
-    def run_id(self) -> str:
-        cap = "inf" if self.capacity_blocks is None else str(self.capacity_blocks)
-        return bounded_key(f"prefix-{self.trace}-{self.policy}-{cap}-{fingerprint(self)[:8]}")
+from toolkit.store import Store
 
 
 @dataclass(frozen=True)

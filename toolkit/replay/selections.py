@@ -34,7 +34,6 @@ chunk replay on worker threads (the kernels release the GIL) with identical resu
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import threading
 import time
@@ -51,12 +50,13 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from toolkit import __version__
-from toolkit.config import config_json, fingerprint
+from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.memory import check_memory
 from toolkit.policies import SPARSE_KEY_FACTOR, policies
 from toolkit.policies._kernel import INT32_LIMIT
 from toolkit.replay import parallel
+from toolkit.replay.config import SelectionReplayConfig
 from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import (
@@ -67,70 +67,10 @@ from toolkit.replay.selection_plan import (
     row_hits,
 )
 from toolkit.replay.topk_pages import Scratch, read_flat, read_topk
-from toolkit.store import Store, bounded_key, kept, sink_schema
+from toolkit.store import Store, kept, sink_schema
 
-MODES = ("plain", "hisparse")
-KV_DTYPES = ("fp8", "bf16")
-DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope; FlashMLA's format)
 CHUNK_ACCESSES = 1 << 22  # ~4 M positions (16 MB int32) per chunk: reading the next chunk
 # overlaps replaying this one, and memory stays a few chunks whatever the trace size
-
-
-@dataclass(frozen=True)
-class SelectionReplayConfig:
-    """One selection replay.
-
-    Attributes:
-        trace: selection trace name in the store.
-        policy: registered policy name.
-        buffer_tokens: device-buffer slots per (request, layer); ``None`` = 2 x k (HiSparse).
-        mode: ``"plain"`` or ``"hisparse"``.
-        initial: HiSparse buffer contents when a sequence first outgrows it:
-            ``"first"`` (tokens 0..N-1, staging path) or ``"empty"`` (PD direct path).
-        full_layers: IndexShare Full layers (hisparse mode); every other layer reuses the
-            nearest preceding Full layer's selection. ``None`` = every layer has its own.
-        row_bytes: bytes moved host->device per miss (MLA row; 656 = FP8 FlashMLA).
-        model: model spec the row bytes and IndexShare layers came from (``None`` = none;
-            :func:`model_config` fills them); recorded so runs can be told apart in SQL.
-        kv_dtype: MLA row format behind ``row_bytes``: ``"fp8"`` or ``"bf16"``.
-    """
-
-    trace: str
-    policy: str = "lru"
-    buffer_tokens: int | None = None
-    mode: str = "hisparse"
-    initial: str = "first"
-    full_layers: tuple[int, ...] | None = None
-    row_bytes: int = DEFAULT_ROW_BYTES
-    model: str | None = None
-    kv_dtype: str = "fp8"
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.initial not in ("first", "empty"):
-            raise ValueError(f"initial must be 'first' or 'empty', got {self.initial!r}")
-        if self.buffer_tokens is not None and self.buffer_tokens < 1:
-            raise ValueError(f"buffer_tokens must be >= 1, got {self.buffer_tokens}")
-        if self.full_layers is not None and self.mode != "hisparse":
-            raise ValueError("IndexShare (full_layers) applies to mode='hisparse' only")
-        if self.kv_dtype not in KV_DTYPES:
-            raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}")
-
-    def resolved(self, k: int) -> SelectionReplayConfig:
-        """This config with the default buffer (2 x k) filled in: the form that is
-        fingerprinted, so leaving ``buffer_tokens`` out and giving 2 x k are one run."""
-        return self if self.buffer_tokens else dataclasses.replace(self, buffer_tokens=2 * k)
-
-    def run_id(self, buffer_tokens: int | None = None) -> str:
-        """Run key of this config; call on :meth:`resolved` (``buffer_tokens`` is kept for
-        callers that pass the size they resolved themselves)."""
-        cfg = self if buffer_tokens is None else dataclasses.replace(
-            self, buffer_tokens=buffer_tokens)
-        if cfg.buffer_tokens is None:
-            raise ValueError("run_id needs a resolved buffer size; call resolved(k) first")
-        return bounded_key(f"sel-{cfg.trace}-{cfg.mode}-{cfg.policy}-{cfg.buffer_tokens}-"
-                           f"{fingerprint(cfg)[:8]}")
 
 
 def model_config(store: Store, trace: str, model: str, *, kv_dtype: str = "fp8",

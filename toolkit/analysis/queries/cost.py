@@ -1,0 +1,84 @@
+"""Cost queries: $ per million tokens of every priced run, the published figures beside
+them, and the decode step time behind a priced selection replay."""
+
+from __future__ import annotations
+
+from toolkit.analysis.queries.named import HW_FILTER, TRACE, NamedQuery
+
+#: The cost queries, in listing order.
+NAMED: tuple[NamedQuery, ...] = (
+    NamedQuery(
+        "cost_per_mtok", "$ per million tokens of every priced run (tier replays and priced "
+        "selection replays), with interactivity and whether the run is on its hardware's "
+        "Pareto front (no cheaper run at equal or higher interactivity).",
+        """
+        WITH c AS (
+            SELECT 'tiers' AS source, run_id, trace, model, hardware,
+                   coalesce('concurrency ' || concurrency, 'arrivals ' || arrivals) AS setting,
+                   1.0 / p50_tpot_s AS interactivity_tok_s_user,
+                   tokens_per_s_per_gpu AS total_tokens_per_s_per_gpu,
+                   usd_per_gpu_hour,
+                   usd_per_million_total_tokens AS usd_per_mtok_total,
+                   usd_per_million_output_tokens AS usd_per_mtok_output
+            FROM tier_runs WHERE p50_tpot_s > 0 AND usd_per_million_total_tokens IS NOT NULL
+            UNION ALL
+            SELECT 'decode', run_id, trace, model, hardware,
+                   'batch ' || batch_per_gpu || CASE WHEN overlap THEN ' overlapped'
+                                                     ELSE ' sync' END,
+                   interactivity_tok_s_user, total_tokens_per_s_per_gpu, usd_per_gpu_hour,
+                   usd_per_million_total_tokens, usd_per_million_output_tokens
+            FROM decode_costs),
+        f AS (SELECT * FROM c WHERE ($hardware IS NULL OR hardware = $hardware)
+                               AND ($trace IS NULL OR trace = $trace))
+        SELECT f.*, NOT EXISTS (
+                   SELECT 1 FROM f g WHERE g.source = f.source AND g.hardware = f.hardware
+                     AND g.model = f.model AND g.trace = f.trace
+                     AND g.interactivity_tok_s_user >= f.interactivity_tok_s_user
+                     AND g.usd_per_mtok_total <= f.usd_per_mtok_total
+                     AND (g.interactivity_tok_s_user > f.interactivity_tok_s_user
+                          OR g.usd_per_mtok_total < f.usd_per_mtok_total)) AS on_front
+        FROM f ORDER BY source, hardware, interactivity_tok_s_user
+        """, (TRACE, HW_FILTER),
+        (("source", "tiers | decode"), ("run_id", "tier run or decode_costs run"),
+         ("trace", "name"), ("model", "name"), ("hardware", "name"),
+         ("setting", "concurrency / batch / overlap"),
+         ("interactivity_tok_s_user", "tok/s/user = 1 / p50 TPOT"),
+         ("total_tokens_per_s_per_gpu", "tok/s/GPU, input + output"),
+         ("usd_per_gpu_hour", "$ (price tier of the run)"),
+         ("usd_per_mtok_total", "$ per M total tokens"),
+         ("usd_per_mtok_output", "$ per M output tokens"),
+         ("on_front", "on its (source, hardware, model, trace) Pareto front"))),
+    NamedQuery(
+        "published_costs", "Published $/M-token figures quoted for comparison (bundled, "
+        "never fitted to); overlay them on cost_per_mtok.",
+        """
+        SELECT hardware, engine, model,
+               interactivity_tok_s_user::DOUBLE AS interactivity_tok_s_user,
+               usd_per_mtok_total,
+               condition, derivation, source
+        FROM published_costs ORDER BY hardware, interactivity_tok_s_user
+        """, (),
+        (("hardware", "name"), ("engine", "serving engine"), ("model", "name"),
+         ("interactivity_tok_s_user", "tok/s/user"), ("usd_per_mtok_total", "$ per M total"),
+         ("condition", "e.g. a TTFT bound"), ("derivation", "quoted | derived (how)"),
+         ("source", "where it was published")),
+        bundled=("published_costs",)),
+    NamedQuery(
+        "step_time", "Decode step time of each priced selection replay split into its "
+        "terms (HBM/compute work, exposed miss I/O), one row per (run, term).",
+        """
+        SELECT d.run_id, d.hardware, d.model, d.batch_per_gpu, d.overlap,
+               d.hardware || ' b' || d.batch_per_gpu
+                   || CASE WHEN d.overlap THEN ' overlapped' ELSE ' sync' END AS config,
+               t.term, t.term_rank, t.time_s, d.mean_tpot_s
+        FROM decode_costs d, (VALUES ('HBM / compute work', 1, d.mean_t_work_s),
+                                     ('miss I/O (exposed)', 2, d.mean_t_miss_exposed_s))
+                             t(term, term_rank, time_s)
+        WHERE ($hardware IS NULL OR d.hardware = $hardware)
+        ORDER BY d.hardware, d.batch_per_gpu, d.overlap, t.term_rank
+        """, (HW_FILTER,),
+        (("run_id", "decode_costs run"), ("hardware", "name"), ("model", "name"),
+         ("batch_per_gpu", "requests"), ("overlap", "bool"), ("config", "label"),
+         ("term", "HBM / compute work | miss I/O (exposed)"), ("term_rank", "stack order"),
+         ("time_s", "s per decode step (mean)"), ("mean_tpot_s", "s; terms sum to it"))),
+)
