@@ -24,13 +24,8 @@ import pyarrow as pa
 from toolkit import schema
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
-from toolkit.replay.tiers import (
-    TierReplayConfig,
-    _assemble,
-    capacities,
-    page_stream,
-    run_kernel,
-)
+from toolkit.replay.tiers import TierReplayConfig, capacities, page_stream, run_kernel
+from toolkit.replay.tiers.run import _assemble
 from toolkit.replay.tiers_service import service_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -38,28 +38,7 @@ import numpy as np
 from toolkit.cost import DecodeScenario, decode_step, transfer_path
 from toolkit.hardware import HardwareSpec
 from toolkit.models import ModelSpec
-
-
-@dataclass(frozen=True)
-class ServiceAssumptions:
-    """The knobs of the service-time model (see the module docstring).
-
-    Attributes:
-        gpus_per_replica: GPUs of one serving instance (8: GLM-5.x FP8 needs > 4 GB200s).
-        kv_dtype: fp8 (656 B MLA rows) or bf16.
-        weight_precision: fp8 | bf16 | fp4, for weight bytes and GEMM peak.
-        mem_fraction: share of usable HBM for weights + KV (sglang ``mem_fraction_static``-like;
-            assumed 0.9).
-        compute_efficiency: fraction of dense peak reached by prefill (assumed 0.5).
-        mechanism: host-load transfer path (``toolkit.cost.transfer_path``).
-    """
-
-    gpus_per_replica: int = 8
-    kv_dtype: str = "fp8"
-    weight_precision: str = "fp8"
-    mem_fraction: float = 0.9
-    compute_efficiency: float = 0.5
-    mechanism: str = "sm_kernel"
+from toolkit.replay.tiers.config import ServiceAssumptions
 
 
 @dataclass(frozen=True)
