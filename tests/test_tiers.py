@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolkit.cost.from_replay import run_tiers
 from toolkit.ingest.fields import requests_table
 from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
 from toolkit.replay.tiers import (
@@ -16,7 +17,6 @@ from toolkit.replay.tiers import (
     UNBOUNDED,
     TierReplayConfig,
     page_stream,
-    replay_tiers,
     summary_json,
 )
 
@@ -38,7 +38,7 @@ def _run(store, name, **kw):
     semantics have their own in test_tiers_sglang.py)."""
     kw.setdefault("radix_semantics", "page")
     cfg = TierReplayConfig(name, **kw)
-    return replay_tiers(store, cfg, save=False)
+    return run_tiers(store, cfg, save=False)
 
 
 def _sources(res):
@@ -163,7 +163,7 @@ class TestMooncake:
         """1024-token pages (2 blocks) hit no more than 512-token pages when unbounded."""
         ps = page_stream(mooncake_store.read("requests", "conv"), 1024, "page")
         assert ps.page_tokens == 1024 and ps.tokens.sum() == 144_793_823
-        res = replay_tiers(mooncake_store, TierReplayConfig(
+        res = run_tiers(mooncake_store, TierReplayConfig(
             "conv", device_tokens=UNBOUNDED, page_tokens=1024, radix_semantics="page"),
             stream=ps, save=False)
         assert res.summary["overall_hit_rate"] <= 54_098_411 / 144_793_823
@@ -262,7 +262,7 @@ def test_azure_arrivals_drive_mooncake_requests(mooncake_store):
 
     if "az" not in mooncake_store.traces():
         mooncake_store.ingest("azure", AZURE, "az")
-    res = replay_tiers(mooncake_store, TierReplayConfig(
+    res = run_tiers(mooncake_store, TierReplayConfig(
         "conv", arrivals="from:az", device_tokens=UNBOUNDED, radix_semantics="page"),
         save=False)
     sent = np.sort(res.requests.column("arrival_s").to_numpy())

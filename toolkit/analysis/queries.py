@@ -96,7 +96,7 @@ def _choice(args: dict[str, Any], name: str, choices: tuple[str, ...]) -> None:
 
 def _model_bytes(args: dict[str, Any], *, indexer: bool) -> dict[str, Any]:
     from toolkit.models import get_model
-    from toolkit.replay.tiers_service import kv_bytes_per_token
+    from toolkit.serving.tier_service import kv_bytes_per_token
 
     try:
         model = get_model(str(args["model"]))
@@ -119,8 +119,8 @@ def _resolve_buffer_capacity(store: Store, args: dict[str, Any]) -> dict[str, An
 
 
 def _resolve_link(store: Store, args: dict[str, Any]) -> dict[str, Any]:
-    from toolkit.cost.transfer import MECHANISMS, transfer_path
     from toolkit.hardware import get_hardware
+    from toolkit.serving.transfer import MECHANISMS, transfer_path
 
     _choice(args, "per", ("step", "layer", "request"))
     _choice(args, "mechanism", MECHANISMS)
@@ -506,7 +506,7 @@ _LIST: list[NamedQuery] = [
     NamedQuery(
         "miss_latency", "Host-to-device miss latency of selection replays: one request's "
         "misses at one layer and step moved alone over the named hardware's host link "
-        "(transfer model of toolkit.cost.transfer, all GPUs loading), summarised per step, "
+        "(transfer model of toolkit.serving.transfer, all GPUs loading), summarised per step, "
         "layer or request.",
         """
         WITH x AS (

@@ -31,7 +31,7 @@ Metrics follow InferenceX: hit rate of a source = tokens from that source /
 prompt tokens. Requests are admitted FCFS when their pages fit on the device, so with
 unbounded tiers lookups happen in arrival order and the overall hit rate equals
 :mod:`toolkit.replay.prefix`'s unbounded ``prefix_token_hit_ratio``. Service-time
-assumptions are in :mod:`toolkit.replay.tiers_service`.
+assumptions are in :mod:`toolkit.serving.tier_service`; the caller passes them in.
 """
 
 from toolkit.replay.tiers.config import (

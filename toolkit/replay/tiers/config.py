@@ -7,6 +7,7 @@ the fields without loading the kernels.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from toolkit.config import fingerprint
 
@@ -22,7 +23,7 @@ WRITE_CODES = {"write_through": 0, "write_through_selective": 1, "write_back": 2
 
 @dataclass(frozen=True)
 class ServiceAssumptions:
-    """The knobs of the service-time model (:mod:`toolkit.replay.tiers_service`).
+    """The knobs of the service-time model (:mod:`toolkit.serving.tier_service`).
 
     Attributes:
         gpus_per_replica: GPUs of one serving instance (8: GLM-5.x FP8 needs > 4 GB200s).
@@ -31,7 +32,7 @@ class ServiceAssumptions:
         mem_fraction: share of usable HBM for weights + KV (sglang ``mem_fraction_static``-like;
             assumed 0.9).
         compute_efficiency: fraction of dense peak reached by prefill (assumed 0.5).
-        mechanism: host-load transfer path (``toolkit.cost.transfer_path``).
+        mechanism: host-load transfer path (``toolkit.serving.transfer.transfer_path``).
     """
 
     gpus_per_replica: int = 8
@@ -40,6 +41,38 @@ class ServiceAssumptions:
     mem_fraction: float = 0.9
     compute_efficiency: float = 0.5
     mechanism: str = "sm_kernel"
+
+
+@dataclass(frozen=True)
+class ServiceTimes:
+    """Coefficients the compiled loop times requests with (seconds).
+
+    The replay counts and schedules; these numbers come from its caller (the serving
+    model, :mod:`toolkit.serving.tier_service`), so the replay never models hardware.
+    """
+
+    kv_bytes_per_token: int
+    prefill_s_per_token: float
+    prefill_s_per_token_context: float
+    host_fixed_s: float
+    host_s_per_token: float
+    storage_fixed_s: float
+    storage_s_per_token: float
+    tpot_by_batch_s: Any  # float64 array, index = running requests (index 0 unused)
+    context_tokens: int
+
+
+class TierService(Protocol):
+    """What :func:`toolkit.replay.tiers.replay_tiers` asks of a service-time model."""
+
+    def times(self, context_tokens: int, max_batch: int) -> ServiceTimes:
+        """Service times at a mean prompt of ``context_tokens`` for up to ``max_batch``
+        running requests."""
+        ...
+
+    def default_device_tokens(self) -> int:
+        """The device KV pool in tokens when the config leaves it to the hardware."""
+        ...
 
 
 @dataclass(frozen=True)

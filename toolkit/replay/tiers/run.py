@@ -12,26 +12,20 @@ import pyarrow.compute as pc
 
 from toolkit import __version__
 from toolkit.config import config_json
-from toolkit.cost import usd_per_million_tokens
 from toolkit.errors import ToolkitError
-from toolkit.hardware import get_hardware
-from toolkit.models import get_model
 from toolkit.replay.keys import dense_ids
 from toolkit.replay.tiers.config import (
     POLICY_CODES,
     UNBOUNDED,
     WRITE_CODES,
+    ServiceTimes,
     TierReplayConfig,
+    TierService,
 )
 from toolkit.replay.tiers.loop import C_OVER, COUNTERS
 from toolkit.replay.tiers.page import simulate_page
 from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
 from toolkit.replay.tiers.radix import simulate_radix
-from toolkit.replay.tiers_service import (
-    ServiceModel,
-    default_device_tokens,
-    service_model,
-)
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
 from toolkit.store import Store
 
@@ -169,12 +163,11 @@ def _open_arrivals(store: Store, cfg: TierReplayConfig, ps: PageStream) -> np.nd
     return t
 
 
-def capacities(cfg: TierReplayConfig, kv_bytes: int) -> tuple[int, int, int]:
+def capacities(cfg: TierReplayConfig, service: TierService) -> tuple[int, int, int]:
     """(device, host, storage) capacities in tokens; -1 unbounded."""
-    hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
     dev = cfg.device_tokens
     if dev is None:
-        dev = default_device_tokens(hw, model, cfg.assumptions)
+        dev = service.default_device_tokens()
     host = cfg.host_tokens
     if host is None:
         host = UNBOUNDED if dev == UNBOUNDED else int(cfg.host_ratio * dev)
@@ -197,7 +190,7 @@ def _schedule(cfg: TierReplayConfig, ps: PageStream) -> tuple[np.ndarray, ...]:
     return z, z, z, np.zeros(r)
 
 
-def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceModel,
+def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
                caps: tuple[int, int, int], t_open: np.ndarray) -> dict[str, Any]:
     """Call the compiled loop; returns its per-request arrays, counters and integrals."""
     r = ps.prompt.size
@@ -267,15 +260,16 @@ class TierReplayResult:
 def replay_tiers(
     store: Store,
     cfg: TierReplayConfig,
+    service: TierService,
     *,
     stream: PageStream | None = None,
-    save: bool = True,
 ) -> TierReplayResult:
-    """Replay ``cfg``; with ``save`` write ``tier_runs``/``tier_requests`` (see save_result).
+    """Replay ``cfg`` with ``service``'s times; nothing is priced or saved.
 
+    The summary's price columns are None: the caller prices the run
+    (:func:`toolkit.cost.from_replay.price_tier_run`) and saves it (:func:`save_result`).
     Pass ``stream`` to reuse one flattened trace across a sweep.
     """
-    hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
     ps = stream or page_stream(store.read("requests", cfg.trace), cfg.page_tokens,
                                cfg.radix_semantics)
     if cfg.page_tokens is not None and cfg.page_tokens != ps.page_tokens:
@@ -284,18 +278,15 @@ def replay_tiers(
         raise ValueError(f"stream is for {ps.semantics} semantics, config asks "
                          f"{cfg.radix_semantics}")
     max_batch = cfg.concurrency or (cfg.max_running or 1024)
-    svc = service_model(hw, model, cfg.assumptions, int(ps.prompt.mean()), max_batch)
-    caps = capacities(cfg, svc.kv_bytes_per_token)
+    svc = service.times(int(ps.prompt.mean()), max_batch)
+    caps = capacities(cfg, service)
     closed = cfg.concurrency is not None or cfg.sequential
     t_open = np.zeros(0) if closed else _open_arrivals(store, cfg, ps)
     out = run_kernel(cfg, ps, svc, caps, t_open)
-    result = _assemble(cfg, ps, svc, caps, out, hw.price_usd_per_gpu_hour(cfg.price_tier))
-    if save:
-        save_result(store, result)
-    return result
+    return _assemble(cfg, ps, svc, caps, out)
 
 
-def _assemble(cfg, ps, svc, caps, out, price) -> TierReplayResult:  # noqa: ANN001
+def _assemble(cfg, ps, svc, caps, out) -> TierReplayResult:  # noqa: ANN001
     run_id = cfg.run_id
     computed = ps.prompt - out["dev"] - out["host"] - out["sto"]
     ttft = out["first"] - out["arr"]
@@ -346,11 +337,8 @@ def _assemble(cfg, ps, svc, caps, out, price) -> TierReplayResult:  # noqa: ANN0
         "p50_tpot_s": float(np.quantile(tp_ok, 0.5)) if tp_ok.size else None,
         "p90_tpot_s": float(np.quantile(tp_ok, 0.9)) if tp_ok.size else None,
         "makespan_s": makespan, "tokens_per_s_per_gpu": tput,
-        "output_tokens_per_s_per_gpu": out_tput, "usd_per_gpu_hour": price,
-        "usd_per_million_total_tokens": float(usd_per_million_tokens(price, tput)) if tput > 0
-        else None,
-        "usd_per_million_output_tokens": float(usd_per_million_tokens(price, out_tput))
-        if out_tput > 0 else None,
+        "output_tokens_per_s_per_gpu": out_tput, "usd_per_gpu_hour": None,
+        "usd_per_million_total_tokens": None, "usd_per_million_output_tokens": None,
         "host_used_peak_bytes": float(out["counters"]["peak_host_pages"] * ps.page_tokens * kvb),
         "host_used_mean_bytes": float(out["areas"][0] / out["makespan_s"] * ps.page_tokens * kvb)
         if out["makespan_s"] > 0 else 0.0,
