@@ -89,6 +89,28 @@ class TestHiCacheRules:
         res = _run(store, name, device_tokens=16, host_tokens=0, policy=policy)
         assert _sources(res)[-1] == last
 
+    def test_sglang_slru_name_and_slru_alias(self, store):
+        """The tier policy is named sglang-slru (the registry's slru is libCacheSim's
+        segmented LRU); slru is accepted as an alias, normalised before fingerprinting."""
+        a = TierReplayConfig("t", policy="slru")
+        b = TierReplayConfig("t", policy="sglang-slru")
+        assert a == b and a.policy == "sglang-slru" and a.run_id == b.run_id
+        name = _store_trace(store, [[1], [1], [1], [5], [6, 7], [1]])
+        ra = _run(store, name, device_tokens=16, host_tokens=0, policy="slru")
+        rb = _run(store, name, device_tokens=16, host_tokens=0, policy="sglang-slru")
+        assert _sources(ra) == _sources(rb)
+        assert ra.summary["policy"] == rb.summary["policy"] == "sglang-slru"
+
+    def test_cli_policy_help_names_sglang_slru(self):
+        """``replay tiers --help`` lists the tier policies and says slru is an alias."""
+        from typer.testing import CliRunner
+
+        from toolkit.cli import app
+
+        out = " ".join(CliRunner().invoke(app, ["replay", "tiers", "--help"]).output.split())
+        for name in ("lru", "lfu", "sglang-slru", "priority", "alias"):
+            assert name in out
+
     def test_no_host_means_drop(self, store):
         """With host capacity 0 demotion is impossible: evicted pages are recomputed."""
         name = _store_trace(store, [[1, 2], [3, 4], [1, 2]])
@@ -186,7 +208,7 @@ class TestOutputs:
 
     def test_bad_config(self):
         """Unknown policies and arrival modes are refused with the allowed values."""
-        with pytest.raises(ValueError, match="lru, lfu, slru, priority"):
+        with pytest.raises(ValueError, match="lru, lfu, sglang-slru, priority"):
             TierReplayConfig("t", policy="fifo")
         with pytest.raises(ValueError, match="scaled:F"):
             TierReplayConfig("t", arrivals="poisson")

@@ -58,7 +58,9 @@ def tiers_cmd(
         bool, typer.Option("--sequential",
                            help="One request at a time in arrival order, no decode pages.")
     ] = False,
-    policy: Annotated[str, typer.Option("--policy", help="lru, lfu, slru or priority.")] = "lru",
+    policy: Annotated[str, typer.Option(
+        "--policy", help="lru, lfu, sglang-slru or priority (SGLang's evict_policy.py; slru "
+                         "is accepted as an alias of sglang-slru).")] = "lru",
     write_policy: Annotated[
         str, typer.Option("--write-policy",
                           help="write_through, write_through_selective or write_back.")

@@ -17,7 +17,10 @@ SEMANTICS = ("sglang", "page")
 # sglang-slru = SLRUStrategy(protected_threshold=2), i.e. (hit_count >= 2, last access);
 # priority = (request priority, last access). Traces carry no request priority, so every
 # page has priority 0 and "priority" orders exactly as lru. Values are the kernel codes.
-POLICY_CODES = {"lru": 0, "lfu": 1, "slru": 2, "priority": 0}
+# Not the policy registry's "slru" (libCacheSim's segmented LRU), hence its own name;
+# "slru" is still accepted here and normalised before the config is fingerprinted.
+POLICY_CODES = {"lru": 0, "lfu": 1, "sglang-slru": 2, "priority": 0}
+POLICY_ALIASES = {"slru": "sglang-slru"}
 WRITE_CODES = {"write_through": 0, "write_through_selective": 1, "write_back": 2}
 
 
@@ -93,8 +96,9 @@ class TierReplayConfig:
             split into sub-pages covering the same tokens) or a multiple of it.
         radix_semantics: sglang (SGLang's RadixCache, default) | page (page-granular).
         sequential: one request at a time in arrival order, no decode pages.
-        policy: device eviction: lru | lfu | slru | priority (sglang evict_policy.py; with
-            no request priorities in a trace, priority orders exactly as lru).
+        policy: device eviction: lru | lfu | sglang-slru | priority (sglang
+            evict_policy.py; with no request priorities in a trace, priority orders exactly
+            as lru). ``slru`` is an alias of sglang-slru, stored as sglang-slru.
         write_policy: write_through | write_through_selective | write_back.
         write_through_threshold: hits before a selective backup (sglang uses 2).
         max_running: cap on running requests; 0 = none.
@@ -121,6 +125,8 @@ class TierReplayConfig:
     assumptions: ServiceAssumptions = ServiceAssumptions()
 
     def __post_init__(self) -> None:
+        if self.policy in POLICY_ALIASES:
+            object.__setattr__(self, "policy", POLICY_ALIASES[self.policy])
         if self.policy not in POLICY_CODES:
             raise ValueError(
                 f"policy must be one of {', '.join(POLICY_CODES)}; got {self.policy!r}"

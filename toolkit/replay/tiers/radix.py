@@ -16,7 +16,7 @@ class and ``tests/test_tiers_sglang.py`` checks this kernel against it request b
 * ``evict(n)`` pops unlocked leaves by priority and frees each whole until at least
   ``n`` tokens are freed (it overshoots); a parent left childless and unlocked joins;
 * priority = last access (lru, priority: traces carry no request priority), (hits, last
-  access) (lfu), (hits >= 2, last access) (slru);
+  access) (lfu), (hits >= 2, last access) (sglang-slru);
 * a running request locks its path (``inc_lock_ref``); locked nodes are never evicted.
 
 Pieces: the pieces of a trace (see :func:`toolkit.replay.tiers.pieces.radix_pieces`) are the
@@ -65,7 +65,7 @@ from toolkit.replay.tiers.loop import (
     event_loop,
 )
 
-# policy codes: 0 lru / priority, 1 lfu, 2 slru (sglang SLRUStrategy(protected_threshold=2))
+# policy codes: 0 lru / priority, 1 lfu, 2 sglang-slru (SLRUStrategy(protected_threshold=2))
 SLRU_PROTECTED_HITS = 2
 # indices into the state vector ``st`` (tokens unless said); S_USED and S_HOST are the
 # loop's SZ_DEV and SZ_HOST
