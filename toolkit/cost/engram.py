@@ -28,7 +28,7 @@ granularity 4 KiB (**assumed**: one row per I/O, no coalescing of neighbouring r
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolkit.cost.capacity import hbm_budget
@@ -149,26 +149,6 @@ def price_placements(p: EngramPlacement) -> dict[str, dict[str, float]]:
         row.update(hbm_engram_bytes=p.hbm_cache_bytes, fits=float(fits))
         res[backing] = row
     return res
-
-
-def placement_rows(p: EngramPlacement) -> list[dict[str, Any]]:
-    """:func:`price_placements` flattened: one row per placement x fetch mode."""
-    out = []
-    for placement, r in price_placements(p).items():
-        modes = ("overlapped",) if placement == "hbm" else ("overlapped", "sync")
-        for mode in modes:
-            out.append({"hardware": p.hardware.name, "model": p.model.name,
-                        "placement": placement, "fetch": mode if placement != "hbm" else "none",
-                        "hit_ratio": p.hit_ratio, "batch_per_gpu": r["batch_per_gpu"],
-                        "tokens_per_s_per_gpu": r[f"tokens_per_s_per_gpu_{mode}"],
-                        "tokens_per_usd": r[f"tokens_per_usd_{mode}"],
-                        "fetch_s_per_layer": r["fetch_s_per_layer"],
-                        "tpot_s": r[f"tpot_s_{mode}"], "fits": bool(r["fits"])})
-    return out
-
-
-def with_hit_ratio(p: EngramPlacement, hit_ratio: float) -> EngramPlacement:
-    return replace(p, hit_ratio=hit_ratio)
 
 
 def ssd_read_s_per_row(hw: HardwareSpec, iops: float = SSD_IOPS_PER_GPU,
