@@ -34,29 +34,39 @@ unbounded tiers lookups happen in arrival order and the overall hit rate equals
 assumptions are in :mod:`toolkit.serving.tier_service`; the caller passes them in.
 """
 
+from typing import Any
+
 from toolkit.replay.tiers.config import (
     SEMANTICS,
     UNBOUNDED,
     ServiceAssumptions,
+    ServiceTimes,
     TierReplayConfig,
+    TierService,
 )
-from toolkit.replay.tiers.run import (
-    SUMMARY_KEYS,
-    TOKEN_KEYS,
-    PageStream,
-    TierReplayResult,
-    capacities,
-    page_stream,
-    replay_tiers,
-    run_kernel,
-    save_result,
-    summary_json,
-)
-from toolkit.schema import TIER_REQUESTS, TIER_RUNS
+
+# Loaded on first use, so reading the config (e.g. the CLI's defaults) does not load
+# numba, NumPy or Arrow.
+_RUN = ("SUMMARY_KEYS", "TOKEN_KEYS", "PageStream", "TierReplayResult", "capacities",
+        "page_stream", "replay_tiers", "run_kernel", "save_result", "summary_json")
+_SCHEMA = ("TIER_REQUESTS", "TIER_RUNS")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RUN:
+        from toolkit.replay.tiers import run
+
+        return getattr(run, name)
+    if name in _SCHEMA:
+        from toolkit import schema
+
+        return getattr(schema, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SEMANTICS", "SUMMARY_KEYS", "TIER_REQUESTS", "TIER_RUNS", "TOKEN_KEYS", "UNBOUNDED",
-    "PageStream", "ServiceAssumptions", "TierReplayConfig", "TierReplayResult",
-    "capacities", "page_stream", "replay_tiers", "run_kernel", "save_result",
-    "summary_json",
+    "PageStream", "ServiceAssumptions", "ServiceTimes", "TierReplayConfig",
+    "TierReplayResult", "TierService", "capacities", "page_stream", "replay_tiers",
+    "run_kernel", "save_result", "summary_json",
 ]
