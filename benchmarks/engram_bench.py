@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 
 import toolkit
+from toolkit.cost.engram import run_engram
 from toolkit.engram.hashing import EngramConfig, EngramHasher, load_backbone_tokenizer
 from toolkit.engram.record import hash_text, record_engram
-from toolkit.replay.engram import EngramReplayConfig, replay_engram
+from toolkit.replay.engram import EngramReplayConfig
 
 
 def build_corpus(out: Path, tokens: int, tok) -> int:
@@ -64,10 +65,10 @@ def main() -> None:
             res = record_engram(s, "stdlib", [corpus], EngramConfig(), hasher=hasher,
                                 tokenizer=tok)
             print(f"record (hash + write {res.lookups:,} rows): {res.elapsed_s:.2f} s")
-            replay_engram(s, EngramReplayConfig("stdlib", 1e6), save=False)  # JIT warm-up
+            run_engram(s, EngramReplayConfig("stdlib", 1e6), save=False)  # JIT warm-up
             for gb, policy in ((0.1, "lru"), (1.0, "lru"), (0.1, "s3fifo")):
                 t, c = time.perf_counter(), time.process_time()
-                out = replay_engram(s, EngramReplayConfig("stdlib", gb * 1e9, policy=policy),
+                out = run_engram(s, EngramReplayConfig("stdlib", gb * 1e9, policy=policy),
                                     save=False)
                 total, cpu = time.perf_counter() - t, time.process_time() - c
                 print(f"replay {policy} {gb} GB: load {out['load_s']:.2f} s, remap + kernel "

@@ -34,7 +34,7 @@ in ``managers/cache_controller.py`` moves KV between the device and host pools w
 ``device_module.Event()`` / streams (``get_device_module()``: CUDA, NPU or MUSA) and a
 real device KV pool; a CPU-only machine has neither, so it was not attempted past reading
 the source. The host-tier rules are derived from that source instead (see
-``toolkit/replay/tiers_radix.py``); only the device tier is proven here.
+``toolkit/replay/tiers/radix.py``); only the device tier is proven here.
 """
 
 from __future__ import annotations

@@ -24,14 +24,9 @@ import pyarrow as pa
 from toolkit import schema
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
-from toolkit.replay.tiers import (
-    TierReplayConfig,
-    _assemble,
-    capacities,
-    page_stream,
-    run_kernel,
-)
-from toolkit.replay.tiers_service import service_model
+from toolkit.replay.tiers import TierReplayConfig, capacities, page_stream, run_kernel
+from toolkit.replay.tiers.run import _assemble
+from toolkit.serving.tier_service import TierServiceModel
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
@@ -72,8 +67,9 @@ def main() -> None:
     hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
     # warm-up: compile on one copy
     small = page_stream(tiled(1), semantics=cfg.radix_semantics)
-    svc = service_model(hw, model, cfg.assumptions, int(small.prompt.mean()), 1024)
-    caps = capacities(cfg, svc.kv_bytes_per_token)
+    service = TierServiceModel(hw, model, cfg.assumptions)
+    svc = service.times(int(small.prompt.mean()), 1024)
+    caps = capacities(cfg, service)
     run_kernel(cfg, small, svc, caps, small.arrival_s - small.arrival_s[0])
     t0 = time.perf_counter()
     table = tiled(args.copies)
@@ -82,7 +78,7 @@ def main() -> None:
     t2 = time.perf_counter()
     out = run_kernel(cfg, ps, svc, caps, ps.arrival_s - ps.arrival_s[0])
     t3 = time.perf_counter()
-    res = _assemble(cfg, ps, svc, caps, out, hw.price_usd_per_gpu_hour())
+    res = _assemble(cfg, ps, svc, caps, out)
     t4 = time.perf_counter()
     s = res.summary
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -179,7 +179,7 @@ hisparse
 
 # %% [markdown]
 # ## 5. Priced HiSparse decode per GPU: cost vs interactivity, and where the step time goes
-# The decode-step model (`toolkit/cost/decode.py`) prices the same replay at batches 8, 32
+# The decode-step model (`toolkit/serving/step.py`) prices the same replay at batches 8, 32
 # and 128 per GPU, synchronous and overlapped, on each accelerator (GLM-5.2, 32K in / 8K out,
 # misses scaled to k = 2048: an **assumption**); each pricing is a `decode_costs` row, and
 # both charts are named queries (`cost_per_mtok`, `step_time`). Diamonds: the published

@@ -23,7 +23,7 @@
 # Every grid is a **sweep** (`toolkit.sweep`, TOML grid files written next to the store),
 # each cell a normal tier replay keyed by its config, so cells shared between sections
 # run once. Every number is computed in DuckDB from the run tables; assumptions of the
-# service-time model are listed in `toolkit/replay/tiers_service.py`. The store stays in
+# service-time model are listed in `toolkit/serving/tier_service.py`. The store stays in
 # `build/notebooks/05` for `toolkit sql`.
 
 # %%

@@ -31,11 +31,11 @@ import polars as pl
 import toolkit
 from toolkit.analysis import run_query
 from toolkit.charts import engram_bytes_per_token, engram_hit_curve, engram_tokens_per_usd
-from toolkit.cost.engram import missed_rows_per_token_for
+from toolkit.cost.engram import missed_rows_per_token_for, run_engram
 from toolkit.engram.hashing import EngramConfig
 from toolkit.engram.record import record_engram
 from toolkit.hardware import get_hardware
-from toolkit.replay.engram import EngramReplayConfig, load_dense, replay_engram
+from toolkit.replay.engram import EngramReplayConfig, load_dense
 from toolkit.replay.mrc import lru_miss_curve
 
 alt.renderers.enable("svg")
@@ -89,7 +89,7 @@ store.write("miss_curves", "engram-bundled", pl.DataFrame({
 SIZES_MB = [1, 3, 10, 30, 100]
 for policy in ("lru", "s3fifo", "opt"):
     for mb in SIZES_MB:
-        replay_engram(store, EngramReplayConfig("bundled", mb * 1e6, policy=policy))
+        run_engram(store, EngramReplayConfig("bundled", mb * 1e6, policy=policy))
 runs = store.query("""
     SELECT policy, hbm_cache_bytes / 1e6 AS cache_mb, capacity_rows, hits, misses,
            round(hit_ratio, 4) AS hit_ratio, hottest_1pct_share, hottest_10pct_share
@@ -113,7 +113,7 @@ engram_hit_curve(run_query(store, "engram_hit_curve", trace="bundled", step=500)
 # %%
 for backing in ("dram", "ssd"):
     for mb in (1, 10, 100):
-        replay_engram(store, EngramReplayConfig("bundled", mb * 1e6, backing=backing))
+        run_engram(store, EngramReplayConfig("bundled", mb * 1e6, backing=backing))
 bytes_tier = store.query("""
     SELECT backing, hbm_cache_bytes / 1e6 AS cache_mb, round(hit_ratio, 4) AS hit_ratio,
            round(hbm_bytes_per_token) AS hbm_bytes_per_token,
@@ -144,7 +144,7 @@ engram_bytes_per_token(run_query(store, "engram_bytes_per_token", trace="bundled
 HARDWARE = ["gb200", "gb300", "mi355x", "b200", "h200"]
 for hw in HARDWARE:
     for backing in ("dram", "ssd"):
-        replay_engram(store, EngramReplayConfig("bundled", 10e6, backing=backing, hardware=hw))
+        run_engram(store, EngramReplayConfig("bundled", 10e6, backing=backing, hardware=hw))
 placements = run_query(store, "engram_tokens_per_usd", trace="bundled",
                        cache_bytes=1e7).with_columns(pl.col("m_tokens_per_usd").round(2))
 placements.pivot(on="hardware", index=["placement", "fetch_mode"], values="m_tokens_per_usd")

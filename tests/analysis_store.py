@@ -10,14 +10,16 @@ import pytest
 
 import toolkit
 from toolkit.cost.compare import CompareConfig
+from toolkit.cost.engram import run_engram
+from toolkit.cost.from_replay import run_tiers
 from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
 from toolkit.engram.hashing import EngramConfig
 from toolkit.engram.record import record_engram
-from toolkit.replay.engram import EngramReplayConfig, load_dense, replay_engram
+from toolkit.replay.engram import EngramReplayConfig, load_dense
 from toolkit.replay.mrc import lru_miss_curve
 from toolkit.replay.prefix import sweep_prefix
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
-from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+from toolkit.replay.tiers import TierReplayConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TIER_RUNS = (("gb200", 8), ("gb200", 16), ("mi355x", 8), ("mi355x", 16))
@@ -36,7 +38,7 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
         s.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "mc")
         sweep_prefix(s, "mc", [1_000, 10_000, None])
         for hw, users in TIER_RUNS:
-            replay_tiers(s, TierReplayConfig("mc", hw, "glm-5.2", concurrency=users))
+            run_tiers(s, TierReplayConfig("mc", hw, "glm-5.2", concurrency=users))
         s.ingest("bundle", ROOT / "traces/smollm2", "smollm2", select="smollm2-softmax-sum")
         rows = load_rows(s, "smollm2")
         ids: dict[tuple[str, int], str] = {}
@@ -56,7 +58,7 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
             "trace": "heapq", "kind": "engram", "capacity": list(range(misses.size)),
             "accesses": n, "misses": misses, "miss_ratio": misses / n}).to_arrow())
         for policy, backing in (("lru", "dram"), ("lru", "ssd"), ("opt", "dram")):
-            replay_engram(s, EngramReplayConfig("heapq", 1e6, policy=policy, backing=backing))
+            run_engram(s, EngramReplayConfig("heapq", 1e6, policy=policy, backing=backing))
         record_serving_fronts(s, CompareConfig(model="dsr1", hardware=("gb200", "mi355x"),
                                                precision="fp4"))
         yield s

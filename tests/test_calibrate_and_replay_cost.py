@@ -7,12 +7,12 @@ import polars as pl
 import pytest
 
 from toolkit.cost.calibrate import calibrate_decode
-from toolkit.cost.decode import DecodeScenario, decode_step
 from toolkit.cost.from_replay import cost_of_replay
 from toolkit.cost.price import usd_per_million_tokens
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+from toolkit.serving.step import DecodeScenario, decode_step
 from toolkit.synth.selections import SyntheticSelectionConfig, generate
 
 MODEL, HW = get_model("glm-5.2"), get_hardware("gb200")

@@ -15,24 +15,22 @@ from typer.testing import CliRunner
 
 from toolkit.commands.cost import cost_cmd, hardware_app
 from toolkit.cost import (
-    DecodeScenario,
     MeasurementError,
-    bw_eff,
     cost_at_interactivity,
     cost_matrix,
     cost_ratio,
-    decode_step,
     pareto_front,
+    price_decode,
     quote,
     read_measurements,
-    sm_kernel_bandwidth_bytes_per_s,
     steffen_interpolate,
     tokens_per_s_per_gpu_for_cost,
-    transfer_path,
     usd_per_million_tokens,
 )
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
+from toolkit.serving.step import DecodeScenario, decode_step
+from toolkit.serving.transfer import bw_eff, sm_kernel_bandwidth_bytes_per_s, transfer_path
 
 
 class TestTransfer:
@@ -299,7 +297,8 @@ class TestDecode:
         r = decode_step(self._sc(batch_per_gpu=16))
         assert r.interactivity_tok_s_user == pytest.approx(1000 / (r.tpot_s * 1000))
         assert r.tokens_per_s_per_gpu == pytest.approx(16 / r.tpot_s)
-        assert r.usd_per_million_output_tokens == pytest.approx(
+        usd = price_decode(r, get_hardware("gb200")).usd_per_million_output_tokens
+        assert usd == pytest.approx(
             1.86 / (r.tokens_per_s_per_gpu * 3600 / 1e6)
         )
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 import toolkit
 from toolkit.cli import app
+from toolkit.cost.engram import run_engram
 from toolkit.engram.hashing import (
     EngramConfig,
     EngramHasher,
@@ -29,7 +30,6 @@ from toolkit.replay.engram import (
     EngramReplayConfig,
     dense_remap,
     load_stream,
-    replay_engram,
     reuse_shares,
 )
 
@@ -207,7 +207,7 @@ class TestRecord:
 class TestReplay:
     def test_golden_lru(self, bundled_store):
         """LRU, 10 MB of 128 B rows (78,125 rows): golden hits on the bundled trace."""
-        out = replay_engram(bundled_store, EngramReplayConfig("bundled", 10e6), save=False)
+        out = run_engram(bundled_store, EngramReplayConfig("bundled", 10e6), save=False)
         assert out["capacity_rows"] == 78_125 and out["row_bytes"] == 128
         assert (out["hits"], out["misses"], out["distinct_rows"]) == (416_853, 640_555, 563_495)
         assert out["hbm_bytes_per_token"] + out["backing_bytes_per_token"] == 32 * 128
@@ -220,7 +220,7 @@ class TestReplay:
         dense, n = dense_remap(s.keys, s.n_keys)
         curve = lru_miss_curve(dense, n, 100_000)
         for cap_rows in (0, 1_000, 78_125):
-            out = replay_engram(bundled_store, EngramReplayConfig("bundled", cap_rows * 128.0),
+            out = run_engram(bundled_store, EngramReplayConfig("bundled", cap_rows * 128.0),
                                 save=False)
             assert out["misses"] == curve[cap_rows]
 
@@ -236,7 +236,7 @@ class TestReplay:
 
     def test_unbounded_cache_misses_only_cold(self, bundled_store):
         """A cache larger than every row touched misses exactly once per distinct row."""
-        out = replay_engram(bundled_store, EngramReplayConfig("bundled", 1e12, policy="fifo"),
+        out = run_engram(bundled_store, EngramReplayConfig("bundled", 1e12, policy="fifo"),
                             save=False)
         assert out["misses"] == out["distinct_rows"]
 
@@ -259,7 +259,7 @@ class TestReplay:
     def test_unknown_trace_and_policy(self, bundled_store):
         """Unknown names fail with the known ones listed."""
         with pytest.raises(toolkit.errors.ToolkitError, match="known: bundled"):
-            replay_engram(bundled_store, EngramReplayConfig("nope", 1e6))
+            run_engram(bundled_store, EngramReplayConfig("nope", 1e6))
         with pytest.raises(Exception, match="policy"):
             EngramReplayConfig("bundled", 1e6, policy="nope")
         with pytest.raises(ValueError, match="backing"):

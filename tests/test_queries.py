@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 from toolkit.analysis import QUERIES, run_query
 from toolkit.analysis.queries import QueryError
 from toolkit.cli import app
-from toolkit.cost.transfer import transfer_path
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
+from toolkit.serving.transfer import transfer_path
 
 runner = CliRunner()
 

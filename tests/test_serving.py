@@ -325,10 +325,11 @@ class TestReuse:
 
     def test_prefix_columns_from_tier_run(self, mooncake_store):
         """Cached and host-loaded prompt shares come from a stored tier replay."""
-        from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+        from toolkit.cost.from_replay import run_tiers
+        from toolkit.replay.tiers import TierReplayConfig
         from toolkit.serving.reuse import prefix_columns
 
-        res = replay_tiers(mooncake_store, TierReplayConfig("conv", device_tokens=300_000))
+        res = run_tiers(mooncake_store, TierReplayConfig("conv", device_tokens=300_000))
         cols = prefix_columns(mooncake_store, res.summary["run_id"])
         s = res.summary
         assert cols["cached_prefix_fraction"] == pytest.approx(s["overall_hit_rate"])

@@ -225,7 +225,8 @@ class TestRun:
     def test_tiers_and_serving_kinds(self, tmp_path):
         """Tier replays and cost comparisons sweep too; cells equal direct calls."""
         from toolkit.cost.compare import CompareConfig, compare
-        from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+        from toolkit.cost.from_replay import run_tiers
+        from toolkit.replay.tiers import TierReplayConfig
 
         with toolkit.open_store(tmp_path / "s") as s:
             s.ingest("mooncake", MOONCAKE, "conv")
@@ -238,7 +239,7 @@ class TestRun:
             assert df.columns == [c for c, _ in QUERIES["sweep_cost_surface"].columns]
             assert df.select("hardware", "concurrency").rows() == [
                 ("gb200", 4), ("gb200", 16), ("mi355x", 4), ("mi355x", 16)]
-            direct = replay_tiers(s, TierReplayConfig("conv", "mi355x", concurrency=16,
+            direct = run_tiers(s, TierReplayConfig("conv", "mi355x", concurrency=16,
                                                       device_tokens=200_000), save=False)
             row = s.query("SELECT * FROM tier_runs WHERE run_id = $r",
                           {"r": direct.summary["run_id"]}).to_dicts()[0]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolkit.cost.from_replay import run_tiers
 from toolkit.ingest.fields import requests_table
 from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
 from toolkit.replay.tiers import (
@@ -16,7 +17,6 @@ from toolkit.replay.tiers import (
     UNBOUNDED,
     TierReplayConfig,
     page_stream,
-    replay_tiers,
     summary_json,
 )
 
@@ -38,7 +38,7 @@ def _run(store, name, **kw):
     semantics have their own in test_tiers_sglang.py)."""
     kw.setdefault("radix_semantics", "page")
     cfg = TierReplayConfig(name, **kw)
-    return replay_tiers(store, cfg, save=False)
+    return run_tiers(store, cfg, save=False)
 
 
 def _sources(res):
@@ -88,6 +88,28 @@ class TestHiCacheRules:
         name = _store_trace(store, [[1], [1], [1], [5], [6, 7], [1]])
         res = _run(store, name, device_tokens=16, host_tokens=0, policy=policy)
         assert _sources(res)[-1] == last
+
+    def test_sglang_slru_name_and_slru_alias(self, store):
+        """The tier policy is named sglang-slru (the registry's slru is libCacheSim's
+        segmented LRU); slru is accepted as an alias, normalised before fingerprinting."""
+        a = TierReplayConfig("t", policy="slru")
+        b = TierReplayConfig("t", policy="sglang-slru")
+        assert a == b and a.policy == "sglang-slru" and a.run_id == b.run_id
+        name = _store_trace(store, [[1], [1], [1], [5], [6, 7], [1]])
+        ra = _run(store, name, device_tokens=16, host_tokens=0, policy="slru")
+        rb = _run(store, name, device_tokens=16, host_tokens=0, policy="sglang-slru")
+        assert _sources(ra) == _sources(rb)
+        assert ra.summary["policy"] == rb.summary["policy"] == "sglang-slru"
+
+    def test_cli_policy_help_names_sglang_slru(self):
+        """``replay tiers --help`` lists the tier policies and says slru is an alias."""
+        from typer.testing import CliRunner
+
+        from toolkit.cli import app
+
+        out = " ".join(CliRunner().invoke(app, ["replay", "tiers", "--help"]).output.split())
+        for name in ("lru", "lfu", "sglang-slru", "priority", "alias"):
+            assert name in out
 
     def test_no_host_means_drop(self, store):
         """With host capacity 0 demotion is impossible: evicted pages are recomputed."""
@@ -163,7 +185,7 @@ class TestMooncake:
         """1024-token pages (2 blocks) hit no more than 512-token pages when unbounded."""
         ps = page_stream(mooncake_store.read("requests", "conv"), 1024, "page")
         assert ps.page_tokens == 1024 and ps.tokens.sum() == 144_793_823
-        res = replay_tiers(mooncake_store, TierReplayConfig(
+        res = run_tiers(mooncake_store, TierReplayConfig(
             "conv", device_tokens=UNBOUNDED, page_tokens=1024, radix_semantics="page"),
             stream=ps, save=False)
         assert res.summary["overall_hit_rate"] <= 54_098_411 / 144_793_823
@@ -186,7 +208,7 @@ class TestOutputs:
 
     def test_bad_config(self):
         """Unknown policies and arrival modes are refused with the allowed values."""
-        with pytest.raises(ValueError, match="lru, lfu, slru, priority"):
+        with pytest.raises(ValueError, match="lru, lfu, sglang-slru, priority"):
             TierReplayConfig("t", policy="fifo")
         with pytest.raises(ValueError, match="scaled:F"):
             TierReplayConfig("t", arrivals="poisson")
@@ -262,7 +284,7 @@ def test_azure_arrivals_drive_mooncake_requests(mooncake_store):
 
     if "az" not in mooncake_store.traces():
         mooncake_store.ingest("azure", AZURE, "az")
-    res = replay_tiers(mooncake_store, TierReplayConfig(
+    res = run_tiers(mooncake_store, TierReplayConfig(
         "conv", arrivals="from:az", device_tokens=UNBOUNDED, radix_semantics="page"),
         save=False)
     sent = np.sort(res.requests.column("arrival_s").to_numpy())

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tests.radix_reference import RadixReference, tokens_of
+from toolkit.cost.from_replay import run_tiers
 from toolkit.ingest.fields import requests_table
-from toolkit.replay.tiers import UNBOUNDED, TierReplayConfig, page_stream, replay_tiers
+from toolkit.replay.tiers import UNBOUNDED, TierReplayConfig, page_stream
 
 PEER = Path(__file__).parent / "data" / "sglang_peer_mooncake.npz"
 FAR = 1e6
@@ -40,7 +41,7 @@ def _store(store, hashes, prompts, name="t", block=4, spacing=FAR, outputs=None)
 
 
 def _dev(store, name, **kw):
-    res = replay_tiers(store, TierReplayConfig(name, **kw), save=False)
+    res = run_tiers(store, TierReplayConfig(name, **kw), save=False)
     return res.requests.column("device_tokens").to_pylist(), res
 
 

@@ -323,10 +323,11 @@ class TestAgentic:
     def test_replay_tiers_runs_the_sessions(self, store):
         """`replay tiers` runs closed-loop over the ingested sessions (one user at a time:
         the six calls in session order)."""
-        from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+        from toolkit.cost.from_replay import run_tiers
+        from toolkit.replay.tiers import TierReplayConfig
 
         store.ingest("agentic", AGENTIC, "a")
-        res = replay_tiers(store, TierReplayConfig("a", concurrency=1), save=False)
+        res = run_tiers(store, TierReplayConfig("a", concurrency=1), save=False)
         got = res.requests.to_pydict()
         assert sorted(zip(got["session_id"], got["turn"], strict=True)) == \
             [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1)]

@@ -112,7 +112,7 @@ def _gb_to_blocks(store, trace: str, model: str, sizes_gb: list[float]) -> list[
     """Cache sizes in GB -> blocks of the trace, at the model's KV bytes per token (MLA rows
     and indexer keys, FP8)."""
     from toolkit.models import get_model
-    from toolkit.replay.tiers_service import kv_bytes_per_token
+    from toolkit.serving.tier_service import kv_bytes_per_token
 
     if not sizes_gb:
         return []

@@ -18,14 +18,14 @@ from pathlib import Path
 import polars as pl
 
 from toolkit.analysis import run_query
-from toolkit.cost.from_replay import cost_of_replay
+from toolkit.cost.from_replay import cost_of_replay, run_tiers
 from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
 from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay.prefix import sweep_prefix
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
-from toolkit.replay.tiers import TierReplayConfig, replay_tiers
+from toolkit.replay.tiers import TierReplayConfig
 from toolkit.report import write_report
 from toolkit.store import Store, open_store
 
@@ -54,14 +54,14 @@ def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) 
     echo("\nLRU prefix-block replay of the Mooncake conversation trace (512-token blocks):")
     echo(str(run_query(store, "prefix_runs", trace="mooncake_conversation").drop("trace")))
     echo("Mooncake FAST'25 Table 2 reports a 40% cache ratio for this trace; see README.")
-    tiers = replay_tiers(store, TierReplayConfig("mooncake_conversation", "gb200", "glm-5.2"))
+    tiers = run_tiers(store, TierReplayConfig("mooncake_conversation", "gb200", "glm-5.2"))
     s = tiers.summary
     echo(f"\nGPU/host prefix tiers, GB200 + GLM-5.2 default pools, trace arrivals: GPU hit "
          f"{s['gpu_hit_rate']:.4f}, host hit {s['host_hit_rate']:.4f}, overall "
          f"{s['overall_hit_rate']:.4f}, p90 TTFT {s['p90_ttft_s']:.3f} s")
     for hw in HARDWARE:
         for users in DEMO_CONCURRENCY:
-            replay_tiers(store, TierReplayConfig("mooncake_conversation", hw, "glm-5.2",
+            run_tiers(store, TierReplayConfig("mooncake_conversation", hw, "glm-5.2",
                                                  concurrency=users))
     echo(f"tier replays, closed loop at {', '.join(map(str, DEMO_CONCURRENCY))} users on "
          f"{', '.join(HARDWARE)}: see the report's tier section")

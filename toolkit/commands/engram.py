@@ -124,7 +124,7 @@ def replay_engram_cmd(
 ) -> None:
     """Replay Engram lookups through an HBM row cache over DRAM or SSD and price the
     placement (hits, misses, bytes per token per tier, reuse, tokens per dollar)."""
-    from toolkit.replay.engram import replay_engram
+    from toolkit.cost.engram import run_engram
     from toolkit.replay.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
@@ -132,5 +132,5 @@ def replay_engram_cmd(
                 model, table_gb * 1e9, context_tokens, max_batch)
     quiet = False if out.quiet else None
     with cli_store(store) as s, compile_notice(quiet), status(f"replay engram {trace}", quiet):
-        row = guard(replay_engram, s, cfg)
+        row = guard(run_engram, s, cfg)
     out.emit(row)

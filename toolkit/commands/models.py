@@ -18,7 +18,7 @@ def models_list_cmd(fmt: FormatOpt = None, as_json: JsonOpt = False,
                     output: OutputOpt = None) -> None:
     """List registered models: layers, top-k, IndexShare period, KV bytes per token."""
     from toolkit.models import get_model, model_names
-    from toolkit.replay.tiers_service import kv_bytes_per_token
+    from toolkit.serving.tier_service import kv_bytes_per_token
 
     out = Output.from_options(fmt, as_json, output)
     rows = []

@@ -1,4 +1,4 @@
-"""CLI: ``toolkit replay tiers``, a thin layer over :func:`toolkit.replay.tiers.replay_tiers`.
+"""CLI: ``toolkit replay tiers``, a thin layer over :func:`toolkit.cost.from_replay.run_tiers`.
 
 Mount in ``toolkit/cli.py`` (after ``replay_app`` exists)::
 
@@ -58,7 +58,9 @@ def tiers_cmd(
         bool, typer.Option("--sequential",
                            help="One request at a time in arrival order, no decode pages.")
     ] = False,
-    policy: Annotated[str, typer.Option("--policy", help="lru, lfu, slru or priority.")] = "lru",
+    policy: Annotated[str, typer.Option(
+        "--policy", help="lru, lfu, sglang-slru or priority (SGLang's evict_policy.py; slru "
+                         "is accepted as an alias of sglang-slru).")] = "lru",
     write_policy: Annotated[
         str, typer.Option("--write-policy",
                           help="write_through, write_through_selective or write_back.")
@@ -68,15 +70,11 @@ def tiers_cmd(
     output: OutputOpt = None,
 ) -> None:
     """Replay a timeline through GPU / host / storage prefix tiers (HiCache semantics)."""
+    from toolkit.cost.from_replay import run_tiers
     from toolkit.models import get_model
     from toolkit.replay.progress import compile_notice, status
-    from toolkit.replay.tiers import (
-        UNBOUNDED,
-        TierReplayConfig,
-        replay_tiers,
-        summary_json,
-    )
-    from toolkit.replay.tiers_service import kv_bytes_per_token
+    from toolkit.replay.tiers import UNBOUNDED, TierReplayConfig, summary_json
+    from toolkit.serving.tier_service import kv_bytes_per_token
 
     out = Output.from_options(fmt, as_json, output)
     quiet = False if out.quiet else None
@@ -96,7 +94,7 @@ def tiers_cmd(
         )
         with cli_store(store) as s, compile_notice(quiet), status(f"replay tiers {trace}",
                                                                    quiet):
-            res = replay_tiers(s, cfg)
+            res = run_tiers(s, cfg)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
     out.emit(summary_json(res))

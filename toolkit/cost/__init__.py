@@ -1,9 +1,11 @@
-"""Cost layer: transfer time, $/M tokens, interpolation at a target interactivity, decode step.
+"""Cost layer: $/M tokens, interpolation at a target interactivity, prices of modelled steps.
 
-Reads specs (``toolkit.hardware``, ``toolkit.models``) and numbers; never replays.
+Reads specs (``toolkit.hardware``, ``toolkit.models``), the serving model's times and
+replay results; never replays. Times (transfer paths, decode steps) are
+:mod:`toolkit.serving`'s.
 """
 
-from toolkit.cost.decode import DecodeResult, DecodeScenario, decode_step
+from toolkit.cost.decode import DecodePrice, price_decode
 from toolkit.cost.interpolate import (
     MeasurementError,
     cost_at_interactivity,
@@ -20,35 +22,20 @@ from toolkit.cost.price import (
     tokens_per_s_per_gpu_for_cost,
     usd_per_million_tokens,
 )
-from toolkit.cost.transfer import (
-    MECHANISMS,
-    TransferPath,
-    bw_eff,
-    link_bandwidth_bytes_per_s,
-    sm_kernel_bandwidth_bytes_per_s,
-    transfer_path,
-)
 
 __all__ = [
-    "MECHANISMS",
     "CostQuote",
-    "DecodeResult",
-    "DecodeScenario",
+    "DecodePrice",
     "MeasurementError",
-    "TransferPath",
-    "bw_eff",
     "cost_at_interactivity",
     "cost_matrix",
     "cost_ratio",
-    "decode_step",
-    "link_bandwidth_bytes_per_s",
     "pareto_front",
     "quote",
+    "price_decode",
     "read_measurements",
-    "sm_kernel_bandwidth_bytes_per_s",
     "steffen_interpolate",
     "steffen_slopes",
     "tokens_per_s_per_gpu_for_cost",
-    "transfer_path",
     "usd_per_million_tokens",
 ]

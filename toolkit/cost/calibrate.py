@@ -1,6 +1,6 @@
 """Fit the decode-step model's efficiency factors to a user's measured points.
 
-The analytic model (:mod:`toolkit.cost.decode`) and measurements rarely agree out of the
+The analytic model (:mod:`toolkit.serving.step`) and measurements rarely agree out of the
 box. Rather than hide the gap, :func:`calibrate_decode` reports both and fits two
 documented factors per hardware:
 
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from toolkit.cost.decode import DecodeScenario, decode_step
 from toolkit.hardware import HardwareSpec
 from toolkit.models import ModelSpec
+from toolkit.serving.step import DecodeScenario, decode_step
 
 DEFAULT_HBM_EFFICIENCY = 0.8
 EFFICIENCY_GRID = np.round(np.arange(0.30, 1.0001, 0.01), 2)

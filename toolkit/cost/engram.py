@@ -1,6 +1,6 @@
 """Price an Engram table placement: in HBM, in host DRAM or on NVMe, behind an HBM row cache.
 
-The backbone step comes from the first-order decode-step model (:mod:`toolkit.cost.decode`,
+The backbone step comes from the first-order decode-step model (:mod:`toolkit.serving.step`,
 every term sourced or labelled there; the serving model's fitted terms need a validated
 deployment row, which no Engram model has). Engram adds, per decode step:
 
@@ -9,7 +9,7 @@ deployment row, which no Engram model has). Engram adds, per decode step:
   Offloaded: only the HBM row cache (``hbm_cache_bytes``) does; the table must fit in host
   DRAM (one copy per host-memory domain) or on the node's NVMe.
 * **Fetches.** Misses of the row cache are gathered per Engram layer: from DRAM over the host
-  link with the SM gather kernel (:func:`toolkit.cost.transfer.transfer_path`, all GPUs
+  link with the SM gather kernel (:func:`toolkit.serving.transfer.transfer_path`, all GPUs
   loading at once); from NVMe as one ``ssd_io_bytes`` random read per row, bounded by the
   drive's IOPS and bandwidth plus one access latency, then over the host link.
 * **Prefetch.** Rows depend only on token ids, so a step's fetches can be issued when the
@@ -27,14 +27,17 @@ granularity 4 KiB (**assumed**: one row per I/O, no coalescing of neighbouring r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import json
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from toolkit.cost.capacity import hbm_budget
-from toolkit.cost.decode import DecodeScenario, decode_step
-from toolkit.cost.transfer import transfer_path
-from toolkit.hardware import HardwareSpec
-from toolkit.models import ModelSpec
+from toolkit.hardware import HardwareSpec, get_hardware
+from toolkit.models import ModelSpec, get_model
+from toolkit.replay.engram import EngramReplayConfig, replay_engram
+from toolkit.serving.step import DecodeScenario, decode_step
+from toolkit.serving.transfer import transfer_path
+from toolkit.store import Store
 
 SSD_IOPS_PER_GPU = 2.5e6  # PM1743 4K random read (datasheet, as reported); 1 drive per GPU
 SSD_LATENCY_S = 80e-6  # assumed
@@ -101,8 +104,7 @@ def _fetch_s(p: EngramPlacement, backing: str, rows: float) -> float:
 
 def _step(p: EngramPlacement, batch: int, backing: str | None) -> dict[str, float]:
     base = decode_step(DecodeScenario(p.model, p.hardware, batch, p.context_tokens,
-                                      gpus_per_replica=p.gpus_per_replica,
-                                      price_tier=p.price_tier))
+                                      gpus_per_replica=p.gpus_per_replica))
     layer_s = base.layers["t_layer_s"].to_list()
     rows = batch * p.lookups_per_token_layer * (1.0 - p.hit_ratio)
     f = _fetch_s(p, backing, rows) if backing else 0.0
@@ -115,7 +117,7 @@ def _step(p: EngramPlacement, batch: int, backing: str | None) -> dict[str, floa
             queue += f
             clock = max(clock, queue)
         clock += t
-    price = base.usd_per_gpu_hour
+    price = p.hardware.price_usd_per_gpu_hour(p.price_tier)
     out = {"batch_per_gpu": float(batch), "base_tpot_s": base.tpot_s,
            "fetch_s_per_layer": f, "usd_per_gpu_hour": price}
     for name, tpot in (("sync", sync), ("overlapped", clock)):
@@ -149,26 +151,6 @@ def price_placements(p: EngramPlacement) -> dict[str, dict[str, float]]:
     return res
 
 
-def placement_rows(p: EngramPlacement) -> list[dict[str, Any]]:
-    """:func:`price_placements` flattened: one row per placement x fetch mode."""
-    out = []
-    for placement, r in price_placements(p).items():
-        modes = ("overlapped",) if placement == "hbm" else ("overlapped", "sync")
-        for mode in modes:
-            out.append({"hardware": p.hardware.name, "model": p.model.name,
-                        "placement": placement, "fetch": mode if placement != "hbm" else "none",
-                        "hit_ratio": p.hit_ratio, "batch_per_gpu": r["batch_per_gpu"],
-                        "tokens_per_s_per_gpu": r[f"tokens_per_s_per_gpu_{mode}"],
-                        "tokens_per_usd": r[f"tokens_per_usd_{mode}"],
-                        "fetch_s_per_layer": r["fetch_s_per_layer"],
-                        "tpot_s": r[f"tpot_s_{mode}"], "fits": bool(r["fits"])})
-    return out
-
-
-def with_hit_ratio(p: EngramPlacement, hit_ratio: float) -> EngramPlacement:
-    return replace(p, hit_ratio=hit_ratio)
-
-
 def ssd_read_s_per_row(hw: HardwareSpec, iops: float = SSD_IOPS_PER_GPU,
                        io_bytes: int = SSD_IO_BYTES) -> float:
     """Steady-state NVMe time per missed row: IOPS- or bandwidth-bound, whichever is slower."""
@@ -191,3 +173,52 @@ def missed_rows_per_token_for(hw: HardwareSpec, dram_tokens_per_usd: float,
     if overlapped:
         return 1.0 / (t_ssd * per_row)
     return (1.0 / t_ssd - 1.0 / t_dram) / per_row
+
+
+def run_engram(store: Store, cfg: EngramReplayConfig, *, save: bool = True) -> dict[str, Any]:
+    """Replay ``cfg``, price the placement, and (``save``) write one ``engram_runs`` row.
+
+    The one place an Engram run's spec names are looked up; the replay only counts.
+    """
+    hw = get_hardware(cfg.hardware)
+    model = get_model(cfg.model)
+    c = replay_engram(store, cfg)
+    stream = c.stream
+    n, hits, misses, hit_ratio = c.lookups, c.hits, c.misses, c.hit_ratio
+    tokens = max(stream.tokens, 1)
+    read_bytes = stream.row_bytes if cfg.backing == "dram" else max(stream.row_bytes, SSD_IO_BYTES)
+    placement = EngramPlacement(
+        model, hw, stream.row_bytes, stream.lookups_per_token_layer,
+        tuple(i for i in stream.layer_ids), hit_ratio, cfg.hbm_cache_bytes,
+        table_bytes=cfg.table_bytes, context_tokens=cfg.context_tokens,
+        max_batch_per_gpu=cfg.max_batch_per_gpu, price_tier=cfg.price_tier)
+    priced = price_placements(placement)
+    own = priced[cfg.backing]
+    row = {
+        "run_id": cfg.run_id, "trace": cfg.trace, "policy": cfg.policy,
+        "backing": cfg.backing, "hardware": hw.name, "model": model.name,
+        "hbm_cache_bytes": float(cfg.hbm_cache_bytes), "capacity_rows": c.capacity_rows,
+        "row_bytes": stream.row_bytes, "tokens": stream.tokens, "lookups": n,
+        "hits": hits, "misses": misses, "hit_ratio": hit_ratio,
+        "distinct_rows": int(stream.n_distinct),
+        "hottest_1pct_share": c.hottest_1pct_share,
+        "hottest_10pct_share": c.hottest_10pct_share,
+        "hbm_bytes_per_token": hits * stream.row_bytes / tokens,
+        "backing_bytes_per_token": misses * stream.row_bytes / tokens,
+        "backing_read_bytes_per_token": misses * read_bytes / tokens,
+        "tokens_per_s_per_gpu_overlapped": own["tokens_per_s_per_gpu_overlapped"],
+        "tokens_per_s_per_gpu_sync": own["tokens_per_s_per_gpu_sync"],
+        "tokens_per_usd_overlapped": own["tokens_per_usd_overlapped"],
+        "tokens_per_usd_sync": own["tokens_per_usd_sync"],
+        "tokens_per_usd_hbm": priced["hbm"]["tokens_per_usd_overlapped"],
+        "config_json": json.dumps(asdict(cfg), sort_keys=True),
+        "elapsed_s": c.load_s + c.replay_s,
+    }
+    if save:
+        store.write_row("engram_runs", cfg.run_id, row, replace=True)
+    out = dict(row)
+    out["tokens_per_usd"] = own["tokens_per_usd_overlapped"]
+    out["batch_per_gpu"] = own["batch_per_gpu"]
+    out["batch_per_gpu_hbm"] = priced["hbm"]["batch_per_gpu"]
+    out["load_s"] = c.load_s
+    return out

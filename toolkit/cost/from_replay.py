@@ -1,7 +1,9 @@
-"""Decode-step cost of a stored selection replay: misses per (request, step, layer) in,
-latency distribution, tokens/s/GPU and $/M tokens out.
+"""Prices of replays. :func:`cost_of_replay`: decode-step cost of a stored selection
+replay: misses per (request, step, layer) in, latency distribution, tokens/s/GPU and
+$/M tokens out. :func:`price_tier_run` and :func:`run_tiers`: $/M tokens of a tier
+replay from its measured throughput.
 
-Labelled assumptions, beyond those of :mod:`toolkit.cost.decode`:
+Labelled assumptions, beyond those of :mod:`toolkit.serving.step`:
 
 * Every request in a batch of ``batch_per_gpu`` behaves like the replayed (request, step)
   sample: same context length, same misses per layer.
@@ -17,17 +19,25 @@ Labelled assumptions, beyond those of :mod:`toolkit.cost.decode`:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
 
-from toolkit.cost.decode import DecodeScenario, decode_step
 from toolkit.cost.price import usd_per_million_tokens
-from toolkit.cost.transfer import transfer_path
 from toolkit.errors import ToolkitError
-from toolkit.hardware import HardwareSpec
-from toolkit.models import ModelSpec
+from toolkit.hardware import HardwareSpec, get_hardware
+from toolkit.models import ModelSpec, get_model
+from toolkit.replay.tiers import (
+    PageStream,
+    TierReplayConfig,
+    TierReplayResult,
+    replay_tiers,
+    save_result,
+)
+from toolkit.serving.step import DecodeScenario, decode_step
+from toolkit.serving.tier_service import TierServiceModel
+from toolkit.serving.transfer import transfer_path
 from toolkit.store import Store
 
 PRICE_TIERS = ("hyperscaler", "neocloud", "rental")
@@ -146,3 +156,38 @@ def cost_of_replay(
             summary[f"usd_per_million_{kind}_tokens_{tier}"] = float(
                 usd_per_million_tokens(price, tput))
     return ReplayCost(steps, layers, summary)
+
+
+def price_tier_run(result: TierReplayResult, hardware: HardwareSpec,
+                   price_tier: str = "hyperscaler") -> TierReplayResult:
+    """Fill a tier run's price columns: ``hardware``'s $/GPU-hour at ``price_tier`` and
+    $/M total and output tokens at the run's measured tokens/s/GPU (None at zero rate)."""
+    s = result.summary
+    price = hardware.price_usd_per_gpu_hour(price_tier)
+    tput = s["tokens_per_s_per_gpu"]
+    out_tput = s["output_tokens_per_s_per_gpu"]
+    priced = {
+        **s, "usd_per_gpu_hour": price,
+        "usd_per_million_total_tokens": float(usd_per_million_tokens(price, tput))
+        if tput > 0 else None,
+        "usd_per_million_output_tokens": float(usd_per_million_tokens(price, out_tput))
+        if out_tput > 0 else None,
+    }
+    return replace(result, summary=priced)
+
+
+def run_tiers(store: Store, cfg: TierReplayConfig, *, stream: PageStream | None = None,
+              save: bool = True) -> TierReplayResult:
+    """Replay ``cfg`` with the serving model's times for its hardware and model, price it
+    at ``cfg.price_tier``; with ``save`` write ``tier_runs``/``tier_requests``.
+
+    The one place a tier run's spec names are looked up. Pass ``stream`` to reuse one
+    flattened trace across a sweep.
+    """
+    hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
+    result = replay_tiers(store, cfg, TierServiceModel(hw, model, cfg.assumptions),
+                          stream=stream)
+    result = price_tier_run(result, hw, cfg.price_tier)
+    if save:
+        save_result(store, result)
+    return result

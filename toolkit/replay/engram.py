@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numba as nb
@@ -168,15 +168,30 @@ def reuse_shares(dense: np.ndarray, n_distinct: int,
     return tuple(out)
 
 
-def replay_engram(store: Store, cfg: EngramReplayConfig, *, save: bool = True
-                  ) -> dict[str, Any]:
-    """Replay, price the placement, and (``save``) write one ``engram_runs`` row."""
-    from toolkit.cost.engram import SSD_IO_BYTES, EngramPlacement, price_placements
-    from toolkit.hardware import get_hardware
-    from toolkit.models import get_model
+@dataclass(frozen=True)
+class EngramCounts:
+    """What an Engram replay counts; :func:`toolkit.cost.engram.run_engram` prices it."""
 
-    hw = get_hardware(cfg.hardware)
-    model = get_model(cfg.model)
+    stream: DenseStream
+    capacity_rows: int
+    lookups: int
+    hits: int
+    hottest_1pct_share: float
+    hottest_10pct_share: float
+    load_s: float
+    replay_s: float
+
+    @property
+    def misses(self) -> int:
+        return self.lookups - self.hits
+
+    @property
+    def hit_ratio(self) -> float:
+        return self.hits / self.lookups if self.lookups else 0.0
+
+
+def replay_engram(store: Store, cfg: EngramReplayConfig) -> EngramCounts:
+    """Replay ``cfg.trace``'s lookups through an HBM row cache of ``cfg.hbm_cache_bytes``."""
     t0 = time.perf_counter()
     stream = load_dense(store, cfg.trace)
     dense, n_distinct = stream.keys, stream.n_distinct
@@ -188,43 +203,5 @@ def replay_engram(store: Store, cfg: EngramReplayConfig, *, save: bool = True
     sim = policies.get(cfg.policy).simulate(dense, max(n_distinct, 1), min(capacity, n_distinct))
     top1, top10 = reuse_shares(dense, n_distinct, counts=stream.counts)
     t_replay = time.perf_counter() - t1
-    n = int(dense.size)
-    hits = sim.hit_count
-    misses = n - hits
-    hit_ratio = hits / n if n else 0.0
-    tokens = max(stream.tokens, 1)
-    read_bytes = stream.row_bytes if cfg.backing == "dram" else max(stream.row_bytes, SSD_IO_BYTES)
-    placement = EngramPlacement(
-        model, hw, stream.row_bytes, stream.lookups_per_token_layer,
-        tuple(i for i in stream.layer_ids), hit_ratio, cfg.hbm_cache_bytes,
-        table_bytes=cfg.table_bytes, context_tokens=cfg.context_tokens,
-        max_batch_per_gpu=cfg.max_batch_per_gpu, price_tier=cfg.price_tier)
-    priced = price_placements(placement)
-    own = priced[cfg.backing]
-    row = {
-        "run_id": cfg.run_id, "trace": cfg.trace, "policy": cfg.policy,
-        "backing": cfg.backing, "hardware": hw.name, "model": model.name,
-        "hbm_cache_bytes": float(cfg.hbm_cache_bytes), "capacity_rows": capacity,
-        "row_bytes": stream.row_bytes, "tokens": stream.tokens, "lookups": n,
-        "hits": hits, "misses": misses, "hit_ratio": hit_ratio,
-        "distinct_rows": int(n_distinct),
-        "hottest_1pct_share": top1, "hottest_10pct_share": top10,
-        "hbm_bytes_per_token": hits * stream.row_bytes / tokens,
-        "backing_bytes_per_token": misses * stream.row_bytes / tokens,
-        "backing_read_bytes_per_token": misses * read_bytes / tokens,
-        "tokens_per_s_per_gpu_overlapped": own["tokens_per_s_per_gpu_overlapped"],
-        "tokens_per_s_per_gpu_sync": own["tokens_per_s_per_gpu_sync"],
-        "tokens_per_usd_overlapped": own["tokens_per_usd_overlapped"],
-        "tokens_per_usd_sync": own["tokens_per_usd_sync"],
-        "tokens_per_usd_hbm": priced["hbm"]["tokens_per_usd_overlapped"],
-        "config_json": json.dumps(asdict(cfg), sort_keys=True),
-        "elapsed_s": t_load + t_replay,
-    }
-    if save:
-        store.write_row("engram_runs", cfg.run_id, row, replace=True)
-    out = dict(row)
-    out["tokens_per_usd"] = own["tokens_per_usd_overlapped"]
-    out["batch_per_gpu"] = own["batch_per_gpu"]
-    out["batch_per_gpu_hbm"] = priced["hbm"]["batch_per_gpu"]
-    out["load_s"] = t_load
-    return out
+    return EngramCounts(stream, capacity, int(dense.size), sim.hit_count, top1, top10,
+                        t_load, t_replay)

@@ -1,5 +1,7 @@
-"""Serving layer: a step-level model of one deployment, fitted to and validated on measured
-InferenceX points. Reads specs and measured points; never replays."""
+"""Serving layer: how long things take. A step-level model of one deployment, fitted to and
+validated on measured InferenceX points; the first-order decode step (:mod:`.step`), the
+host-to-device transfer paths (:mod:`.transfer`) and the tier replay's service times
+(:mod:`.tier_service`). Reads specs and measured points; never replays and never prices."""
 
 from toolkit.serving.params import ServingParams, bundled_params
 from toolkit.serving.points import PointsError, bundled_points_path, read_points, validate

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from toolkit.cost.transfer import sm_kernel_bandwidth_bytes_per_s
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
+from toolkit.serving.transfer import sm_kernel_bandwidth_bytes_per_s
 
 HBM_RESERVE_FRACTION = 0.05
 """Share of usable HBM kept for activations, CUDA graphs and workspaces (assumed; engines

@@ -92,15 +92,16 @@ def _prefix() -> Kind:
 
 # -- tiers ------------------------------------------------------------------------------
 def _tiers() -> Kind:
+    from toolkit.cost.from_replay import run_tiers
     from toolkit.hardware import get_hardware
     from toolkit.models import get_model
-    from toolkit.replay.tiers import TierReplayConfig, page_stream, replay_tiers
+    from toolkit.replay.tiers import TierReplayConfig, page_stream
 
     def run(store: Store, cfg: Any, threads: int) -> str:
         key = (cfg.trace, cfg.page_tokens, cfg.radix_semantics)
         stream = _cached(store, "requests", cfg.trace, key, lambda: page_stream(
             store.read("requests", cfg.trace), cfg.page_tokens, cfg.radix_semantics))
-        return replay_tiers(store, cfg, stream=stream).summary["run_id"]
+        return run_tiers(store, cfg, stream=stream).summary["run_id"]
 
     def check(cfg: Any) -> Any:
         get_hardware(cfg.hardware)

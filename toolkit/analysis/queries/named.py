@@ -116,7 +116,7 @@ def model_kv_bytes(args: dict[str, Any], *, indexer: bool) -> dict[str, Any]:
     """Resolve ``model``/``kv_dtype`` to ``kv_bytes_per_token`` (with the indexer keys, or
     MLA rows only), so the SQL gets a number, never a model name to look up."""
     from toolkit.models import get_model
-    from toolkit.replay.tiers_service import kv_bytes_per_token
+    from toolkit.serving.tier_service import kv_bytes_per_token
 
     try:
         model = get_model(str(args["model"]))

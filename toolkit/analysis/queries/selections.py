@@ -28,8 +28,8 @@ def _resolve_buffer_capacity(store: Store, args: dict[str, Any]) -> dict[str, An
 
 
 def _resolve_link(store: Store, args: dict[str, Any]) -> dict[str, Any]:
-    from toolkit.cost.transfer import MECHANISMS, transfer_path
     from toolkit.hardware import get_hardware
+    from toolkit.serving.transfer import MECHANISMS, transfer_path
 
     choice(args, "per", ("step", "layer", "request"))
     choice(args, "mechanism", MECHANISMS)
@@ -269,7 +269,7 @@ NAMED: tuple[NamedQuery, ...] = (
     NamedQuery(
         "miss_latency", "Host-to-device miss latency of selection replays: one request's "
         "misses at one layer and step moved alone over the named hardware's host link "
-        "(transfer model of toolkit.cost.transfer, all GPUs loading), summarised per step, "
+        "(transfer model of toolkit.serving.transfer, all GPUs loading), summarised per step, "
         "layer or request.",
         """
         WITH x AS (

@@ -1,34 +1,4 @@
-"""Prefix tiers under concurrency: a timeline replay of GPU / host / storage page caches.
-
-Two device-tier semantics (``radix_semantics``):
-
-* ``sglang`` (default): SGLang 0.5.23's ``RadixCache`` node for node (page-aligned
-  prompts, whole-leaf eviction with its overshoot, the split-node stamp, locking), in
-  :mod:`toolkit.replay.tiers_radix`; checked request by request against SGLang's own
-  code (``benchmarks/sglang_peer.py``, ``tests/test_tiers_sglang.py``).
-* ``page``: the page-granular ideal below, in :mod:`toolkit.replay.tiers_kernel`.
-
-``sequential`` replays one request at a time in arrival order (no overlap, no decode
-pages, only the current request locked): the regime SGLang's cache can be driven in
-offline, hence the one the peer check uses.
-
-HiCache semantics of ``page`` (sglang ``mem_cache/hiradix_cache.py``,
-``docs/advanced_features/hicache_design.md``):
-
-* pages of ``page_tokens`` tokens keyed by chained hashes; a page is usable only if its
-  whole prefix is (device run, then host run, then storage run, then computed);
-* only pages not locked by a running request are evicted, leaves first; device evictions
-  demote to host under ``write_through`` (every new page is copied to host at once),
-  ``write_through_selective`` (copied once hit ``write_through_threshold`` times) and
-  ``write_back`` (copied on eviction); host hits are loaded back to the device;
-* the optional storage tier (L3) receives every host copy and is an LRU of pages.
-
-Metrics follow InferenceX: hit rate of a source = tokens from that source /
-prompt tokens. Requests are admitted FCFS when their pages fit on the device, so with
-unbounded tiers lookups happen in arrival order and the overall hit rate equals
-:mod:`toolkit.replay.prefix`'s unbounded ``prefix_token_hit_ratio``. Service-time
-assumptions are in :mod:`toolkit.replay.tiers_service`.
-"""
+"""Run a tier replay: trace -> page stream -> the compiled loop -> ``tier_runs`` rows."""
 
 from __future__ import annotations
 
@@ -41,124 +11,30 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from toolkit import __version__
-from toolkit.config import config_json, fingerprint
-from toolkit.cost import usd_per_million_tokens
+from toolkit.config import config_json
 from toolkit.errors import ToolkitError
-from toolkit.hardware import get_hardware
-from toolkit.models import get_model
-from toolkit.replay import tiers_kernel as K
-from toolkit.replay import tiers_radix as KR
 from toolkit.replay.keys import dense_ids
-from toolkit.replay.tiers_pieces import radix_pieces, sub_pages
-from toolkit.replay.tiers_service import (
-    ServiceAssumptions,
-    ServiceModel,
-    default_device_tokens,
-    service_model,
+from toolkit.replay.tiers.config import (
+    POLICY_CODES,
+    UNBOUNDED,
+    WRITE_CODES,
+    ServiceTimes,
+    TierReplayConfig,
+    TierService,
 )
+from toolkit.replay.tiers.loop import C_OVER, COUNTERS
+from toolkit.replay.tiers.page import simulate_page
+from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
+from toolkit.replay.tiers.radix import simulate_radix
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
-from toolkit.store import Store, bounded_key
+from toolkit.store import Store
 
-UNBOUNDED = -1  # a capacity of -1 tokens means "never evicts"
 SUMMARY_KEYS = (
     "gpu_hit_rate", "host_hit_rate", "storage_hit_rate", "overall_hit_rate",
     "p50_ttft_s", "p90_ttft_s",
 )
 TOKEN_KEYS = ("prompt_tokens", "gpu_hit_tokens", "host_hit_tokens", "storage_hit_tokens")
-SEMANTICS = ("sglang", "page")
 
-
-
-@dataclass(frozen=True)
-class TierReplayConfig:
-    """One tier replay. Capacities in tokens; ``None`` derives them, ``-1`` is unbounded.
-
-    Attributes:
-        trace: stored request timeline (with prefix hashes).
-        hardware, model: spec names; they set capacities, service times and price.
-        concurrency: run closed-loop with this many users (sessions); ``None`` replays
-            arrivals open-loop.
-        arrivals: open-loop times: ``trace``; ``scaled:F`` (arrival_s / F, F x the rate);
-            ``from:NAME`` (the inter-arrival gaps of another stored trace, e.g. Azure).
-        device_tokens: KV pool; default from HBM left after weights.
-        host_tokens: host pool; default ``host_ratio`` x device (``--hicache-ratio``).
-        storage_tokens: L3 capacity; 0 disables it.
-        page_tokens: page size; default the trace's block size; a divisor of it (blocks
-            split into sub-pages covering the same tokens) or a multiple of it.
-        radix_semantics: sglang (SGLang's RadixCache, default) | page (page-granular).
-        sequential: one request at a time in arrival order, no decode pages.
-        policy: device eviction: lru | lfu | slru | priority (sglang evict_policy.py; with
-            no request priorities in a trace, priority orders exactly as lru).
-        write_policy: write_through | write_through_selective | write_back.
-        write_through_threshold: hits before a selective backup (sglang uses 2).
-        max_running: cap on running requests; 0 = none.
-        price_tier: hyperscaler | neocloud | rental, for $/M tokens.
-    """
-
-    trace: str
-    hardware: str = "gb200"
-    model: str = "glm-5.2"
-    concurrency: int | None = None
-    arrivals: str = "trace"
-    device_tokens: int | None = None
-    host_tokens: int | None = None
-    host_ratio: float = 2.0
-    storage_tokens: int = 0
-    page_tokens: int | None = None
-    policy: str = "lru"
-    write_policy: str = "write_through"
-    write_through_threshold: int = 2
-    max_running: int = 0
-    radix_semantics: str = "sglang"
-    sequential: bool = False
-    price_tier: str = "hyperscaler"
-    assumptions: ServiceAssumptions = ServiceAssumptions()
-
-    def __post_init__(self) -> None:
-        if self.policy not in K.POLICY_CODES:
-            raise ValueError(
-                f"policy must be one of {', '.join(K.POLICY_CODES)}; got {self.policy!r}"
-            )
-        if self.radix_semantics not in SEMANTICS:
-            raise ValueError(
-                f"radix_semantics must be sglang or page; got {self.radix_semantics!r}"
-            )
-        if self.page_tokens is not None and self.page_tokens < 1:
-            raise ValueError(f"page_tokens must be >= 1, got {self.page_tokens}")
-        if self.write_policy not in K.WRITE_CODES:
-            raise ValueError(f"write_policy must be one of {', '.join(K.WRITE_CODES)}")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if not (self.arrivals == "trace" or self.arrivals.startswith(("scaled:", "from:"))):
-            raise ValueError(
-                f"arrivals must be trace, scaled:F or from:TRACE; got {self.arrivals!r}"
-            )
-        if self.arrivals.startswith("scaled:"):
-            try:
-                factor = float(self.arrivals[7:])
-            except ValueError:
-                raise ValueError(f"arrivals {self.arrivals!r}: F in scaled:F must be a number, "
-                                 "e.g. scaled:2") from None
-            if not factor > 0:
-                raise ValueError(f"arrivals {self.arrivals!r}: scaled:F needs F > 0")
-        for name in ("device_tokens", "host_tokens"):
-            v = getattr(self, name)
-            if v is not None and v < UNBOUNDED:
-                raise ValueError(f"{name} must be >= 0, -1 (unbounded) or None (default)")
-        if self.storage_tokens < UNBOUNDED:
-            raise ValueError("storage_tokens must be >= 0 or -1 (unbounded)")
-
-    @property
-    def arrival_label(self) -> str:
-        if self.sequential:
-            return "sequential"
-        return "closed" if self.concurrency is not None else self.arrivals
-
-    @property
-    def run_id(self) -> str:
-        load = f"c{self.concurrency}" if self.concurrency else self.arrivals.replace(":", "")
-        load = "seq" if self.sequential else load
-        return bounded_key(f"tiers-{self.trace}-{self.hardware}-{load}-{fingerprint(self)[:8]}")
 
 
 @dataclass(frozen=True)
@@ -189,7 +65,7 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None,
     A page of ``m`` blocks is keyed by its last block's chained hash (which identifies
     the whole prefix) and covers the tokens of its blocks; a page smaller than a block
     is a sub-page of it. ``semantics="sglang"`` cuts page-aligned prompts into radix
-    pieces instead (:func:`toolkit.replay.tiers_pieces.radix_pieces`).
+    pieces instead (:func:`toolkit.replay.tiers.pieces.radix_pieces`).
 
     Raises:
         ToolkitError: no hashes, ``page_tokens`` neither divides nor is a multiple of the
@@ -287,12 +163,11 @@ def _open_arrivals(store: Store, cfg: TierReplayConfig, ps: PageStream) -> np.nd
     return t
 
 
-def capacities(cfg: TierReplayConfig, kv_bytes: int) -> tuple[int, int, int]:
+def capacities(cfg: TierReplayConfig, service: TierService) -> tuple[int, int, int]:
     """(device, host, storage) capacities in tokens; -1 unbounded."""
-    hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
     dev = cfg.device_tokens
     if dev is None:
-        dev = default_device_tokens(hw, model, cfg.assumptions)
+        dev = service.default_device_tokens()
     host = cfg.host_tokens
     if host is None:
         host = UNBOUNDED if dev == UNBOUNDED else int(cfg.host_ratio * dev)
@@ -315,7 +190,7 @@ def _schedule(cfg: TierReplayConfig, ps: PageStream) -> tuple[np.ndarray, ...]:
     return z, z, z, np.zeros(r)
 
 
-def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceModel,
+def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
                caps: tuple[int, int, int], t_open: np.ndarray) -> dict[str, Any]:
     """Call the compiled loop; returns its per-request arrays, counters and integrals."""
     r = ps.prompt.size
@@ -325,9 +200,17 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceModel,
     out = {k: np.zeros(r, np.int64) for k in ("dev", "host", "sto", "host_pages")}
     out |= {k: np.full(r, -1.0) for k in ("arr", "adm", "first", "fin")}
     out["batch"] = np.zeros(r, np.int32)
-    cnt = np.zeros(len(K.COUNTERS), np.int64)
+    cnt = np.zeros(len(COUNTERS), np.int64)
     areas = np.zeros(2)
     conc = 1 if cfg.sequential else int(cfg.concurrency or 0)
+    sched = (closed, t_open, conc, sess_req, sess_start, sess_len, gap, int(cfg.max_running))
+    coef = np.array([svc.prefill_s_per_token, svc.prefill_s_per_token_context,
+                     svc.host_fixed_s, svc.host_s_per_token, svc.storage_fixed_s,
+                     svc.storage_s_per_token], np.float64)
+    arrays = tuple(out[k] for k in ("dev", "host", "sto", "arr", "adm", "first", "fin",
+                                    "batch", "host_pages"))
+    rules = (POLICY_CODES[cfg.policy], WRITE_CODES[cfg.write_policy],
+             cfg.write_through_threshold)
     t0 = time.perf_counter()
     if ps.semantics == "sglang":
         aligned = ps.prompt // page * page
@@ -335,41 +218,29 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceModel,
         trans = -(-rest // page) * page  # partial page (+ decode) slots, whole pages
         big = int(ps.prompt.sum() + trans.sum() + 1)
         dev, host, sto = (big if c == UNBOUNDED else c for c in caps)
-        makespan = KR.simulate_radix(
-            ps.keys, ps.starts, ps.lengths, ps.key_tokens, ps.parent, ps.prompt, ps.output,
-            trans, closed, t_open, conc, sess_req, sess_start, sess_len, gap,
-            ps.n_keys, dev, host, sto, K.POLICY_CODES[cfg.policy],
-            K.WRITE_CODES[cfg.write_policy], cfg.write_through_threshold, cfg.max_running,
-            svc.prefill_s_per_token, svc.prefill_s_per_token_context, svc.host_fixed_s,
-            svc.host_s_per_token, svc.storage_fixed_s, svc.storage_s_per_token,
-            svc.tpot_by_batch_s,
-            out["dev"], out["host"], out["sto"], out["arr"], out["adm"], out["first"],
-            out["fin"], out["batch"], out["host_pages"], cnt, areas,
+        lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
+        makespan = simulate_radix(
+            ps.keys, ps.starts, ps.lengths, ps.key_tokens, ps.parent, trans, ps.prompt,
+            ps.output, lim, sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas,
         )
         # the radix kernel counts tokens; report pages like the page kernel
-        over = cnt[K.C_OVER]
+        over = cnt[C_OVER]
         cnt //= page
-        cnt[K.C_OVER] = over
+        cnt[C_OVER] = over
         out["host_pages"] //= page
         areas /= page
     else:
         dpages = np.zeros(r, np.int64) if cfg.sequential else -(-ps.output // page)
         big = int(ps.n_keys + dpages.sum() + 1)
         dev, host, sto = (_pages(c, page, big) for c in caps)
-        makespan = K.simulate_tiers(
-            ps.keys, ps.starts, ps.lengths, ps.tokens, ps.prompt, ps.output, dpages,
-            closed, t_open, conc, sess_req, sess_start, sess_len, gap,
-            ps.n_keys, dev, host, sto, K.POLICY_CODES[cfg.policy],
-            K.WRITE_CODES[cfg.write_policy], cfg.write_through_threshold, cfg.max_running,
-            svc.prefill_s_per_token, svc.prefill_s_per_token_context, svc.host_fixed_s,
-            svc.host_s_per_token, svc.storage_fixed_s, svc.storage_s_per_token,
-            svc.tpot_by_batch_s,
-            out["dev"], out["host"], out["sto"], out["arr"], out["adm"], out["first"],
-            out["fin"], out["batch"], out["host_pages"], cnt, areas,
+        lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
+        makespan = simulate_page(
+            ps.keys, ps.starts, ps.lengths, ps.tokens, dpages, ps.prompt, ps.output, lim,
+            sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas,
         )
     out["elapsed_s"] = time.perf_counter() - t0
     out["makespan_s"] = float(makespan)
-    out["counters"] = dict(zip(K.COUNTERS, cnt.tolist(), strict=True))
+    out["counters"] = dict(zip(COUNTERS, cnt.tolist(), strict=True))
     out["areas"] = areas
     return out
 
@@ -389,15 +260,16 @@ class TierReplayResult:
 def replay_tiers(
     store: Store,
     cfg: TierReplayConfig,
+    service: TierService,
     *,
     stream: PageStream | None = None,
-    save: bool = True,
 ) -> TierReplayResult:
-    """Replay ``cfg``; with ``save`` write ``tier_runs``/``tier_requests`` (see save_result).
+    """Replay ``cfg`` with ``service``'s times; nothing is priced or saved.
 
+    The summary's price columns are None: the caller prices the run
+    (:func:`toolkit.cost.from_replay.price_tier_run`) and saves it (:func:`save_result`).
     Pass ``stream`` to reuse one flattened trace across a sweep.
     """
-    hw, model = get_hardware(cfg.hardware), get_model(cfg.model)
     ps = stream or page_stream(store.read("requests", cfg.trace), cfg.page_tokens,
                                cfg.radix_semantics)
     if cfg.page_tokens is not None and cfg.page_tokens != ps.page_tokens:
@@ -406,18 +278,15 @@ def replay_tiers(
         raise ValueError(f"stream is for {ps.semantics} semantics, config asks "
                          f"{cfg.radix_semantics}")
     max_batch = cfg.concurrency or (cfg.max_running or 1024)
-    svc = service_model(hw, model, cfg.assumptions, int(ps.prompt.mean()), max_batch)
-    caps = capacities(cfg, svc.kv_bytes_per_token)
+    svc = service.times(int(ps.prompt.mean()), max_batch)
+    caps = capacities(cfg, service)
     closed = cfg.concurrency is not None or cfg.sequential
     t_open = np.zeros(0) if closed else _open_arrivals(store, cfg, ps)
     out = run_kernel(cfg, ps, svc, caps, t_open)
-    result = _assemble(cfg, ps, svc, caps, out, hw.price_usd_per_gpu_hour(cfg.price_tier))
-    if save:
-        save_result(store, result)
-    return result
+    return _assemble(cfg, ps, svc, caps, out)
 
 
-def _assemble(cfg, ps, svc, caps, out, price) -> TierReplayResult:  # noqa: ANN001
+def _assemble(cfg, ps, svc, caps, out) -> TierReplayResult:  # noqa: ANN001
     run_id = cfg.run_id
     computed = ps.prompt - out["dev"] - out["host"] - out["sto"]
     ttft = out["first"] - out["arr"]
@@ -468,11 +337,8 @@ def _assemble(cfg, ps, svc, caps, out, price) -> TierReplayResult:  # noqa: ANN0
         "p50_tpot_s": float(np.quantile(tp_ok, 0.5)) if tp_ok.size else None,
         "p90_tpot_s": float(np.quantile(tp_ok, 0.9)) if tp_ok.size else None,
         "makespan_s": makespan, "tokens_per_s_per_gpu": tput,
-        "output_tokens_per_s_per_gpu": out_tput, "usd_per_gpu_hour": price,
-        "usd_per_million_total_tokens": float(usd_per_million_tokens(price, tput)) if tput > 0
-        else None,
-        "usd_per_million_output_tokens": float(usd_per_million_tokens(price, out_tput))
-        if out_tput > 0 else None,
+        "output_tokens_per_s_per_gpu": out_tput, "usd_per_gpu_hour": None,
+        "usd_per_million_total_tokens": None, "usd_per_million_output_tokens": None,
         "host_used_peak_bytes": float(out["counters"]["peak_host_pages"] * ps.page_tokens * kvb),
         "host_used_mean_bytes": float(out["areas"][0] / out["makespan_s"] * ps.page_tokens * kvb)
         if out["makespan_s"] > 0 else 0.0,
@@ -503,7 +369,6 @@ def summary_json(result: TierReplayResult) -> dict[str, Any]:
 
 
 __all__ = [
-    "SEMANTICS", "UNBOUNDED", "PageStream", "ServiceAssumptions",
-    "TierReplayConfig", "TierReplayResult", "capacities", "page_stream", "replay_tiers",
-    "save_result", "summary_json",
+    "PageStream", "TierReplayResult", "capacities", "page_stream", "replay_tiers",
+    "run_kernel", "save_result", "summary_json",
 ]

@@ -16,10 +16,10 @@ class and ``tests/test_tiers_sglang.py`` checks this kernel against it request b
 * ``evict(n)`` pops unlocked leaves by priority and frees each whole until at least
   ``n`` tokens are freed (it overshoots); a parent left childless and unlocked joins;
 * priority = last access (lru, priority: traces carry no request priority), (hits, last
-  access) (lfu), (hits >= 2, last access) (slru);
+  access) (lfu), (hits >= 2, last access) (sglang-slru);
 * a running request locks its path (``inc_lock_ref``); locked nodes are never evicted.
 
-Pieces: the pieces of a trace (see :func:`toolkit.replay.tiers.radix_stream`) are the
+Pieces: the pieces of a trace (see :func:`toolkit.replay.tiers.pieces.radix_pieces`) are the
 stretches of a hashed block between cut points where some prompt's page-aligned end
 falls; every node boundary SGLang can create falls on a piece boundary, so the tree over
 pieces is the token-level tree, with far fewer entries at page size 1.
@@ -40,7 +40,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.replay.tiers_kernel import (
+from toolkit.replay.tiers.loop import (
     C_BFAIL,
     C_DEV_EV,
     C_DROP,
@@ -53,15 +53,22 @@ from toolkit.replay.tiers_kernel import (
     C_PEAK_H,
     C_STO_EV,
     C_STO_W,
-    _hpop,
-    _hpush,
+    L_DEV,
+    L_HOST,
+    L_KEYS,
+    L_POLICY,
+    L_SEL,
+    L_STO,
+    L_WRITE,
     _push,
     _unlink,
+    event_loop,
 )
 
-# policy codes: 0 lru / priority, 1 lfu, 2 slru (sglang SLRUStrategy(protected_threshold=2))
+# policy codes: 0 lru / priority, 1 lfu, 2 sglang-slru (SLRUStrategy(protected_threshold=2))
 SLRU_PROTECTED_HITS = 2
-# indices into the state vector ``st`` (tokens unless said)
+# indices into the state vector ``st`` (tokens unless said); S_USED and S_HOST are the
+# loop's SZ_DEV and SZ_HOST
 S_USED, S_EVICTABLE, S_HOST, S_HOST_EV, S_STO, S_CLOCK, S_HEAP = 0, 1, 2, 3, 4, 5, 6
 
 
@@ -399,20 +406,35 @@ def _release(r, keys, pstart, plen, ktok, trans, dev_cap, policy, is_tail, ntok,
     st[S_USED] -= trans[r]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def admit(c, r, res, cnt):  # pragma: no cover - compiled
+    """The loop's admission hook: :func:`_admit` over the state tuple ``c``."""
+    (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok, stamp,
+     hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn, hp, sn, sp, scratch, st) = c
+    return _admit(r, keys, pstart, plen, ktok, trans, par, lim[L_DEV], lim[L_HOST],
+                  lim[L_STO], lim[L_POLICY], lim[L_WRITE], lim[L_SEL], on_dev, is_tail, down,
+                  head, ntok, stamp, hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn, hp,
+                  sn, sp, lim[L_KEYS], scratch, st, cnt, res)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def release(c, r):  # pragma: no cover - compiled
+    """The loop's finish hook: :func:`_release` over the state tuple ``c``."""
+    (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok, stamp,
+     hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn, hp, sn, sp, scratch, st) = c
+    _release(r, keys, pstart, plen, ktok, trans, lim[L_DEV], lim[L_POLICY], is_tail, ntok,
+             stamp, hits, lock, nchild, hk, hs, hid, st)
+
+
 @nb.njit(cache=True, nogil=True)
-def simulate_radix(
-    keys, pstart, plen, ktok, par, prompt, outtok, trans,
-    closed, t_open, conc, sess_req, sess_start, sess_len, gap,
-    n_keys, dev_cap, host_cap, sto_cap, policy, write, sel_threshold, max_running,
-    c_tok, c_ctx, lh_fixed, lh_tok, ls_fixed, ls_tok, tpot_b,
-    tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used,
-    cnt, areas,
-):  # pragma: no cover - compiled
-    """The event loop of :func:`toolkit.replay.tiers_kernel.simulate_tiers` over the
-    radix device tier. Capacities in tokens (``sto_cap`` 0 disables storage); ``trans``
-    is each request's slots outside the tree (partial page, decode). Returns the makespan.
+def simulate_radix(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sched, coef,
+                   tpot_b, out, cnt, areas):  # pragma: no cover - compiled
+    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over the radix device tier.
+
+    Capacities in ``lim`` are tokens (storage 0 disables it); ``trans`` is each
+    request's slots outside the tree (partial page, decode). Returns the makespan.
     """
-    n = n_keys
+    n = lim[L_KEYS]
     R = prompt.shape[0]
     on_dev = np.zeros(n, np.uint8)
     is_tail = np.zeros(n, np.uint8)
@@ -439,114 +461,7 @@ def simulate_radix(
     hid = np.empty(hcap, np.int32)
     scratch = np.empty(n + 1, np.int32)
     st = np.zeros(8, np.int64)
-    res = np.zeros(3, np.int64)
-    ah_t = np.empty(R, np.float64)
-    ah_i = np.empty(R, np.int64)
-    ah_n = 0
-    rh_t = np.empty(R, np.float64)
-    rh_i = np.empty(R, np.int64)
-    rh_n = 0
-    wq = np.empty(R, np.int64)
-    wq_h = 0
-    wq_t = 0
-    open_ptr = 0
-    req_sess = np.full(R, -1, np.int64)
-    req_turn = np.zeros(R, np.int64)
-    next_sess = 0
-    n_sess = sess_start.shape[0]
-    if closed:
-        for s in range(n_sess):
-            for j in range(sess_len[s]):
-                r = sess_req[sess_start[s] + j]
-                req_sess[r] = s
-                req_turn[r] = j
-        while next_sess < n_sess and next_sess < conc:
-            if sess_len[next_sess] > 0:
-                ah_n = _hpush(ah_t, ah_i, ah_n, 0.0, sess_req[sess_start[next_sess]])
-            next_sess += 1
-    running = 0
-    done = 0
-    now = 0.0
-    last_t = 0.0
-    pf_free = 0.0
-    inf = np.inf
-    n_tpot = tpot_b.shape[0]
-    while done < R:
-        ta = inf
-        if closed:
-            if ah_n > 0:
-                ta = ah_t[0]
-        elif open_ptr < R:
-            ta = t_open[open_ptr]
-        tf = rh_t[0] if rh_n > 0 else inf
-        if ta == inf and tf == inf:
-            break
-        ev_t = tf if tf <= ta else ta
-        areas[0] += st[S_HOST] * (ev_t - last_t)
-        areas[1] += st[S_USED] * (ev_t - last_t)
-        last_t = ev_t
-        now = ev_t
-        if tf <= ta:
-            r = rh_i[0]
-            rh_n = _hpop(rh_t, rh_i, rh_n)
-            running -= 1
-            done += 1
-            _release(r, keys, pstart, plen, ktok, trans, dev_cap, policy, is_tail, ntok,
-                     stamp, hits, lock, nchild, hk, hs, hid, st)
-            if closed:
-                s = req_sess[r]
-                j = req_turn[r] + 1
-                if j < sess_len[s]:
-                    ah_n = _hpush(ah_t, ah_i, ah_n, now + gap[r], sess_req[sess_start[s] + j])
-                else:
-                    while next_sess < n_sess and sess_len[next_sess] == 0:
-                        next_sess += 1
-                    if next_sess < n_sess:
-                        ah_n = _hpush(ah_t, ah_i, ah_n, now, sess_req[sess_start[next_sess]])
-                        next_sess += 1
-        else:
-            if closed:
-                r = ah_i[0]
-                ah_n = _hpop(ah_t, ah_i, ah_n)
-            else:
-                r = open_ptr
-                open_ptr += 1
-            t_arr[r] = now
-            wq[wq_t] = r
-            wq_t += 1
-        while wq_h < wq_t:
-            if max_running > 0 and running >= max_running:
-                break
-            r = wq[wq_h]
-            if not _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap,
-                          sto_cap, policy, write, sel_threshold, on_dev, is_tail, down, head,
-                          ntok, stamp, hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn,
-                          hp, sn, sp, n, scratch, st, cnt, res):
-                break  # head-of-line: wait for a finish
-            wq_h += 1
-            td = res[0]
-            th = res[1]
-            ts = res[2]
-            tok_dev[r] = td
-            tok_host[r] = th
-            tok_sto[r] = ts
-            host_used[r] = st[S_HOST]
-            t_adm[r] = now
-            running += 1
-            batch[r] = running
-            computed = prompt[r] - td - th - ts
-            if computed < 0:
-                computed = 0
-            cached = prompt[r] - computed
-            t_comp = c_tok * computed + c_ctx * computed * 0.5 * (cached + prompt[r])
-            t_lh = lh_fixed + lh_tok * th if th > 0 else 0.0
-            t_ls = ls_fixed + ls_tok * ts if ts > 0 else 0.0
-            start = now if now > pf_free else pf_free
-            first = start + (t_comp if t_comp > t_lh else t_lh) + t_ls
-            pf_free = first
-            t_first[r] = first
-            bi = running if running < n_tpot else n_tpot - 1
-            steps = outtok[r] - 1 if outtok[r] > 1 else 0
-            t_fin[r] = first + tpot_b[bi] * steps
-            rh_n = _hpush(rh_t, rh_i, rh_n, t_fin[r], r)
-    return now
+    c = (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok, stamp,
+         hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn, hp, sn, sp, scratch, st)
+    return event_loop(admit, release, c, st, prompt, outtok, sched, coef, tpot_b, out, cnt,
+                      areas)

@@ -1,7 +1,9 @@
 """Service times and default capacities of the tier replay, from the hardware and model specs.
 
-Every number comes from :mod:`toolkit.hardware`, :mod:`toolkit.models` or
-:mod:`toolkit.cost`; what is assumed on top is a field of :class:`ServiceAssumptions`.
+Every number comes from :mod:`toolkit.hardware`, :mod:`toolkit.models` or the serving
+step and transfer models (:mod:`toolkit.serving.step`, :mod:`toolkit.serving.transfer`);
+what is assumed on top is a field of :class:`~toolkit.replay.tiers.ServiceAssumptions`.
+:class:`TierServiceModel` hands them to :func:`toolkit.replay.tiers.replay_tiers`.
 Labelled simplifications:
 
 * **One serving instance** of ``gpus_per_replica`` GPUs with attention tensor-parallel:
@@ -20,7 +22,7 @@ Labelled simplifications:
   compute (HiCache's layer-wise overlap), so prefill takes ``max(compute, host load)``.
 * **Storage hits** are read at the NVMe bandwidth per GPU before the prefill starts
   (HiCache prefetches L3 into host first), no fixed cost.
-* **Decode** time per output token is :func:`toolkit.cost.decode_step`'s TPOT at
+* **Decode** time per output token is :func:`toolkit.serving.step.decode_step`'s TPOT at
   ``batch = requests running when the request is admitted`` and ``context`` = the
   trace's mean prompt length, with no host misses (prefix tiers do not touch the decode
   path); one TPOT per request, fixed at admission. Prefill and decode do not slow each
@@ -35,46 +37,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from toolkit.cost import DecodeScenario, decode_step, transfer_path
 from toolkit.hardware import HardwareSpec
 from toolkit.models import ModelSpec
+from toolkit.replay.tiers.config import ServiceAssumptions, ServiceTimes
+from toolkit.serving.step import DecodeScenario, decode_step
+from toolkit.serving.transfer import transfer_path
 
 
 @dataclass(frozen=True)
-class ServiceAssumptions:
-    """The knobs of the service-time model (see the module docstring).
+class TierServiceModel:
+    """The service-time model of one (hardware, model, assumptions), as the tier replay
+    asks for it (:class:`toolkit.replay.tiers.config.TierService`)."""
 
-    Attributes:
-        gpus_per_replica: GPUs of one serving instance (8: GLM-5.x FP8 needs > 4 GB200s).
-        kv_dtype: fp8 (656 B MLA rows) or bf16.
-        weight_precision: fp8 | bf16 | fp4, for weight bytes and GEMM peak.
-        mem_fraction: share of usable HBM for weights + KV (sglang ``mem_fraction_static``-like;
-            assumed 0.9).
-        compute_efficiency: fraction of dense peak reached by prefill (assumed 0.5).
-        mechanism: host-load transfer path (``toolkit.cost.transfer_path``).
-    """
+    hardware: HardwareSpec
+    model: ModelSpec
+    assumptions: ServiceAssumptions = ServiceAssumptions()
 
-    gpus_per_replica: int = 8
-    kv_dtype: str = "fp8"
-    weight_precision: str = "fp8"
-    mem_fraction: float = 0.9
-    compute_efficiency: float = 0.5
-    mechanism: str = "sm_kernel"
+    def times(self, context_tokens: int, max_batch: int) -> ServiceTimes:
+        return service_model(self.hardware, self.model, self.assumptions, context_tokens,
+                             max_batch)
 
-
-@dataclass(frozen=True)
-class ServiceModel:
-    """Coefficients the compiled loop uses (seconds)."""
-
-    kv_bytes_per_token: int
-    prefill_s_per_token: float
-    prefill_s_per_token_context: float
-    host_fixed_s: float
-    host_s_per_token: float
-    storage_fixed_s: float
-    storage_s_per_token: float
-    tpot_by_batch_s: np.ndarray  # index = running requests (index 0 unused)
-    context_tokens: int
+    def default_device_tokens(self) -> int:
+        return default_device_tokens(self.hardware, self.model, self.assumptions)
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "fp8") -> int:
@@ -132,7 +116,7 @@ def service_model(
     a: ServiceAssumptions,
     context_tokens: int,
     max_batch: int,
-) -> ServiceModel:
+) -> ServiceTimes:
     """Build the coefficients for one (hardware, model, assumptions) at a mean context."""
     g, eff = a.gpus_per_replica, a.compute_efficiency
     w_peak = _tflops(hw, a.weight_precision)
@@ -148,7 +132,7 @@ def service_model(
     per_ctx = idx / _tflops(hw, "fp8") / (g * eff)
     kvb = kv_bytes_per_token(model, a.kv_dtype)
     path = transfer_path(hw, a.mechanism, concurrent=True)
-    return ServiceModel(
+    return ServiceTimes(
         kv_bytes_per_token=kvb,
         prefill_s_per_token=per_tok,
         prefill_s_per_token_context=per_ctx,

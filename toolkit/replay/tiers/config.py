@@ -1,0 +1,175 @@
+"""What a tier replay is asked to do: frozen dataclasses and name tables, stdlib only.
+
+Kept free of NumPy, Arrow and numba so the CLI (and anything listing defaults) can read
+the fields without loading the kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from toolkit.config import fingerprint
+
+UNBOUNDED = -1  # a capacity of -1 tokens means "never evicts"
+SEMANTICS = ("sglang", "page")
+# SGLang's evict_policy.py: lru = last access; lfu = (hit count, last access);
+# sglang-slru = SLRUStrategy(protected_threshold=2), i.e. (hit_count >= 2, last access);
+# priority = (request priority, last access). Traces carry no request priority, so every
+# page has priority 0 and "priority" orders exactly as lru. Values are the kernel codes.
+# Not the policy registry's "slru" (libCacheSim's segmented LRU), hence its own name;
+# "slru" is still accepted here and normalised before the config is fingerprinted.
+POLICY_CODES = {"lru": 0, "lfu": 1, "sglang-slru": 2, "priority": 0}
+POLICY_ALIASES = {"slru": "sglang-slru"}
+WRITE_CODES = {"write_through": 0, "write_through_selective": 1, "write_back": 2}
+
+
+@dataclass(frozen=True)
+class ServiceAssumptions:
+    """The knobs of the service-time model (:mod:`toolkit.serving.tier_service`).
+
+    Attributes:
+        gpus_per_replica: GPUs of one serving instance (8: GLM-5.x FP8 needs > 4 GB200s).
+        kv_dtype: fp8 (656 B MLA rows) or bf16.
+        weight_precision: fp8 | bf16 | fp4, for weight bytes and GEMM peak.
+        mem_fraction: share of usable HBM for weights + KV (sglang ``mem_fraction_static``-like;
+            assumed 0.9).
+        compute_efficiency: fraction of dense peak reached by prefill (assumed 0.5).
+        mechanism: host-load transfer path (``toolkit.serving.transfer.transfer_path``).
+    """
+
+    gpus_per_replica: int = 8
+    kv_dtype: str = "fp8"
+    weight_precision: str = "fp8"
+    mem_fraction: float = 0.9
+    compute_efficiency: float = 0.5
+    mechanism: str = "sm_kernel"
+
+
+@dataclass(frozen=True)
+class ServiceTimes:
+    """Coefficients the compiled loop times requests with (seconds).
+
+    The replay counts and schedules; these numbers come from its caller (the serving
+    model, :mod:`toolkit.serving.tier_service`), so the replay never models hardware.
+    """
+
+    kv_bytes_per_token: int
+    prefill_s_per_token: float
+    prefill_s_per_token_context: float
+    host_fixed_s: float
+    host_s_per_token: float
+    storage_fixed_s: float
+    storage_s_per_token: float
+    tpot_by_batch_s: Any  # float64 array, index = running requests (index 0 unused)
+    context_tokens: int
+
+
+class TierService(Protocol):
+    """What :func:`toolkit.replay.tiers.replay_tiers` asks of a service-time model."""
+
+    def times(self, context_tokens: int, max_batch: int) -> ServiceTimes:
+        """Service times at a mean prompt of ``context_tokens`` for up to ``max_batch``
+        running requests."""
+        ...
+
+    def default_device_tokens(self) -> int:
+        """The device KV pool in tokens when the config leaves it to the hardware."""
+        ...
+
+
+@dataclass(frozen=True)
+class TierReplayConfig:
+    """One tier replay. Capacities in tokens; ``None`` derives them, ``-1`` is unbounded.
+
+    Attributes:
+        trace: stored request timeline (with prefix hashes).
+        hardware, model: spec names; they set capacities, service times and price.
+        concurrency: run closed-loop with this many users (sessions); ``None`` replays
+            arrivals open-loop.
+        arrivals: open-loop times: ``trace``; ``scaled:F`` (arrival_s / F, F x the rate);
+            ``from:NAME`` (the inter-arrival gaps of another stored trace, e.g. Azure).
+        device_tokens: KV pool; default from HBM left after weights.
+        host_tokens: host pool; default ``host_ratio`` x device (``--hicache-ratio``).
+        storage_tokens: L3 capacity; 0 disables it.
+        page_tokens: page size; default the trace's block size; a divisor of it (blocks
+            split into sub-pages covering the same tokens) or a multiple of it.
+        radix_semantics: sglang (SGLang's RadixCache, default) | page (page-granular).
+        sequential: one request at a time in arrival order, no decode pages.
+        policy: device eviction: lru | lfu | sglang-slru | priority (sglang
+            evict_policy.py; with no request priorities in a trace, priority orders exactly
+            as lru). ``slru`` is an alias of sglang-slru, stored as sglang-slru.
+        write_policy: write_through | write_through_selective | write_back.
+        write_through_threshold: hits before a selective backup (sglang uses 2).
+        max_running: cap on running requests; 0 = none.
+        price_tier: hyperscaler | neocloud | rental, for $/M tokens.
+    """
+
+    trace: str
+    hardware: str = "gb200"
+    model: str = "glm-5.2"
+    concurrency: int | None = None
+    arrivals: str = "trace"
+    device_tokens: int | None = None
+    host_tokens: int | None = None
+    host_ratio: float = 2.0
+    storage_tokens: int = 0
+    page_tokens: int | None = None
+    policy: str = "lru"
+    write_policy: str = "write_through"
+    write_through_threshold: int = 2
+    max_running: int = 0
+    radix_semantics: str = "sglang"
+    sequential: bool = False
+    price_tier: str = "hyperscaler"
+    assumptions: ServiceAssumptions = ServiceAssumptions()
+
+    def __post_init__(self) -> None:
+        if self.policy in POLICY_ALIASES:
+            object.__setattr__(self, "policy", POLICY_ALIASES[self.policy])
+        if self.policy not in POLICY_CODES:
+            raise ValueError(
+                f"policy must be one of {', '.join(POLICY_CODES)}; got {self.policy!r}"
+            )
+        if self.radix_semantics not in SEMANTICS:
+            raise ValueError(
+                f"radix_semantics must be sglang or page; got {self.radix_semantics!r}"
+            )
+        if self.page_tokens is not None and self.page_tokens < 1:
+            raise ValueError(f"page_tokens must be >= 1, got {self.page_tokens}")
+        if self.write_policy not in WRITE_CODES:
+            raise ValueError(f"write_policy must be one of {', '.join(WRITE_CODES)}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not (self.arrivals == "trace" or self.arrivals.startswith(("scaled:", "from:"))):
+            raise ValueError(
+                f"arrivals must be trace, scaled:F or from:TRACE; got {self.arrivals!r}"
+            )
+        if self.arrivals.startswith("scaled:"):
+            try:
+                factor = float(self.arrivals[7:])
+            except ValueError:
+                raise ValueError(f"arrivals {self.arrivals!r}: F in scaled:F must be a number, "
+                                 "e.g. scaled:2") from None
+            if not factor > 0:
+                raise ValueError(f"arrivals {self.arrivals!r}: scaled:F needs F > 0")
+        for name in ("device_tokens", "host_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < UNBOUNDED:
+                raise ValueError(f"{name} must be >= 0, -1 (unbounded) or None (default)")
+        if self.storage_tokens < UNBOUNDED:
+            raise ValueError("storage_tokens must be >= 0 or -1 (unbounded)")
+
+    @property
+    def arrival_label(self) -> str:
+        if self.sequential:
+            return "sequential"
+        return "closed" if self.concurrency is not None else self.arrivals
+
+    @property
+    def run_id(self) -> str:
+        from toolkit.store import bounded_key  # here: the store loads Arrow
+
+        load = f"c{self.concurrency}" if self.concurrency else self.arrivals.replace(":", "")
+        load = "seq" if self.sequential else load
+        return bounded_key(f"tiers-{self.trace}-{self.hardware}-{load}-{fingerprint(self)[:8]}")
