@@ -20,6 +20,7 @@ from toolkit.cli import app
 from toolkit.cost.config import CompareConfig
 from toolkit.engram.hashing import EngramConfig, default_layer_ids
 from toolkit.replay.config import EngramReplayConfig, PrefixReplayConfig, SelectionReplayConfig
+from toolkit.replay.tiers.config import TierReplayConfig
 from toolkit.synth.selections import SyntheticSelectionConfig
 
 
@@ -45,6 +46,11 @@ CONFIG_OPTIONS: dict[tuple[str, ...], tuple[type, Renames]] = {
     }),
     ("cost", "compare"): (CompareConfig, {"interactivity": ("interactivity", _floats)}),
     ("synth", "selections"): (SyntheticSelectionConfig, {}),
+    ("replay", "tiers"): (TierReplayConfig, {
+        "host_gb": None,  # None = the pool from --host-ratio
+        # GB through the model's KV bytes per token; 0 (off) and -1 (unbounded) map as is
+        "storage_gb": ("storage_tokens", lambda gb: int(gb) if gb in (0, -1) else None),
+    }),
     ("record", "engram"): (EngramConfig, {
         "ngram": ("ngram_orders", _ints),
         "layers": ("layer_ids", default_layer_ids),

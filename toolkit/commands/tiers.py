@@ -8,36 +8,40 @@ Mount in ``toolkit/cli.py`` (after ``replay_app`` exists)::
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail
+from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail, field_default
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
+from toolkit.replay.tiers.config import TierReplayConfig
+
+
+def _default(name: str) -> Any:
+    return field_default(TierReplayConfig, name)
 
 
 def tiers_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Request timeline with hashes.")],
     hardware: Annotated[str, typer.Option(
-        "--hardware", help=f"Accelerator: {choices('hardware')}.")] = "gb200",
+        "--hardware", help=f"Accelerator: {choices('hardware')}.")] = _default("hardware"),
     model: Annotated[str, typer.Option("--model", help=f"Model spec: {choices('model')}.")]
-    = "glm-5.2",
+    = _default("model"),
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", min=1, help="Closed loop with N users.")
     ] = None,
     arrivals: Annotated[
         str, typer.Option("--arrivals", help="Open loop: trace, scaled:F (F x rate), from:TRACE.")
-    ] = "trace",
+    ] = _default("arrivals"),
     device_tokens: Annotated[
         int | None, typer.Option("--device-tokens", help="KV pool; -1 unbounded; default HBM.")
     ] = None,
     host_ratio: Annotated[
-        float | None, typer.Option("--host-ratio", min=0.0, max=1e6,
-                                   help="Host pool / device pool (default 2).")
-    ] = None,
+        float, typer.Option("--host-ratio", min=0.0, max=1e6, help="Host pool / device pool.")
+    ] = _default("host_ratio"),
     host_gb: Annotated[
         float | None, typer.Option("--host-gb", min=0.0, max=MAX_GB,
                                    help="Host pool in GB (overrides the ratio).")
@@ -53,18 +57,18 @@ def tiers_cmd(
     radix_semantics: Annotated[
         str, typer.Option("--radix-semantics",
                           help="sglang (SGLang's RadixCache, default) or page (page-granular).")
-    ] = "sglang",
+    ] = _default("radix_semantics"),
     sequential: Annotated[
         bool, typer.Option("--sequential",
                            help="One request at a time in arrival order, no decode pages.")
-    ] = False,
+    ] = _default("sequential"),
     policy: Annotated[str, typer.Option(
         "--policy", help="lru, lfu, sglang-slru or priority (SGLang's evict_policy.py; slru "
-                         "is accepted as an alias of sglang-slru).")] = "lru",
+                         "is accepted as an alias of sglang-slru).")] = _default("policy"),
     write_policy: Annotated[
         str, typer.Option("--write-policy",
                           help="write_through, write_through_selective or write_back.")
-    ] = "write_through",
+    ] = _default("write_policy"),
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
@@ -73,7 +77,7 @@ def tiers_cmd(
     from toolkit.cost.from_replay import run_tiers
     from toolkit.models import get_model
     from toolkit.replay.progress import compile_notice, status
-    from toolkit.replay.tiers import UNBOUNDED, TierReplayConfig, summary_json
+    from toolkit.replay.tiers import UNBOUNDED, summary_json
     from toolkit.serving.tier_service import kv_bytes_per_token
 
     out = Output.from_options(fmt, as_json, output)
@@ -88,7 +92,7 @@ def tiers_cmd(
             trace=trace, hardware=hardware, model=model, concurrency=concurrency,
             arrivals=arrivals, device_tokens=device_tokens,
             host_tokens=None if host_gb is None else gb_tokens(host_gb),
-            host_ratio=2.0 if host_ratio is None else host_ratio,
+            host_ratio=host_ratio,
             storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
             write_policy=write_policy, radix_semantics=radix_semantics, sequential=sequential,
         )
