@@ -3,10 +3,7 @@
 Start with :func:`open_store`; see README.md for the CLI.
 """
 
-from toolkit.memory import keep_freed_memory
 from toolkit.store import Store, open_store
-
-keep_freed_memory()  # before replays allocate: see its docstring
 
 __version__ = "0.1.0"
 __all__ = ["Store", "open_store", "__version__"]

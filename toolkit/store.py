@@ -50,7 +50,7 @@ from toolkit import schema
 from toolkit.errors import StoreError
 from toolkit.parquet_row import encode_row
 from toolkit.parquet_table import FlatWriter, writable
-from toolkit.replay.progress import turned_off
+from toolkit.runtime.progress import turned_off
 
 if TYPE_CHECKING:
     from toolkit.ingest import IngestResult

@@ -69,7 +69,6 @@ def tiers_cmd(
 ) -> None:
     """Replay a timeline through GPU / host / storage prefix tiers (HiCache semantics)."""
     from toolkit.models import get_model
-    from toolkit.replay.progress import compile_notice, status
     from toolkit.replay.tiers import (
         UNBOUNDED,
         TierReplayConfig,
@@ -77,6 +76,7 @@ def tiers_cmd(
         summary_json,
     )
     from toolkit.replay.tiers_service import kv_bytes_per_token
+    from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
     quiet = False if out.quiet else None

@@ -53,12 +53,8 @@ import pyarrow.parquet as pq
 from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.errors import ToolkitError
-from toolkit.memory import check_memory
 from toolkit.policies import SPARSE_KEY_FACTOR, policies
 from toolkit.policies._kernel import INT32_LIMIT
-from toolkit.replay import parallel
-from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
-from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import (
     fused_plan,
     gather_rows,
@@ -67,6 +63,10 @@ from toolkit.replay.selection_plan import (
     row_hits,
 )
 from toolkit.replay.topk_pages import Scratch, read_flat, read_topk
+from toolkit.runtime import pool
+from toolkit.runtime.memory import check_memory
+from toolkit.runtime.pool import ordered_results, resolve_workers, split_at, thread_map
+from toolkit.runtime.progress import progress as progress_bar
 from toolkit.store import Store, bounded_key, kept, sink_schema
 
 MODES = ("plain", "hisparse")
@@ -667,7 +667,7 @@ def replay_selections(
         if read_ahead:
             # one I/O thread decodes the next chunks while the workers replay
             read = functools.partial(read_chunk, path, k=k, metadata=md)
-            chunks = parallel.read_ahead(read, specs, n_workers + 1)
+            chunks = pool.read_ahead(read, specs, n_workers + 1)
             work = (functools.partial(_replay_chunk, c, cfg, n, policy, run_id)
                     for c in chunks)
             chunk_workers = n_workers
