@@ -28,6 +28,7 @@ import polars as pl
 import toolkit
 from toolkit.analysis import run_query
 from toolkit.charts import hit_ratio_vs_capacity
+from toolkit.ingest import ingest_file
 from toolkit.replay.prefix import sweep_prefix
 
 alt.renderers.enable("svg")  # deterministic output for nbval (the HTML renderer is not)
@@ -41,7 +42,7 @@ TRACES = ROOT / "traces"
 
 # %% [markdown]
 # ## 1. Ingest
-# `Store.ingest(format, path, name)` validates every line first and writes nothing unless
+# `ingest_file(store, format, path, name)` validates every line first and writes nothing unless
 # the whole file is valid (the CLI twin is `toolkit ingest mooncake PATH --store DIR`).
 
 # %%
@@ -49,7 +50,7 @@ for fmt, rel, name in [
     ("mooncake", "mooncake/conversation_trace.jsonl", "mooncake_conversation"),
     ("azure", "azure_llm_2023/AzureLLMInferenceTrace_code.csv", "azure_code_2023"),
 ]:
-    res = store.ingest(fmt, TRACES / rel, name)
+    res = ingest_file(store, fmt, TRACES / rel, name)
     print(f"{res.trace}: {res.rows:,} requests")
 run_query(store, "trace_summary").drop("block_tokens")
 

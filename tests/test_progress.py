@@ -32,7 +32,7 @@ class TestSwitches:
         import duckdb
 
         import toolkit
-        from toolkit import store as store_module
+        from toolkit.store import core as store_module
 
         plain_connect = duckdb.connect
 

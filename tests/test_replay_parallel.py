@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import toolkit
 from toolkit.cli import app
+from toolkit.ingest import ingest_file
 from toolkit.ingest.selections import SelectionColumns, validate
 from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
 from toolkit.replay.prefix import sweep_prefix
@@ -152,7 +153,7 @@ class TestFusedLRU:
 
         from toolkit.policies import policies
 
-        store.ingest("bundle", Path(__file__).resolve().parents[1] / "traces" / "smollm2",
+        ingest_file(store, "bundle", Path(__file__).resolve().parents[1] / "traces" / "smollm2",
                      "smollm2", select="smollm2-softmax-sum")
         for mode in ("plain", "hisparse"):
             cfg = SelectionReplayConfig("smollm2", "lru", 96, mode=mode)
