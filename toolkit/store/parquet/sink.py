@@ -95,7 +95,7 @@ def parquet_options(table_schema: pa.Schema, data: pa.Table | None = None,
     if not delta_none and not delta_zstd:
         return {"compression": codec, "use_dictionary": dictionary}
     return {
-        # v1 pages: the layout toolkit/replay/topk_pages.py decodes (Arrow reads any other)
+        # v1 pages: the layout parquet/topk_pages.py decodes (Arrow reads any other)
         "data_page_version": "1.0",
         "compression": {f.name: codec for f in table_schema if f.name not in plain}
         | dict.fromkeys(delta_none + flat_delta, "none") | dict.fromkeys(delta_zstd, "zstd"),
