@@ -70,8 +70,8 @@ def expel_ops(store: Store, tx_dir: Path, drop: set[tuple[str, str]]
             kept = [e for e in parts.pop(part) if e[0] not in keys]
             deletes.append(f"{table}/{part}")
             if kept:
-                new_part, entries = write_part(store,
-                    tx_dir, table, str(Path(part).parent),
+                new_part, entries = write_part(
+                    store, tx_dir, table, str(Path(part).parent),
                     [(k, read_compacted(store, table, k)) for k, _, _ in kept])
                 parts[new_part] = entries
                 moves.append((f"{table}/{new_part}", f"{table}/{new_part}"))
@@ -80,7 +80,7 @@ def expel_ops(store: Store, tx_dir: Path, drop: set[tuple[str, str]]
 
 
 def write_part(store: Store, tx_dir: Path, table: str, partition: str,
-                keyed: Iterable[tuple[str, pa.Table]]) -> tuple[str, list[list]]:
+               keyed: Iterable[tuple[str, pa.Table]]) -> tuple[str, list[list]]:
     """Write ``(key, rows)`` into one new staged part; returns its name and entries."""
     name = f"{COMPACT_DIR}/{partition}/part-{uuid.uuid4().hex[:12]}.parquet"
     path = tx_dir / table / name
@@ -147,7 +147,7 @@ def compact(store: Store, tables: list[str] | None = None) -> dict[str, int]:
 
 
 def compact_table(store: Store, tx_dir: Path, table: str, files: dict[str, Path],
-                   old: dict[str, list[list]]) -> tuple[list[tuple[str, str]], list[str]]:
+                  old: dict[str, list[list]]) -> tuple[list[tuple[str, str]], list[str]]:
     col = "sweep_id" if table == "sweeps" else "trace"
     # partition -> key -> (loader, rows)
     sources: dict[str, dict[str, tuple[Callable[[], pa.Table], int]]] = {}
@@ -180,7 +180,7 @@ def compact_table(store: Store, tx_dir: Path, table: str, files: dict[str, Path]
             rows += src[k][1]
         for batch in batches:
             name, entries = write_part(store, tx_dir, table, partition,
-                                             ((k, src[k][0]()) for k in batch))
+                                       ((k, src[k][0]()) for k in batch))
             parts[name] = entries
             moves.append((f"{table}/{name}", f"{table}/{name}"))
     moves.append(stage_manifest(store, tx_dir, table, parts))

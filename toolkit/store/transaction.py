@@ -114,7 +114,6 @@ def locked(path: Path) -> bool:
         os.close(fd)
 
 
-
 def apply_commit(root: Path, tx_dir: Path, marker: object) -> list[str]:
     """Carry out a committed transaction (idempotent, so a crash midway is rolled forward):
     rename its staged files into place, then delete what it replaced. ``marker`` is the
@@ -142,7 +141,7 @@ def apply_commit(root: Path, tx_dir: Path, marker: object) -> list[str]:
 
 
 def write_small(store: Store, table: str, key: str, payload: bytes | pa.Buffer,
-                 replace: bool) -> bool:
+                replace: bool) -> bool:
     """One small table written outside a transaction (a run row, a short curve): its
     single rename is atomic on its own, so it needs no staging directory, marker or
     lock file of its own. Encoded in memory and staged as one file, flock-ed while
@@ -240,10 +239,10 @@ def recover_entry(store: Store, entry: Path, now: float) -> None:
             if marker.exists():
                 moved = apply_commit(store.root, entry, json.loads(marker.read_text()))
                 store._note(f"completed a write interrupted after its commit: "
-                           f"{', '.join(moved) or 'nothing left to move'}")
+                            f"{', '.join(moved) or 'nothing left to move'}")
             elif now - entry.stat().st_mtime > STALE_STAGING_S:
                 store._note(f"removed {entry.relative_to(store.root)}: an interrupted "
-                           "write that never committed")
+                            "write that never committed")
             else:
                 return
             shutil.rmtree(entry, ignore_errors=True)

@@ -182,13 +182,13 @@ def create_view(store: Store, table: str, stmt: str, files: Callable[[], list[Pa
             good.append(f)
         except (OSError, pa.ArrowException, duckdb.Error) as e:
             store._note(f"{f}: unreadable Parquet file, left out of view {table!r}: "
-                       f"{str(e).splitlines()[0]}")
+                        f"{str(e).splitlines()[0]}")
     stmt = f"CREATE OR REPLACE VIEW {table} AS {view_sql(store, table, good)}"
     try:
         con.execute(stmt)
     except duckdb.Error as e:
         store._note(f"table {table!r}: files do not combine ({str(e).splitlines()[0]}); "
-                   "its view is empty")
+                    "its view is empty")
         stmt = f"CREATE OR REPLACE VIEW {table} AS {view_sql(store, table, [])}"
         con.execute(stmt)
     return stmt
