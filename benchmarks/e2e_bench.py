@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import toolkit
+from toolkit.ingest import ingest_file
 from toolkit.policies import policies
 from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
 from toolkit.replay.selection_plan import fused_plan
@@ -209,7 +210,7 @@ def real_section(args: argparse.Namespace) -> None:
     """The same comparison on the bundled real SmolLM2-135M recording (k = 64, 30 layers,
     ~2M accesses): a small trace, where the fixed costs of a replay weigh most."""
     with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "r") as store:
-        store.ingest("bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
+        ingest_file(store, "bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
         os.sync()
         rows = load_rows(store, "smollm2")
         buffer = 2 * rows.k
@@ -324,7 +325,7 @@ def prefix_section(args: argparse.Namespace) -> None:
     """Prefix replay and its miss curve: store-to-result vs kernel-only."""
     cases = (("mooncake", 10_000), ("synthetic-mooncake-x40", 400_000))
     with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "p") as store:
-        store.ingest("mooncake", MOONCAKE, "mooncake")
+        ingest_file(store, "mooncake", MOONCAKE, "mooncake")
         store.write("requests", "synthetic-mooncake-x40",
                     tiled(store.read("requests", "mooncake"), 40, "synthetic-mooncake-x40"))
         os.sync()

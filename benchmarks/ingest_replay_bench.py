@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import toolkit
+from toolkit.ingest import ingest_file
 from toolkit.replay.prefix import PrefixReplayConfig, load_stream, replay_prefix
 
 TRACE = Path(__file__).resolve().parents[1] / "traces/mooncake/conversation_trace.jsonl"
@@ -26,11 +27,11 @@ def main() -> None:
     args = ap.parse_args()
     ingest_s, replay_s, kernel_s = [], [], []
     with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "s") as store:
-        store.ingest("mooncake", TRACE, "conv")
+        ingest_file(store, "mooncake", TRACE, "conv")
         replay_prefix(store, PrefixReplayConfig("conv", "lru", args.capacity_blocks))  # warm-up
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            store.ingest("mooncake", TRACE, "conv", replace=True)
+            ingest_file(store, "mooncake", TRACE, "conv", replace=True)
             t1 = time.perf_counter()
             row = replay_prefix(store, PrefixReplayConfig("conv", "lru", args.capacity_blocks))
             t2 = time.perf_counter()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import toolkit
 from toolkit import sweep
+from toolkit.ingest import ingest_file
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = ROOT / "benchmarks" / "grids" / "smollm2_200.toml"
@@ -69,9 +70,9 @@ def main() -> None:
     load0 = Path("/proc/loadavg").read_text().split()[:3]
     with toolkit.open_store(args.store) as s:
         if prefix:
-            s.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "conv")
+            ingest_file(s, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "conv")
         else:
-            s.ingest("bundle", ROOT / "traces" / "smollm2", "smollm2",
+            ingest_file(s, "bundle", ROOT / "traces" / "smollm2", "smollm2",
                      select="smollm2-softmax-sum")
         res = sweep.run(s, grid, engine=args.engine, workers=args.workers)
         rerun = sweep.run(s, grid, engine=args.engine, workers=args.workers)

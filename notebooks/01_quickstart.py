@@ -26,7 +26,6 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.analysis import run_query
 from toolkit.charts import hit_ratio_vs_capacity
 from toolkit.replay.prefix import sweep_prefix
 
@@ -36,12 +35,12 @@ pl.Config(tbl_rows=20, tbl_width_chars=120, tbl_hide_column_data_types=True,
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
 STORE_DIR = ROOT / "build" / "notebooks" / "01"
 shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
-store = toolkit.open_store(STORE_DIR)
+ws = toolkit.open(STORE_DIR, create=True)
 TRACES = ROOT / "traces"
 
 # %% [markdown]
 # ## 1. Ingest
-# `Store.ingest(format, path, name)` validates every line first and writes nothing unless
+# `ws.ingest(path, format, name)` validates every line first and writes nothing unless
 # the whole file is valid (the CLI twin is `toolkit ingest mooncake PATH --store DIR`).
 
 # %%
@@ -49,9 +48,9 @@ for fmt, rel, name in [
     ("mooncake", "mooncake/conversation_trace.jsonl", "mooncake_conversation"),
     ("azure", "azure_llm_2023/AzureLLMInferenceTrace_code.csv", "azure_code_2023"),
 ]:
-    res = store.ingest(fmt, TRACES / rel, name)
+    res = ws.ingest(TRACES / rel, fmt, name)
     print(f"{res.trace}: {res.rows:,} requests")
-run_query(store, "trace_summary").drop("block_tokens")
+ws.query("trace_summary").drop("block_tokens")
 
 # %% [markdown]
 # ## 2. Replay LRU over a range of capacities
@@ -60,7 +59,7 @@ run_query(store, "trace_summary").drop("block_tokens")
 
 # %%
 capacities = [100, 300, 1_000, 3_000, 10_000, 30_000, 100_000, None]
-runs = sweep_prefix(store, "mooncake_conversation", capacities)
+runs = sweep_prefix(ws.store, "mooncake_conversation", capacities)
 print(f"{len(runs)} runs stored")
 
 # %% [markdown]
@@ -68,7 +67,7 @@ print(f"{len(runs)} runs stored")
 # Capacity in tokens is blocks x 512; the "unbounded" row is the most any cache could hit.
 
 # %%
-store.query("""
+ws.sql("""
     SELECT capacity_blocks,
            capacity_blocks * 512 / 1e6         AS capacity_mtokens,
            block_hits,
@@ -86,7 +85,7 @@ store.query("""
 # returns an `alt.Chart` and draws nothing by itself.
 
 # %%
-curve = run_query(store, "prefix_hit_curve", trace="mooncake_conversation")
+curve = ws.query("prefix_hit_curve", trace="mooncake_conversation")
 hit_ratio_vs_capacity(curve, title="Mooncake conversation trace: LRU prefix-block hit ratio")
 
 # %% [markdown]
@@ -98,7 +97,7 @@ hit_ratio_vs_capacity(curve, title="Mooncake conversation trace: LRU prefix-bloc
 # or whether it was computed on the released (remapped, 1-hour) trace.
 
 # %%
-unbounded = store.query(
+unbounded = ws.sql(
     "SELECT block_hit_ratio, token_hit_ratio FROM replay_runs "
     "WHERE trace = 'mooncake_conversation' AND capacity_blocks IS NULL"
 ).row(0, named=True)
@@ -106,6 +105,6 @@ assert 0.36 < unbounded["block_hit_ratio"] < unbounded["token_hit_ratio"] < 0.40
 print({k: round(v, 4) for k, v in unbounded.items()}, "vs paper: 0.40")
 
 # %%
-store.close()
+ws.close()
 print("store kept at build/notebooks/01; e.g. toolkit sql --store build/notebooks/01 "
       "--query runs")

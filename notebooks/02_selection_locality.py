@@ -29,6 +29,7 @@ import polars as pl
 import toolkit
 from toolkit.analysis import run_query
 from toolkit.charts import indexshare_bars, metric_by_layer, selection_heatmap
+from toolkit.ingest import ingest_file
 from toolkit.models.spec import indexer_layer_ids
 from toolkit.synth.selections import SyntheticSelectionConfig, generate
 
@@ -39,7 +40,7 @@ ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_di
 STORE_DIR = ROOT / "build" / "notebooks" / "02"
 shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
 store = toolkit.open_store(STORE_DIR)
-store.ingest("bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
+ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
 store.write_many(generate(SyntheticSelectionConfig(prompt_tokens=16_384, steps=32, layers=8),
                           "synthetic_k2048"), "synthetic_k2048")
 store.query("SELECT trace, model, k, score, \"order\", n_layers, synthetic FROM selection_traces")

@@ -32,6 +32,7 @@ import toolkit
 from toolkit import sweep
 from toolkit.analysis import run_query, sweep_query
 from toolkit.charts import grouped_bars, misses_per_step, misses_vs_buffer, sweep_surface
+from toolkit.ingest import ingest_file
 from toolkit.models.spec import get_model, indexer_layer_ids
 from toolkit.replay.selections import load_rows
 
@@ -44,7 +45,7 @@ shutil.rmtree(OUT / "03", ignore_errors=True)  # a re-run starts from an empty s
 shutil.rmtree(OUT / "03_grids", ignore_errors=True)
 (OUT / "03_grids").mkdir(parents=True)
 store = toolkit.open_store(OUT / "03")
-store.ingest("bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
+ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
 rows = load_rows(store, "smollm2")
 k = rows.k
 print(f"k = {k}, {rows.request_id.size:,} (request, step, layer) rows, "

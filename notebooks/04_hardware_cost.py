@@ -37,6 +37,7 @@ from toolkit.analysis import run_query
 from toolkit.charts import cost_pareto, step_time_breakdown
 from toolkit.cost.compare import CompareConfig, compare
 from toolkit.cost.records import DecodeCostConfig, record_replay_cost
+from toolkit.ingest import ingest_file
 from toolkit.models import get_model
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
 from toolkit.serving import predict, validate
@@ -147,7 +148,7 @@ ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_di
 STORE_DIR = ROOT / "build" / "notebooks" / "04"
 shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
 store = toolkit.open_store(STORE_DIR)
-store.ingest("bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
+ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
 rows_ = load_rows(store, "smollm2")
 run = replay_selections(store, SelectionReplayConfig("smollm2", "lru", 2 * rows_.k), rows=rows_)
 hs = hisparse_columns(store, run["run_id"], GLM)

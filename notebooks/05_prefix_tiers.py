@@ -37,6 +37,7 @@ import toolkit
 from toolkit import sweep
 from toolkit.analysis import run_query, sweep_query
 from toolkit.charts import cost_bars, sweep_surface, tier_share_bars, ttft_cdf
+from toolkit.ingest import ingest_file
 from toolkit.synth.agentic import PRESETS, generate
 
 alt.renderers.enable("svg")
@@ -61,8 +62,8 @@ def run_grid(name: str, text: str) -> sweep.SweepResult:
     return res
 
 
-store.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl",
-             "mooncake_conversation")
+ingest_file(store, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl",
+            "mooncake_conversation")
 store.write("requests", "synthetic_coding", generate(PRESETS["coding"], "synthetic_coding"))
 store.query("""
     SELECT trace, count(*) AS requests, round(avg(input_tokens)) AS mean_isl,

@@ -15,6 +15,7 @@ from toolkit.cost.from_replay import run_tiers
 from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
 from toolkit.engram.hashing import EngramConfig
 from toolkit.engram.record import record_engram
+from toolkit.ingest import ingest_file
 from toolkit.replay.engram import EngramReplayConfig, load_dense
 from toolkit.replay.mrc import lru_miss_curve
 from toolkit.replay.prefix import sweep_prefix
@@ -35,11 +36,11 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
     and modelled DeepSeek-R1 FP4 fronts on GB200 and MI355X."""
     root = tmp_path_factory.mktemp("analysis") / "store"
     with toolkit.open_store(root) as s:
-        s.ingest("mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "mc")
+        ingest_file(s, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "mc")
         sweep_prefix(s, "mc", [1_000, 10_000, None])
         for hw, users in TIER_RUNS:
             run_tiers(s, TierReplayConfig("mc", hw, "glm-5.2", concurrency=users))
-        s.ingest("bundle", ROOT / "traces/smollm2", "smollm2", select="smollm2-softmax-sum")
+        ingest_file(s, "bundle", ROOT / "traces/smollm2", "smollm2", select="smollm2-softmax-sum")
         rows = load_rows(s, "smollm2")
         ids: dict[tuple[str, int], str] = {}
         for policy, mult in SELECTION_RUNS:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import toolkit
+from toolkit.ingest import ingest_file
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
@@ -24,7 +25,7 @@ def mooncake_store(tmp_path_factory: pytest.TempPathFactory):
     """A store holding the Mooncake conversation trace as ``conv`` (read-only use)."""
     root = tmp_path_factory.mktemp("mooncake") / "store"
     with toolkit.open_store(root) as s:
-        s.ingest("mooncake", MOONCAKE, "conv")
+        ingest_file(s, "mooncake", MOONCAKE, "conv")
         yield s
 
 

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from toolkit.cli import app
 from toolkit.errors import TraceFormatError
+from toolkit.ingest import ingest_file
 
 from .conftest import AZURE, MOONCAKE
 
@@ -30,7 +31,7 @@ def refused(store, fmt, path, line, field, msg, **options):
     """Ingest must raise at (line, field) with ``msg`` and leave the store byte-identical."""
     before = full_snapshot(store.root)
     with pytest.raises(TraceFormatError) as err:
-        store.ingest(fmt, path, "bad", **options)
+        ingest_file(store, fmt, path, "bad", **options)
     assert (err.value.line, err.value.field) == (line, field), str(err.value)
     assert msg in str(err.value) and str(path) in str(err.value)
     assert "\n" not in str(err.value)
@@ -44,10 +45,10 @@ def kept(store, tmp_path):
     checked against real data."""
     p = tmp_path / "ok.jsonl"
     p.write_text(ev(0, 0, 0, 9, [1, 2]) + "\n")
-    store.ingest("dsa-jsonl", p, "kept")
+    ingest_file(store, "dsa-jsonl", p, "kept")
     with MOONCAKE.open() as f:
         (tmp_path / "m.jsonl").write_text("".join(next(f) for _ in range(5)))
-    store.ingest("mooncake", tmp_path / "m.jsonl", "kept")
+    ingest_file(store, "mooncake", tmp_path / "m.jsonl", "kept")
     return store
 
 
@@ -78,7 +79,7 @@ class TestDsaJsonlLimits:
     def test_limits_themselves_land_exactly(self, store, tmp_path):
         p = tmp_path / "edge.jsonl"
         p.write_text(ev(0, 32766, 2**31 - 1, 2**31 - 1, [2**31 - 2, 0]) + "\n")
-        store.ingest("dsa-jsonl", p, "edge")
+        ingest_file(store, "dsa-jsonl", p, "edge")
         assert store.query("SELECT step, layer, seq_len, topk FROM selections").row(0) == (
             2**31 - 1, 32766, 2**31 - 1, [2**31 - 2, 0])
         assert store.query("SELECT n_layers FROM selection_traces").item() == 32767
@@ -203,7 +204,7 @@ def bundle(d: Path, sel=None, traces=None, requests=None) -> Path:
 
 class TestBundle:
     def test_good_bundle_lands_exactly(self, store, tmp_path):
-        store.ingest("bundle", bundle(tmp_path / "b"), "b", select="t")
+        ingest_file(store, "bundle", bundle(tmp_path / "b"), "b", select="t")
         assert store.query("SELECT request_id, topk FROM selections ORDER BY 1").rows() == [
             (0, [0, 1]), (1, [2, 3])]
         assert store.query("SELECT request_id, prompt_tokens FROM selection_requests "
@@ -230,7 +231,7 @@ class TestBundle:
         file = d / {"traces": "selection_traces", "requests": "selection_requests",
                     "sel": "selections"}[kind]
         if msg == "":
-            kept.ingest("bundle", d, "ok", select="t")
+            ingest_file(kept, "bundle", d, "ok", select="t")
             return
         err = refused(kept, "bundle", d, row, field, msg, select="t")
         assert err.path == f"{file}.parquet"

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 import toolkit
 from toolkit.errors import TraceFormatError
+from toolkit.ingest import ingest_file
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -59,7 +60,7 @@ class Lab:
         seed = self.dir / "seed.jsonl"
         seed.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1,
                                     "hash_ids": [1]}) + "\n")
-        self.store.ingest("mooncake", seed, "kept")
+        ingest_file(self.store, "mooncake", seed, "kept")
         self.n = 0
 
     def snapshot(self) -> dict[str, bytes]:
@@ -73,7 +74,7 @@ class Lab:
         self.n += 1
         name = f"fz{self.n}"
         try:
-            res = self.store.ingest(fmt, path, name, **options)
+            res = ingest_file(self.store, fmt, path, name, **options)
         except TraceFormatError as e:
             msg = str(e)
             assert msg.startswith(str(e.path)) and str(path) in e.path, msg

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.errors import StoreError, TraceFormatError
-from toolkit.ingest import readers
+from toolkit.ingest import ingest_file, readers
 from toolkit.ingest.azure import parse_timestamp
 
 from .conftest import AZURE, MOONCAKE, snapshot
@@ -43,7 +43,7 @@ class TestMooncake:
 
 class TestAzure:
     def test_exact_figures(self, store):
-        store.ingest("azure", AZURE)
+        ingest_file(store, "azure", AZURE)
         n, i, o, t = store.query(
             "SELECT count(*), sum(input_tokens)::BIGINT, sum(output_tokens)::BIGINT, "
             "max(arrival_s) FROM requests WHERE trace = 'AzureLLMInferenceTrace_code'"
@@ -81,14 +81,14 @@ class TestBadInput:
     @pytest.mark.parametrize("case", sorted(MOONCAKE_BAD))
     def test_mooncake_error_names_file_line_field_and_store_unchanged(self, store, tmp_path, case):
         """Each malformed line stops the ingest; the store keeps its previous contents."""
-        store.ingest("azure", AZURE, "before")
+        ingest_file(store, "azure", AZURE, "before")
         before = snapshot(store.root)
         bad_line, field, msg = MOONCAKE_BAD[case]
         path = tmp_path / "bad.jsonl"
         lines = [_mooncake_line(ts=0), _mooncake_line(ts=1), bad_line, _mooncake_line(ts=9)]
         path.write_text("\n".join(lines) + "\n")
         with pytest.raises(TraceFormatError) as err:
-            store.ingest("mooncake", path)
+            ingest_file(store, "mooncake", path)
         e = err.value
         assert (e.path, e.line, e.field) == (str(path), 3, field)
         assert str(path) in str(e) and ":3 " in str(e) and msg in str(e)
@@ -104,7 +104,7 @@ class TestBadInput:
                 f.write(_mooncake_line(ts=7, inp=-1) if i == 100_000 else good)
                 f.write("\n")
         with pytest.raises(TraceFormatError, match=r"big\.jsonl:100001 .*'input_length'"):
-            store.ingest("mooncake", path)
+            ingest_file(store, "mooncake", path)
         assert store.traces() == []
         assert list((store.root / ".staging").glob("*")) == []
 
@@ -125,7 +125,7 @@ class TestBadInput:
             + row + "\n"
         )
         with pytest.raises(TraceFormatError, match=msg) as err:
-            store.ingest("azure", path)
+            ingest_file(store, "azure", path)
         assert (err.value.line, err.value.field) == (3, field)
         assert store.traces() == []
 
@@ -133,25 +133,25 @@ class TestBadInput:
         path = tmp_path / "az.csv"
         path.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:17:03.9799600,4808\n")
         with pytest.raises(TraceFormatError, match="GeneratedTokens.*missing column"):
-            store.ingest("azure", path)
+            ingest_file(store, "azure", path)
 
     def test_existing_name_refused_before_parsing(self, store, tmp_path):
         """--replace is required, and the refusal comes before reading a (bad) file."""
-        store.ingest("azure", AZURE, "t")
+        ingest_file(store, "azure", AZURE, "t")
         bad = tmp_path / "t.jsonl"
         bad.write_text("not json\n")
         with pytest.raises(StoreError, match="already exists"):
-            store.ingest("mooncake", bad, "t")
+            ingest_file(store, "mooncake", bad, "t")
 
     def test_missing_file(self, store, tmp_path):
         with pytest.raises(TraceFormatError, match="no such file or directory"):
-            store.ingest("mooncake", tmp_path / "nope.jsonl")
+            ingest_file(store, "mooncake", tmp_path / "nope.jsonl")
 
     def test_unknown_format_lists_known(self, store):
         known = ("known: agentic, azure, bailian, bundle, burstgpt, dsa-jsonl, mooncake, "
                  "npz, parquet")
         with pytest.raises(KeyError, match=known):
-            store.ingest("bogus", AZURE)
+            ingest_file(store, "bogus", AZURE)
 
 
 def test_registry_refuses_duplicates():
@@ -165,7 +165,7 @@ class TestBinaryJunk:
         path = tmp_path / "junk.jsonl"
         path.write_bytes(_mooncake_line(ts=0).encode() + b"\n\xff\xfe\x00garbage\n")
         with pytest.raises(TraceFormatError, match=r"junk\.jsonl:2 .*not UTF-8"):
-            store.ingest("mooncake", path)
+            ingest_file(store, "mooncake", path)
         assert store.traces() == []
 
     def test_azure_non_utf8_row(self, store, tmp_path):
@@ -173,7 +173,7 @@ class TestBinaryJunk:
         path.write_bytes(b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
                          b"2023-11-16 18:17:03.9799600,4808,10\n\xff\xfe,1,2\n")
         with pytest.raises(TraceFormatError, match="not UTF-8"):
-            store.ingest("azure", path)
+            ingest_file(store, "azure", path)
         assert store.traces() == []
 
 

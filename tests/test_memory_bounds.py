@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from toolkit.memory import ResourceError, check_memory
 from toolkit.policies import policies
 from toolkit.replay.mrc import lru_miss_curve
 from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+from toolkit.runtime.memory import ResourceError, check_memory
 
 from .test_selection_replay import make_store, reference
 
@@ -73,7 +73,7 @@ class TestReplayBounds:
 
     def test_small_needs_skip_the_meminfo_read(self, monkeypatch):
         """Needs under ``UNCHECKED_BYTES`` (a cache-sized replay piece) are not checked."""
-        from toolkit import memory
+        from toolkit.runtime import memory
 
         monkeypatch.setattr(memory, "available_bytes", lambda: pytest.fail("read meminfo"))
         check_memory(memory.UNCHECKED_BYTES - 1, "a small step")
@@ -83,8 +83,8 @@ class TestReplayBounds:
 
     def test_what_cannot_fit_is_one_line(self, monkeypatch):
         """A step needing more memory than available stops with a ResourceError naming it."""
-        monkeypatch.setattr("toolkit.memory.available_bytes", lambda: 1024)
-        monkeypatch.setattr("toolkit.memory.UNCHECKED_BYTES", 0)
+        monkeypatch.setattr("toolkit.runtime.memory.available_bytes", lambda: 1024)
+        monkeypatch.setattr("toolkit.runtime.memory.UNCHECKED_BYTES", 0)
         with pytest.raises(ResourceError, match="needs about .* GiB; .* GiB is available"):
             check_memory(2**31, "a test step")
         keys = np.arange(10_000, dtype=np.int64)
@@ -93,11 +93,12 @@ class TestReplayBounds:
 
 
 class TestKeptHeap:
-    """``import toolkit`` asks glibc to keep freed blocks (toolkit.memory.keep_freed_memory):
-    a replay's arrays then reuse pages instead of faulting them in again."""
+    """``toolkit.runtime.keep_freed_memory`` asks glibc to keep freed blocks, so a replay's
+    arrays reuse pages instead of faulting them in again; being process-wide, the CLI
+    applies it and ``import toolkit`` does not."""
 
     @staticmethod
-    def faults(env: dict[str, str]) -> int:
+    def faults(env: dict[str, str], opt_in: bool) -> int:
         import os
         import subprocess
         import sys
@@ -106,7 +107,9 @@ class TestKeptHeap:
         # by default glibc trims the 6 MiB at the top of the heap, so the next three fault
         # in all their pages again
         code = ("import resource, numpy as np, toolkit\n"
-                "def once(): return [np.ones(1 << 18) for _ in range(3)]\n"
+                + ("import toolkit.runtime; toolkit.runtime.keep_freed_memory()\n"
+                   if opt_in else "")
+                + "def once(): return [np.ones(1 << 18) for _ in range(3)]\n"
                 "for _ in range(5): once()\n"
                 "f = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
                 "for _ in range(50): once()\n"
@@ -115,13 +118,30 @@ class TestKeptHeap:
                              capture_output=True, text=True, check=True)
         return int(out.stdout)
 
-    def test_freed_arrays_are_reused_and_the_switch_turns_it_off(self):
+    def test_opt_in_reuses_freed_arrays_import_alone_does_not(self):
+        """Opting in keeps freed arrays; a bare ``import toolkit`` leaves glibc's default,
+        and ``TOOLKIT_KEEP_HEAP=0`` turns the opt-in off."""
         import ctypes
 
         try:
             ctypes.CDLL(None).mallopt  # noqa: B018 - glibc only
         except AttributeError:
             pytest.skip("not glibc")
-        kept = self.faults({"TOOLKIT_KEEP_HEAP": "1"})
-        default = self.faults({"TOOLKIT_KEEP_HEAP": "0"})
-        assert kept < 500 and default > 50 * 3 * 256  # 512 pages an array, each time
+        kept = self.faults({"TOOLKIT_KEEP_HEAP": "1"}, opt_in=True)
+        switched_off = self.faults({"TOOLKIT_KEEP_HEAP": "0"}, opt_in=True)
+        import_only = self.faults({"TOOLKIT_KEEP_HEAP": "1"}, opt_in=False)
+        assert kept < 500  # 512 pages an array, each time, without it
+        assert switched_off > 50 * 3 * 256 and import_only > 50 * 3 * 256
+
+    def test_the_cli_applies_it(self, monkeypatch):
+        """Every ``toolkit`` command runs the opt-in before its own work."""
+        from typer.testing import CliRunner
+
+        from toolkit import runtime
+        from toolkit.cli import app
+
+        calls = []
+        monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append(1) or True)
+        result = CliRunner().invoke(app, ["models", "--help"])
+        assert result.exit_code == 0, result.output
+        assert calls == [1]

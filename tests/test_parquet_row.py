@@ -1,4 +1,4 @@
-"""toolkit.parquet_row against Arrow: every file it writes reads back (Arrow, DuckDB, the
+"""toolkit.store.parquet.row against Arrow: every file it writes reads back (Arrow, DuckDB, the
 store) as the row Arrow would have built, and whatever it does not take is left to Arrow."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import toolkit
 from toolkit import schema
-from toolkit.parquet_row import encode_row
+from toolkit.store.parquet.row import encode_row
 
 RUN_TABLES = ("replay_runs", "selection_runs", "engram_runs", "decode_costs", "tier_runs",
               "sweeps", "compare_runs")

@@ -1,4 +1,4 @@
-"""toolkit.parquet_table against Arrow: every file it writes reads back (Arrow, DuckDB,
+"""toolkit.store.parquet.table against Arrow: every file it writes reads back (Arrow, DuckDB,
 Polars, the store) as the table it was given, with statistics readers can use, whatever
 the values (extremes, wrap-around deltas, several row groups, several strings)."""
 
@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 import toolkit
 from toolkit import schema
-from toolkit.parquet_table import FlatWriter, writable
-from toolkit.store import _dictionary_strings
+from toolkit.ingest import ingest_file
+from toolkit.store.parquet.sink import with_dictionary_strings
+from toolkit.store.parquet.table import FlatWriter, writable
 
 SCHEMA = pa.schema([
     pa.field("run_id", pa.dictionary(pa.int32(), pa.string()), nullable=False),
@@ -106,7 +107,7 @@ def test_reads_back_as_given(tmp_path_factory, case):
 
 def test_writable_only_flat_required_columns():
     assert writable(SCHEMA)
-    assert writable(_dictionary_strings(PLAIN))
+    assert writable(with_dictionary_strings(PLAIN))
     assert not writable(pa.schema([pa.field("x", pa.int64())]))  # nullable
     assert not writable(pa.schema([pa.field("x", pa.float64(), nullable=False)]))
     assert not writable(pa.schema([pa.field("x", pa.list_(pa.int32()), nullable=False)]))
@@ -130,7 +131,7 @@ def test_replay_results_land_as_arrow_writes_them(tmp_path):
 
     smollm2 = Path(__file__).resolve().parents[1] / "traces" / "smollm2"
     with toolkit.open_store(tmp_path / "s") as store:
-        store.ingest("bundle", smollm2, "smollm2", select="smollm2-softmax-sum")
+        ingest_file(store, "bundle", smollm2, "smollm2", select="smollm2-softmax-sum")
         out = replay_selections(store, SelectionReplayConfig("smollm2", "lru", 128),
                                 workers=1, progress=False)
         path = store.key_file("selection_replay", out["run_id"])
@@ -161,7 +162,7 @@ def test_null_dictionary_entry_refused(tmp_path):
 def test_bool_pages_are_the_bitmap_packed_again(n, offset):
     """A boolean column's PLAIN bytes taken from Arrow's bitmap (whole chunks at a byte
     offset) are the bytes of unpacking and packing it again, padding bits zero."""
-    from toolkit.parquet_table import _plain_bools
+    from toolkit.store.parquet.table import _plain_bools
 
     bits = np.random.default_rng(n + offset).random(n + offset + 5) < 0.5
     bits[-5:] = True  # set bits past the slice: they must not leak into the padding

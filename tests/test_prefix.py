@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolkit.ingest import ingest_file
 from toolkit.ingest.fields import requests_table
 from toolkit.replay.prefix import (
     PrefixReplayConfig,
@@ -140,7 +141,7 @@ class TestSemantics:
         from tests.conftest import AZURE
         from toolkit.errors import ToolkitError
 
-        store.ingest("azure", AZURE, "az")
+        ingest_file(store, "azure", AZURE, "az")
         with pytest.raises(ToolkitError, match="no prefix-block hashes"):
             replay_prefix(store, PrefixReplayConfig("az"))
 

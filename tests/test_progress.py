@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from toolkit.cli import app
-from toolkit.replay import progress as prog
+from toolkit.runtime import progress as prog
 
 from .conftest import MOONCAKE
 
@@ -32,7 +32,7 @@ class TestSwitches:
         import duckdb
 
         import toolkit
-        from toolkit import store as store_module
+        from toolkit.store import core as store_module
 
         plain_connect = duckdb.connect
 
@@ -168,7 +168,7 @@ class TestInAJupyterKernel:
 
         monkeypatch.delenv(prog.ENV, raising=False)
         cells = [
-            "from toolkit.replay import progress as p\n"
+            "from toolkit.runtime import progress as p\n"
             "p.DELAY_S = 0.0\n"
             "print(p._bar_class(None).__module__)",
             "with p.progress(10, 'replay t') as bar:\n    bar.update(10)",

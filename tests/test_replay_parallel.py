@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 import toolkit
 from toolkit.cli import app
+from toolkit.ingest import ingest_file
 from toolkit.ingest.selections import SelectionColumns, validate
 from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
 from toolkit.replay.prefix import sweep_prefix
@@ -152,7 +153,7 @@ class TestFusedLRU:
 
         from toolkit.policies import policies
 
-        store.ingest("bundle", Path(__file__).resolve().parents[1] / "traces" / "smollm2",
+        ingest_file(store, "bundle", Path(__file__).resolve().parents[1] / "traces" / "smollm2",
                      "smollm2", select="smollm2-softmax-sum")
         for mode in ("plain", "hisparse"):
             cfg = SelectionReplayConfig("smollm2", "lru", 96, mode=mode)
@@ -445,7 +446,7 @@ class TestCli:
 
 class TestProgress:
     def test_quiet_unless_interactive(self, capsys):
-        from toolkit.replay.progress import _interactive, progress
+        from toolkit.runtime.progress import _interactive, progress
 
         assert not _interactive()
         with progress(100, "x") as bar:
@@ -453,7 +454,7 @@ class TestProgress:
         assert capsys.readouterr().err == ""
 
     def test_shows_accesses_rate_eta_when_enabled(self, capsys, monkeypatch):
-        from toolkit.replay import progress as prog
+        from toolkit.runtime import progress as prog
 
         monkeypatch.setattr(prog, "DELAY_S", 0.0)
         with prog.progress(1000, "replay t", enabled=True) as bar:
@@ -473,7 +474,7 @@ class TestThreadMap:
         import threading
         import time
 
-        from toolkit.replay.parallel import thread_map
+        from toolkit.runtime.pool import thread_map
 
         delays = np.random.default_rng(seed).uniform(0, 0.002, n)
         seen = []
@@ -492,7 +493,7 @@ class TestThreadMap:
         """The calling thread does the first item (its data is in the caller's cache)."""
         import threading
 
-        from toolkit.replay.parallel import thread_map
+        from toolkit.runtime.pool import thread_map
 
         for _ in range(20):
             who = thread_map(lambda i: threading.get_ident(), range(4), 2)
@@ -500,7 +501,7 @@ class TestThreadMap:
 
     @pytest.mark.parametrize("bad", [0, 1, 5])
     def test_error_raised(self, bad):
-        from toolkit.replay.parallel import thread_map
+        from toolkit.runtime.pool import thread_map
 
         def fn(i):
             if i == bad:
@@ -518,7 +519,7 @@ class TestSharedPool:
     def test_same_threads_across_calls(self):
         import threading
 
-        from toolkit.replay.parallel import ordered_results
+        from toolkit.runtime.pool import ordered_results
 
         def who():
             return threading.get_ident()
@@ -530,7 +531,7 @@ class TestSharedPool:
     def test_nested_calls_finish(self):
         """Every pool thread busy in an outer call that itself fans out: the inner
         items that cannot start are run by their callers instead."""
-        from toolkit.replay.parallel import ordered_results, resolve_workers, thread_map
+        from toolkit.runtime.pool import ordered_results, resolve_workers, thread_map
 
         n = resolve_workers(None) + 2
 
@@ -544,7 +545,7 @@ class TestSharedPool:
         import threading
         import time
 
-        from toolkit.replay.parallel import ordered_results
+        from toolkit.runtime.pool import ordered_results
 
         ran = []
         lock = threading.Lock()
@@ -567,7 +568,7 @@ class TestSharedPool:
         import threading
         import time
 
-        from toolkit.replay.parallel import ordered_results, shared_pool
+        from toolkit.runtime.pool import ordered_results, shared_pool
 
         shared_pool(8)
         running, peak = [0], [0]
@@ -590,7 +591,7 @@ class TestSharedPool:
     def test_forked_child_gets_its_own_pool(self):
         import os
 
-        from toolkit.replay.parallel import thread_map
+        from toolkit.runtime.pool import thread_map
 
         assert thread_map(lambda i: i + 1, range(4), 2) == [1, 2, 3, 4]
         pid = os.fork()

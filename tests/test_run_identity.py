@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 import toolkit
 from toolkit.cli import app
+from toolkit.ingest import ingest_file
 from toolkit.replay.selections import SelectionReplayConfig, model_config, replay_selections
 
 from .conftest import ROOT
@@ -24,7 +25,7 @@ SMOLLM2 = ROOT / "traces" / "smollm2"
 def sm_store(tmp_path):
     """The bundled real SmolLM2 selections (k = 64, 30 layers) as ``sm``."""
     with toolkit.open_store(tmp_path / "s") as s:
-        s.ingest("bundle", SMOLLM2, "sm", select="smollm2-softmax-sum")
+        ingest_file(s, "bundle", SMOLLM2, "sm", select="smollm2-softmax-sum")
         yield s
 
 

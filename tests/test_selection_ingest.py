@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from toolkit.errors import TraceFormatError
+from toolkit.ingest import ingest_file
 
 from .conftest import snapshot
 
@@ -38,7 +39,7 @@ class TestDsaJsonl:
     def test_round_trip(self, store, tmp_path):
         """Other events ignored, -1 dropped, string ids made dense in order of appearance."""
         p = write_lines(tmp_path / "dsa.jsonl", GOOD)
-        res = store.ingest("dsa-jsonl", p, "dsa", model="DeepSeek-V3.2", score="indexer")
+        res = ingest_file(store, "dsa-jsonl", p, "dsa", model="DeepSeek-V3.2", score="indexer")
         assert res.rows == 5
         rows = store.query(
             "SELECT request_id, step, layer, seq_len, topk FROM selections "
@@ -72,12 +73,12 @@ class TestDsaJsonl:
     )
     def test_errors_name_line_and_field_and_lose_nothing(self, store, tmp_path, bad, field, msg):
         p0 = write_lines(tmp_path / "ok.jsonl", [ev(0, 0, 0, 9, [1, 2])])
-        store.ingest("dsa-jsonl", p0, "kept")
+        ingest_file(store, "dsa-jsonl", p0, "kept")
         before = snapshot(store.root)
         lines = [ev(0, 0, 0, 9, [1, 2, 3, 4]), ev(0, 0, 1, 9, [0, 8]), bad, ev(0, 0, 9, 12, [1])]
         p = write_lines(tmp_path / "bad.jsonl", lines)
         with pytest.raises(TraceFormatError) as err:
-            store.ingest("dsa-jsonl", p, "bad", k=4)
+            ingest_file(store, "dsa-jsonl", p, "bad", k=4)
         assert (err.value.line, err.value.field) == (3, field)
         assert msg in str(err.value) and f"{p}:3" in str(err.value)
         assert snapshot(store.root) == before
@@ -85,14 +86,14 @@ class TestDsaJsonl:
     def test_no_events(self, store, tmp_path):
         p = write_lines(tmp_path / "e.jsonl", [json.dumps({"event": "other"})])
         with pytest.raises(TraceFormatError, match="no 'dsa_topk' events"):
-            store.ingest("dsa-jsonl", p)
+            ingest_file(store, "dsa-jsonl", p)
 
 
 class TestNpz:
     def test_one_request_per_file(self, store, tmp_path):
         topk = np.array([[[0, 1], [1, -1]], [[2, 0], [2, 1]]])  # [steps=2, layers=2, k=2]
         np.savez(tmp_path / "r.npz", topk=topk, seq_len=np.array([3, 4]))
-        store.ingest("npz", tmp_path / "r.npz", "r", model="m")
+        ingest_file(store, "npz", tmp_path / "r.npz", "r", model="m")
         rows = store.query("SELECT step, layer, seq_len, topk FROM selections ORDER BY 1, 2").rows()
         assert rows == [(0, 0, 3, [0, 1]), (0, 1, 3, [1]), (1, 0, 4, [2, 0]), (1, 1, 4, [2, 1])]
         assert store.query("SELECT prompt_tokens FROM selection_requests").item() == 2
@@ -102,18 +103,18 @@ class TestNpz:
         np.savez(tmp_path / "m.npz", topk=topk, seq_len=np.array([2, 3, 2, 3]),
                  request_id=np.array([5, 5, 6, 6]))
         with pytest.raises(TraceFormatError, match="at step index 3, layer 0: position 7"):
-            store.ingest("npz", tmp_path / "m.npz")
+            ingest_file(store, "npz", tmp_path / "m.npz")
         topk[3, 0, 0] = 2
         np.savez(tmp_path / "m.npz", topk=topk, seq_len=np.array([2, 3, 2, 3]),
                  request_id=np.array([5, 5, 6, 6]))
-        store.ingest("npz", tmp_path / "m.npz")
+        ingest_file(store, "npz", tmp_path / "m.npz")
         assert store.query("SELECT request_id, step FROM selections ORDER BY 1, 2").rows() == [
             (5, 0), (5, 1), (6, 0), (6, 1)]
 
     def test_missing_array(self, store, tmp_path):
         np.savez(tmp_path / "x.npz", topk=np.zeros((1, 1, 1), dtype=int))
         with pytest.raises(TraceFormatError, match="'seq_len': missing array"):
-            store.ingest("npz", tmp_path / "x.npz")
+            ingest_file(store, "npz", tmp_path / "x.npz")
 
 
 class TestParquet:
@@ -121,7 +122,7 @@ class TestParquet:
         t = pa.table({"request_id": [0, 0], "step": [0, 1], "layer": [0, 0], "seq_len": [4, 5],
                       "topk": pa.array([[0, 2, 3], [1, 4]], pa.list_(pa.int32()))})
         pq.write_table(t, tmp_path / "s.parquet")
-        store.ingest("parquet", tmp_path / "s.parquet", "s", k=3)
+        ingest_file(store, "parquet", tmp_path / "s.parquet", "s", k=3)
         assert store.query("SELECT k, \"order\" FROM selection_traces").row(0) == (3, "position")
         assert store.query("SELECT topk FROM selections ORDER BY step")["topk"].to_list() == [
             [0, 2, 3], [1, 4]]
@@ -131,12 +132,12 @@ class TestParquet:
                       "seq_len": [4, 5, 6], "topk": [[0], [1], [9]]})
         pq.write_table(t, tmp_path / "s.parquet")
         with pytest.raises(TraceFormatError, match=r"s\.parquet:3 \(row 3\): field 'topk'"):
-            store.ingest("parquet", tmp_path / "s.parquet")
+            ingest_file(store, "parquet", tmp_path / "s.parquet")
 
     def test_missing_column(self, store, tmp_path):
         pq.write_table(pa.table({"request_id": [0]}), tmp_path / "s.parquet")
         with pytest.raises(TraceFormatError, match="'step': missing column"):
-            store.ingest("parquet", tmp_path / "s.parquet")
+            ingest_file(store, "parquet", tmp_path / "s.parquet")
 
 
 def test_cli_ingest_selections(tmp_path):
@@ -164,11 +165,11 @@ def test_bundle_round_trip_keeps_metadata(store, tmp_path):
     d.mkdir()
     for name, t in tables.items():
         pq.write_table(t, d / f"{name}.parquet")
-    store.ingest("bundle", d, "b")
+    ingest_file(store, "bundle", d, "b")
     meta = store.query("SELECT trace, model, k, synthetic, source FROM selection_traces").row(0)
     assert meta[:4] == ("b", "synthetic", 64, True) and meta[4].startswith("SYNTHETIC")
     assert store.query("SELECT count(*) FROM selections WHERE trace = 'b'").item() == 6
     assert store.query("SELECT source_text FROM selection_requests").item() == "synthetic"
     with pytest.raises(TraceFormatError, match="missing bundle file"):
         (d / "selection_requests.parquet").unlink()
-        store.ingest("bundle", d, "c")
+        ingest_file(store, "bundle", d, "c")

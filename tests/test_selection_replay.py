@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import toolkit
 from toolkit.errors import ToolkitError
+from toolkit.ingest import ingest_file
 from toolkit.replay.selections import SelectionReplayConfig, replay_selections
 
 
@@ -53,7 +54,7 @@ def make_store(tmp_path, rows, k):
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(lines) + "\n")
     store = toolkit.open_store(tmp_path / "store")
-    store.ingest("dsa-jsonl", path, "t", k=k, replace=True)
+    ingest_file(store, "dsa-jsonl", path, "t", k=k, replace=True)
     return store
 
 

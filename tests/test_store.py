@@ -10,6 +10,7 @@ import pytest
 import toolkit
 from toolkit import schema
 from toolkit.errors import StoreError
+from toolkit.ingest import ingest_file
 
 from .conftest import AZURE, MOONCAKE
 
@@ -32,20 +33,20 @@ class TestOpenStore:
 
     def test_catalog_file_has_the_views(self, store):
         """catalog.duckdb lets the DuckDB CLI query the store directly."""
-        store.ingest("azure", AZURE, "az")
+        ingest_file(store, "azure", AZURE, "az")
         with duckdb.connect(str(store.root / "catalog.duckdb"), read_only=True) as con:
             assert con.sql("SELECT count(*) FROM requests").fetchall() == [(8819,)]
 
 
 class TestWrite:
     def test_refuses_existing_key_without_replace(self, store):
-        store.ingest("azure", AZURE, "az")
+        ingest_file(store, "azure", AZURE, "az")
         with pytest.raises(StoreError, match="already exists.*--replace"):
-            store.ingest("azure", AZURE, "az")
+            ingest_file(store, "azure", AZURE, "az")
 
     def test_replace_overwrites(self, store):
-        store.ingest("azure", AZURE, "t")
-        store.ingest("mooncake", MOONCAKE, "t", replace=True)
+        ingest_file(store, "azure", AZURE, "t")
+        ingest_file(store, "mooncake", MOONCAKE, "t", replace=True)
         assert store.query("SELECT count(*) AS n FROM requests")["n"][0] == 12031
 
     def test_schema_mismatch_writes_nothing(self, store):
@@ -61,7 +62,7 @@ class TestWrite:
         set back (copies, coarse clocks) and the inode is reused: the ctime moves."""
         import os
 
-        store.ingest("azure", AZURE, "az")
+        ingest_file(store, "azure", AZURE, "az")
         path = store.root / "requests" / "az.parquet"
         before, st = store.source_stamp("requests", "az"), path.stat()
         store.write("requests", "az", store.read("requests", "az"), replace=True)
@@ -110,12 +111,12 @@ class TestWrite:
     @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "x" * 200, "semi;colon"])
     def test_bad_names_refused(self, store, name):
         with pytest.raises(StoreError, match="invalid trace name"):
-            store.ingest("azure", AZURE, name)
+            ingest_file(store, "azure", AZURE, name)
 
     def test_read_columns_and_parts(self, store):
         """``columns`` reads a subset with the schema's types; an unknown column is refused
         by name; the row-group readers of ``read_parts`` add up to ``read``."""
-        store.ingest("mooncake", MOONCAKE, "mc")
+        ingest_file(store, "mooncake", MOONCAKE, "mc")
         full = store.read("requests", "mc")
         sub = store.read("requests", "mc", columns=["request_id", "block_hashes"])
         assert sub.schema.names == ["request_id", "block_hashes"]
@@ -128,7 +129,7 @@ class TestWrite:
         assert pa.concat_tables(parts).equals(full.select(["input_tokens"]))
 
     def test_read_unknown_key_lists_known(self, store):
-        store.ingest("azure", AZURE, "az")
+        ingest_file(store, "azure", AZURE, "az")
         with pytest.raises(StoreError, match="known: az"):
             store.read("requests", "nope")
 

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 import toolkit
 from toolkit.cli import app
 from toolkit.errors import StoreError
+from toolkit.ingest import ingest_file
 from toolkit.store import KEY_MAX_CHARS, STAGING_DIR, STALE_STAGING_S, bounded_key, check_key
 
 from .conftest import MOONCAKE, snapshot
@@ -72,7 +73,7 @@ class TestKeys:
             store.delete("selection_runs", key)
 
     def test_invalid_names_on_disk_are_ignored_and_reported(self, store, tmp_path):
-        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
         evil = store.root / "selections" / "a'; COPY (SELECT 42) TO 'pwned.csv'; --.parquet"
         evil.write_bytes((store.root / "selections" / "t.parquet").read_bytes())
         with toolkit.open_store(store.root) as s:
@@ -86,11 +87,11 @@ class TestKeys:
         """An open store does not re-list a glob-read table after its own writes; a file
         with an invalid name that appeared meanwhile (another process) is still found,
         left out and reported when a query next reads the table."""
-        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
         assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 4
         evil = store.root / "selections" / "bad name.parquet"
         evil.write_bytes((store.root / "selections" / "t.parquet").read_bytes())
-        store.ingest("dsa-jsonl", dsa_file(tmp_path / "u.jsonl"), "u")  # our own write
+        ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "u.jsonl"), "u")  # our own write
         assert store.keys("selections") == ["t", "u"]
         assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 8
         assert any("not a valid key name" in p and "bad name" in p for p in store.problems)
@@ -100,23 +101,22 @@ class TestKeys:
         """Directory times can be coarse: a file another process drops, and our own write
         after it, can leave the directory's time where the last listing saw it. The write
         then re-lists the table at once instead of waiting for a change that never shows."""
-        import toolkit.store as st
 
-        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
         assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 4
         d = store.root / "selections"
         m = d.stat().st_mtime_ns
         (d / "bad name.parquet").write_bytes((d / "t.parquet").read_bytes())
         os.utime(d, ns=(m, m))  # the stranger landed in the tick the listing recorded
-        real = st.os.replace
+        real = os.replace
 
         def same_tick(a, b):
             real(a, b)
             if Path(b).parent == d:
                 os.utime(d, ns=(m, m))  # ... and so did our write
 
-        monkeypatch.setattr(st.os, "replace", same_tick)
-        store.ingest("dsa-jsonl", dsa_file(tmp_path / "u.jsonl"), "u")
+        monkeypatch.setattr(os, "replace", same_tick)
+        ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "u.jsonl"), "u")
         monkeypatch.undo()
         assert store.query("SELECT count(*) AS n FROM selections")["n"][0] == 8
         assert any("not a valid key name" in p and "bad name" in p for p in store.problems)
@@ -149,7 +149,7 @@ class TestNoInjection:
         from toolkit.replay.selections import SelectionReplayConfig, replay_selections
 
         with toolkit.open_store(tmp_path / "s") as s:
-            s.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+            ingest_file(s, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
             replay_selections(s, SelectionReplayConfig("t", "lru", 2))
             with pytest.raises(toolkit.errors.ToolkitError, match="no selection replay run"):
                 cost_of_replay(s, "x' OR '1'='1", get_model("glm-5.2"), get_hardware("gb200"))
@@ -159,9 +159,9 @@ class TestGlobCharacters:
     def test_store_path_with_brackets_reads_only_its_own_files(self, tmp_path):
         """`s[1]` used to glob-match `s1` and read the other store's data."""
         with toolkit.open_store(tmp_path / "s1") as s:
-            s.ingest("mooncake", mooncake_head(tmp_path / "a.jsonl", 30), "other")
+            ingest_file(s, "mooncake", mooncake_head(tmp_path / "a.jsonl", 30), "other")
         with toolkit.open_store(tmp_path / "s[1]") as s:
-            s.ingest("mooncake", mooncake_head(tmp_path / "b.jsonl", 20), "own")
+            ingest_file(s, "mooncake", mooncake_head(tmp_path / "b.jsonl", 20), "own")
         with toolkit.open_store(tmp_path / "s[1]") as s:
             assert s.query("SELECT trace, count(*) AS n FROM requests GROUP BY trace").rows() \
                 == [("own", 20)]
@@ -174,7 +174,7 @@ class TestLongNames:
         from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
 
         name = "n" * 128
-        store.ingest("mooncake", mooncake_head(tmp_path / "m.jsonl"), name)
+        ingest_file(store, "mooncake", mooncake_head(tmp_path / "m.jsonl"), name)
         row = replay_prefix(store, PrefixReplayConfig(name, "lru", 64))
         assert len(row["run_id"]) <= KEY_MAX_CHARS
         assert store.keys("replay_runs") == [row["run_id"]]
@@ -187,22 +187,24 @@ class TestLongNames:
 # 5 = removing the marker.
 _DIE_AT = """
 import os, sys
+from pathlib import Path
 import toolkit.store as st
+from toolkit.ingest import ingest_file
 real, calls = os.replace, [0]
 def replace(a, b):
     calls[0] += 1
     if calls[0] == int(sys.argv[3]):
         os._exit(9)
     real(a, b)
-st.os.replace = replace
-real_unlink = st.Path.unlink
+os.replace = replace
+real_unlink = Path.unlink
 def unlink(self, *a, **k):
     if self.name == st.COMMIT_MARKER:
         replace(None, None)  # call 5: after the last rename, before the marker goes
     real_unlink(self, *a, **k)
-st.Path.unlink = unlink
+Path.unlink = unlink
 with st.open_store(sys.argv[1]) as s:
-    s.ingest("dsa-jsonl", sys.argv[2], "t")
+    ingest_file(s, "dsa-jsonl", sys.argv[2], "t")
 """
 
 
@@ -237,7 +239,7 @@ class TestCrashWindows:
                 with toolkit.open_store(root) as s:
                     assert any("never committed" in x for x in s.problems)
                     assert not list((root / STAGING_DIR).iterdir())
-                    s.ingest("dsa-jsonl", src, "t")  # the name is free
+                    ingest_file(s, "dsa-jsonl", src, "t")  # the name is free
 
     def test_live_writer_staging_is_kept(self, store):
         """An old staging directory still locked by its (live) writer is not removed."""
@@ -252,7 +254,7 @@ class TestCrashWindows:
 
     def test_summary_and_per_row_results_land_together(self, store, tmp_path):
         """A failure after the per-row stream leaves neither table (one transaction)."""
-        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
         with pytest.raises(RuntimeError), store.writer("selection_replay", "run") as sink:
             sink.write(pa.table({"run_id": ["run"], "trace": ["t"], "request_id": [0],
                                  "step": [0], "layer": [0], "seq_len": [4], "accesses": [2],
@@ -270,15 +272,16 @@ class TestCrashWindows:
         (freed on the trash thread, or by the rename where hard links fail): readers see
         both new files, and nothing is left in staging once the thread is done."""
         import toolkit.store as st
+        from toolkit.store import trash
 
         if not link:
             def no_links(a, b):
                 raise OSError(1, "Operation not permitted")
 
-            monkeypatch.setattr(st.os, "link", no_links)
+            monkeypatch.setattr(os, "link", no_links)
         linked = []
-        real_keep = st._keep_old
-        monkeypatch.setattr(st, "_keep_old", lambda f, s: linked.append(
+        real_keep = trash.keep_old
+        monkeypatch.setattr(trash, "keep_old", lambda f, s: linked.append(
             out := real_keep(f, s)) or out)
         for hits in range(1, 4):
             with store.transaction():
@@ -313,9 +316,9 @@ def flocked(path: Path) -> Iterator[None]:
 def run_row(run_id: str, hits: int = 1) -> pa.Table:
     """A one-row ``replay_runs`` table (a lone small write)."""
     row = {f.name: (None if f.nullable else "x" if pa.types.is_string(f.type) else 0)
-           for f in toolkit.store.schema.TABLES["replay_runs"]}
+           for f in toolkit.schema.TABLES["replay_runs"]}
     row.update(run_id=run_id, kind="prefix", block_hits=hits)
-    return pa.Table.from_pylist([row], schema=toolkit.store.schema.TABLES["replay_runs"])
+    return pa.Table.from_pylist([row], schema=toolkit.schema.TABLES["replay_runs"])
 
 
 class TestSmallWrites:
@@ -334,12 +337,11 @@ class TestSmallWrites:
         assert store.read("replay_runs", "r").column("block_hits").to_pylist() == [7]
 
     def test_failed_write_leaves_nothing(self, store, monkeypatch):
-        import toolkit.store as st
 
         def disk_full(fd, data):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(st.os, "write", disk_full)
+        monkeypatch.setattr(os, "write", disk_full)
         with pytest.raises(OSError, match="No space"):
             store.write("replay_runs", "r", run_row("r"))
         monkeypatch.undo()
@@ -382,7 +384,6 @@ class TestSmallWrites:
         """A small write checks one directory time, not every table's: a badly named file
         another process dropped is still left out and reported at the next query, also
         when that directory's time did not move (a coarse clock), which re-lists now."""
-        import toolkit.store as st
 
         store.write_row("replay_runs", "a", run_row("a").to_pylist()[0])
         assert store.query("SELECT count(*) AS n FROM replay_runs")["n"][0] == 1
@@ -391,14 +392,14 @@ class TestSmallWrites:
         (d / "bad name.parquet").write_bytes((d / "a.parquet").read_bytes())
         if same_tick:
             os.utime(d, ns=(m, m))
-            real = st.os.replace
+            real = os.replace
 
             def in_the_tick(a, b):
                 real(a, b)
                 if Path(b).parent == d:
                     os.utime(d, ns=(m, m))
 
-            monkeypatch.setattr(st.os, "replace", in_the_tick)
+            monkeypatch.setattr(os, "replace", in_the_tick)
         store.write_row("replay_runs", "b", run_row("b").to_pylist()[0])
         monkeypatch.undo()
         assert store.query("SELECT count(*) AS n FROM replay_runs")["n"][0] == 2
@@ -417,7 +418,7 @@ class TestSmallWrites:
         assert store.keys("replay_runs") == []
         store.write_row("replay_runs", "r", {**row, "block_hits": 3, "not_a_column": 1})
         got = store.read("replay_runs", "r")
-        assert got.schema.equals(toolkit.store.schema.TABLES["replay_runs"])
+        assert got.schema.equals(toolkit.schema.TABLES["replay_runs"])
         assert got.column("block_hits").to_pylist() == [3]
 
     @pytest.mark.parametrize("link", [True, False])
@@ -431,7 +432,7 @@ class TestSmallWrites:
             def no_links(a, b):
                 raise OSError(1, "Operation not permitted")
 
-            monkeypatch.setattr(st.os, "link", no_links)
+            monkeypatch.setattr(os, "link", no_links)
         for hits in range(1, 6):
             store.write_row("replay_runs", "r", run_row("r", hits).to_pylist()[0],
                             replace=True)
@@ -445,7 +446,7 @@ class TestSmallWrites:
     def test_replace_during_shutdown_frees_inline(self, store, monkeypatch):
         """Once the interpreter shuts down no thread takes new work: the write that has
         landed is not reported as failed, and the old file goes at once."""
-        import toolkit.store as st
+        from toolkit.store import trash
 
         store.write_row("replay_runs", "r", run_row("r", 1).to_pylist()[0])
 
@@ -453,7 +454,7 @@ class TestSmallWrites:
             def submit(self, *a):
                 raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
-        monkeypatch.setattr(st, "_TRASH", (os.getpid(), Closed()))
+        monkeypatch.setattr(trash, "_TRASH", (os.getpid(), Closed()))
         store.write_row("replay_runs", "r", run_row("r", 2).to_pylist()[0], replace=True)
         assert store.read("replay_runs", "r").column("block_hits").to_pylist() == [2]
         assert list((store.root / STAGING_DIR).iterdir()) == []
@@ -462,9 +463,10 @@ class TestSmallWrites:
         """Such a name left by a process that died is garbage: a later open removes it
         without a warning once stale (by its ctime: the link made it), and leaves a young
         one to its writer's thread."""
-        import toolkit.store as st
+        from toolkit.store import transaction
 
-        monkeypatch.setattr(st, "STALE_STAGING_S", 0.5)  # a ctime cannot be set back
+        # a ctime cannot be set back; recovery reads the limit where it runs
+        monkeypatch.setattr(transaction, "STALE_STAGING_S", 0.5)
         staging = store.root / STAGING_DIR
         staging.mkdir(exist_ok=True)
         old, young = staging / "old-dead.parquet", staging / "old-young.parquet"
@@ -493,8 +495,8 @@ class TestConcurrentWriters:
         other = mooncake_head(tmp_path / "o.jsonl", 12)
         with toolkit.open_store(tmp_path / "s") as a, toolkit.open_store(tmp_path / "s") as b:
             with pytest.raises(StoreError, match="another process meanwhile"), a.transaction():
-                a.ingest("mooncake", src, "x")
-                b.ingest("mooncake", other, "x")
+                ingest_file(a, "mooncake", src, "x")
+                ingest_file(b, "mooncake", other, "x")
             assert b.query("SELECT count(*) AS n FROM requests")["n"][0] == 12
             assert not list((tmp_path / "s" / STAGING_DIR).iterdir())
 
@@ -513,8 +515,8 @@ class TestConcurrentWriters:
 
 class TestCorruptFiles:
     def test_truncated_file_is_reported_and_other_tables_work(self, store, tmp_path):
-        store.ingest("mooncake", mooncake_head(tmp_path / "m.jsonl", 10), "good")
-        store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        ingest_file(store, "mooncake", mooncake_head(tmp_path / "m.jsonl", 10), "good")
+        ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
         good = store.root / "requests" / "good.parquet"
         (store.root / "requests" / "cut.parquet").write_bytes(good.read_bytes()[:-40])
         (store.root / "selections" / "junk.parquet").write_bytes(b"PAR1 not parquet")
@@ -587,7 +589,6 @@ class TestFailedRename:
                                                                monkeypatch):
         """An OSError between renames (not a death) also leaves a write the next open
         finishes, never half of one."""
-        import toolkit.store as st
 
         real, calls = os.replace, [0]
 
@@ -597,10 +598,10 @@ class TestFailedRename:
                 raise OSError(5, "I/O error")
             real(a, b)
 
-        monkeypatch.setattr(st.os, "replace", flaky)
+        monkeypatch.setattr(os, "replace", flaky)
         with pytest.raises(OSError):
-            store.ingest("dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
-        monkeypatch.setattr(st.os, "replace", real)
+            ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
+        monkeypatch.setattr(os, "replace", real)
         with toolkit.open_store(store.root) as s:
             assert s.keys("selections") == s.keys("selection_traces") == ["t"]
             assert s.keys("selection_requests") == ["t"]
@@ -612,7 +613,7 @@ class TestFailedRename:
         ``entries`` in the COMMIT marker) is still rolled forward on open."""
         import toolkit.store as st
 
-        store.ingest("mooncake", mooncake_head(tmp_path / "a.jsonl", 3), "a")
+        ingest_file(store, "mooncake", mooncake_head(tmp_path / "a.jsonl", 3), "a")
         tx = store.root / STAGING_DIR / "tx-old"
         (tx / "requests").mkdir(parents=True)
         (tx / "requests" / "b.parquet").write_bytes(
@@ -630,10 +631,10 @@ class TestCatalogStability:
     def test_more_files_in_a_table_do_not_rewrite_the_catalog(self, store, tmp_path):
         """Views read directories, so only a table's first file changes the catalog; an
         open store still sees a file another process adds."""
-        store.ingest("mooncake", mooncake_head(tmp_path / "a.jsonl", 3), "a")
+        ingest_file(store, "mooncake", mooncake_head(tmp_path / "a.jsonl", 3), "a")
         cat = store.root / "catalog.duckdb"
         before = (cat.read_bytes(), cat.stat().st_mtime_ns)
         with toolkit.open_store(store.root) as other:
-            other.ingest("mooncake", mooncake_head(tmp_path / "b.jsonl", 4), "b")
+            ingest_file(other, "mooncake", mooncake_head(tmp_path / "b.jsonl", 4), "b")
         assert (cat.read_bytes(), cat.stat().st_mtime_ns) == before
         assert store.query("SELECT count(*) AS n FROM requests")["n"][0] == 7

@@ -24,6 +24,7 @@ from toolkit import sweep
 from toolkit.analysis import QUERIES, run_query
 from toolkit.cli import app
 from toolkit.errors import StoreError
+from toolkit.ingest import ingest_file
 from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
 from toolkit.replay.selections import SelectionReplayConfig, replay_selections
 from toolkit.sweep import GridError, SweepError, parse_grid
@@ -46,7 +47,7 @@ RESULT_TABLES = ("selection_runs", "selection_replay", "replay_runs", "tier_runs
 
 def smollm2_store(root: Path) -> toolkit.Store:
     s = toolkit.open_store(root)
-    s.ingest("bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
+    ingest_file(s, "bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
     return s
 
 
@@ -193,7 +194,7 @@ class TestRun:
     def test_cli_run_outside_sweep_is_skipped(self, tmp_path):
         """A run made by hand (same config) counts: the sweep skips that cell."""
         with toolkit.open_store(tmp_path / "s") as s:
-            s.ingest("mooncake", MOONCAKE, "conv")
+            ingest_file(s, "mooncake", MOONCAKE, "conv")
             replay_prefix(s, PrefixReplayConfig("conv", "lru", 1000))
             res = sweep.run(s, parse_grid('kind = "prefix"\ntrace = "conv"\n[axes]\n'
                                           'capacity_blocks = [1000, 2000]'), workers=1)
@@ -203,8 +204,8 @@ class TestRun:
         """A failing cell (Azure has no prefix hashes) is recorded with its error while
         the rest run (record), or recorded and raised (raise)."""
         with toolkit.open_store(tmp_path / "s") as s:
-            s.ingest("mooncake", MOONCAKE, "conv")
-            s.ingest("azure", AZURE, "azure")
+            ingest_file(s, "mooncake", MOONCAKE, "conv")
+            ingest_file(s, "azure", AZURE, "azure")
             grid = parse_grid('kind = "prefix"\ntraces = ["azure", "conv"]\n[axes]\n'
                               'capacity_blocks = [1000, 2000]')
             with pytest.raises(SweepError, match=r"cell 0 \(trace='azure', capacity_blocks="
@@ -229,7 +230,7 @@ class TestRun:
         from toolkit.replay.tiers import TierReplayConfig
 
         with toolkit.open_store(tmp_path / "s") as s:
-            s.ingest("mooncake", MOONCAKE, "conv")
+            ingest_file(s, "mooncake", MOONCAKE, "conv")
             r = sweep.run(s, parse_grid('kind = "tiers"\ntrace = "conv"\n[fixed]\n'
                                         'device_tokens = 200000\n[axes]\n'
                                         'hardware = ["gb200", "mi355x"]\n'
@@ -340,7 +341,7 @@ class TestCompact:
         from toolkit.store import COMPACT_DIR
 
         with smollm2_store(tmp_path / "s") as s:
-            s.ingest("mooncake", MOONCAKE, "conv")
+            ingest_file(s, "mooncake", MOONCAKE, "conv")
             sweep.run(s, parse_grid(SMALL_GRID), workers=1)
             sweep.run(s, parse_grid('kind = "prefix"\ntrace = "conv"\n[axes]\n'
                                     'policy = ["lru", "fifo"]\ncapacity_blocks = [100, 1000]'),
@@ -375,7 +376,7 @@ class TestCompact:
 
     def test_failed_compaction_changes_nothing(self, tmp_path, monkeypatch):
         """A compaction that dies before its commit point leaves the store as it was."""
-        from toolkit import store as store_mod
+        from toolkit.store import transaction
 
         with smollm2_store(tmp_path / "s") as s:
             sweep.run(s, parse_grid(SMALL_GRID), workers=1)
@@ -384,7 +385,7 @@ class TestCompact:
             def die(self, moves, deletes):
                 raise OSError("disk full")
 
-            monkeypatch.setattr(store_mod._Transaction, "commit_ops", die)
+            monkeypatch.setattr(transaction.Transaction, "commit_ops", die)
             with pytest.raises(OSError):
                 s.compact()
             assert snapshot(s.root) == before
@@ -406,23 +407,26 @@ def test_recovery_tolerates_a_staging_entry_vanishing(tmp_path, monkeypatch):
     """Parallel cells: a writer may remove its finished staging directory (without the
     store lock) while another process's recovery looks at it; recovery skips it (this
     raised FileNotFoundError in a Ray sweep before)."""
+    import fcntl
+
     from toolkit import store as store_mod
+    from toolkit.store import transaction
 
     with toolkit.open_store(tmp_path / "s") as s:
         entry = s.root / store_mod.STAGING_DIR / "tx-finished"
         entry.mkdir(parents=True)
-        real_flock = store_mod.fcntl.flock
+        real_flock = fcntl.flock
 
         def owner_finishes_first(fd, op):
             import shutil
 
             shutil.rmtree(entry)  # the owner's close(): rmtree, then releases its lock
-            monkeypatch.setattr(store_mod.fcntl, "flock", real_flock)
+            monkeypatch.setattr(fcntl, "flock", real_flock)
             return real_flock(fd, op)
 
         with s._lock(exclusive=True):  # noqa: SLF001 - the recovery path under test
-            monkeypatch.setattr(store_mod.fcntl, "flock", owner_finishes_first)
-            s._recover_locked()  # noqa: SLF001
+            monkeypatch.setattr(fcntl, "flock", owner_finishes_first)
+            transaction.recover_locked(s)
         assert not entry.exists()
 
 

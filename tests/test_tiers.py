@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit.cost.from_replay import run_tiers
+from toolkit.ingest import ingest_file
 from toolkit.ingest.fields import requests_table
 from toolkit.replay.prefix import PrefixReplayConfig, replay_prefix
 from toolkit.replay.tiers import (
@@ -283,7 +284,7 @@ def test_azure_arrivals_drive_mooncake_requests(mooncake_store):
     from tests.conftest import AZURE
 
     if "az" not in mooncake_store.traces():
-        mooncake_store.ingest("azure", AZURE, "az")
+        ingest_file(mooncake_store, "azure", AZURE, "az")
     res = run_tiers(mooncake_store, TierReplayConfig(
         "conv", arrivals="from:az", device_tokens=UNBOUNDED, radix_semantics="page"),
         save=False)

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 import toolkit
 from toolkit.cli import app
 from toolkit.errors import TraceFormatError
+from toolkit.ingest import ingest_file
 from toolkit.policies import policies
 from toolkit.replay.prefix import PrefixReplayConfig, block_stream, replay_prefix, summarize
 
@@ -38,7 +39,7 @@ def full_snapshot(root: Path) -> dict[str, bytes]:
 @pytest.fixture
 def kept(store):
     """A store already holding a timeline, so 'unchanged' is checked against real data."""
-    store.ingest("azure", AZURE, "az")
+    ingest_file(store, "azure", AZURE, "az")
     return store
 
 
@@ -46,7 +47,7 @@ def refused(store, fmt, path, line, field, msg, **options) -> TraceFormatError:
     """Ingest must raise at (line, field) with ``msg`` and leave the store byte-identical."""
     before = full_snapshot(store.root)
     with pytest.raises(TraceFormatError) as err:
-        store.ingest(fmt, path, "bad", **options)
+        ingest_file(store, fmt, path, "bad", **options)
     assert (err.value.line, err.value.field) == (line, field), str(err.value)
     assert msg in str(err.value) and str(path) in str(err.value), str(err.value)
     assert "\n" not in str(err.value)
@@ -101,7 +102,7 @@ class TestMooncakeStrict:
         p = write_jsonl(tmp_path / "m.jsonl", [
             {"timestamp": 10.0, "input_length": 40, "output_length": 1, "hash_ids": [1, 2, 3]},
             {"timestamp": 11.386, "input_length": 16, "output_length": 2, "hash_ids": [1]}])
-        store.ingest("mooncake", p, "v", block_tokens=16, time_unit="s")
+        ingest_file(store, "mooncake", p, "v", block_tokens=16, time_unit="s")
         t = store.read("requests", "v")
         assert t["arrival_s"].to_pylist() == [0.0, 11.386 - 10.0]
         assert t["block_tokens"].to_pylist() == [16, 16]
@@ -121,14 +122,14 @@ class TestMooncakeStrict:
         rec = {"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1],
                "user": "a"}
         p = write_jsonl(tmp_path / "m.jsonl", [rec, rec | {"timestamp": 1}])
-        res = store.ingest("mooncake", p)
+        res = ingest_file(store, "mooncake", p)
         assert len(res.notes) == 1 and "'user'" in res.notes[0]
 
 
 # -- Qwen-Bailian -----------------------------------------------------------------------
 class TestBailian:
     def test_sample_lands_exactly(self, store):
-        store.ingest("bailian", BAILIAN, "b")
+        ingest_file(store, "bailian", BAILIAN, "b")
         t = store.read("requests", "b").to_pydict()
         assert t["arrival_s"] == [0.0, 0.512, 1.386, 2.0, 2.5]
         assert t["input_tokens"] == [40, 32, 64, 70, 20]
@@ -148,7 +149,7 @@ class TestBailian:
         hits a 16-token block, request 3 three of 16, request 4 four of 16 (its fifth
         block holds 70-64 = 6 tokens and misses), request 5 hits its 4-token tail:
         hit_tokens 16+48+64+4 = 132, prefix_hit_tokens 48+64 = 112, prompt 226."""
-        store.ingest("bailian", BAILIAN, "b")
+        ingest_file(store, "bailian", BAILIAN, "b")
         row = replay_prefix(store, PrefixReplayConfig("b", "lru", None), save=False)
         assert (row["block_lookups"], row["block_hits"], row["prefix_hit_blocks"]) == (16, 9, 7)
         assert (row["hit_tokens"], row["prefix_hit_tokens"], row["prompt_tokens"]) == \
@@ -168,7 +169,7 @@ class TestBailian:
                 run = run and hit
                 prefix += run
                 seen.add(h)
-        store.ingest("bailian", BAILIAN, "b")
+        ingest_file(store, "bailian", BAILIAN, "b")
         s = block_stream(store.read("requests", "b"))
         sim = policies.get("lru").simulate(s.keys, s.n_keys, s.n_keys)
         got = summarize(s, sim.hits)
@@ -180,7 +181,7 @@ class TestBailian:
              "output_length": 1, "type": "text", "turn": 4, "hash_ids": [3]},
             {"chat_id": 9, "parent_chat_id": 8, "timestamp": 0.7, "input_length": 0,
              "output_length": 1, "type": "text", "turn": 5, "hash_ids": [], "extra": 1}])
-        res = store.ingest("bailian", p, "o")
+        res = ingest_file(store, "bailian", p, "o")
         assert store.read("requests", "o")["session_id"].to_pylist() == [77, 77]
         assert any("1 request(s)" in n for n in res.notes)
         assert any("'extra'" in n for n in res.notes)
@@ -221,7 +222,7 @@ BURST_HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log 
 
 class TestBurstGPT:
     def test_sample_lands_exactly(self, store):
-        res = store.ingest("burstgpt", BURST, "g")
+        res = ingest_file(store, "burstgpt", BURST, "g")
         t = store.read("requests", "g").to_pydict()
         assert t["arrival_s"] == [0.0, 40.0, 113.0, 113.0, 246.5]  # Timestamp - 5
         assert t["input_tokens"] == [472, 1087, 417, 1360, 85]
@@ -230,7 +231,7 @@ class TestBurstGPT:
         assert res.notes == (f"{BURST}: kept 2 failed request(s) (0 response tokens) of 5",)
 
     def test_labels_filter_in_a_query(self, store):
-        store.ingest("burstgpt", BURST, "g")
+        ingest_file(store, "burstgpt", BURST, "g")
         n, tokens = store.query(
             "SELECT count(*), sum(input_tokens)::BIGINT FROM requests "
             "JOIN request_labels USING (trace, request_id) "
@@ -238,7 +239,7 @@ class TestBurstGPT:
         assert (n, tokens) == (1, 417)
 
     def test_model_option_keeps_one_model(self, store):
-        res = store.ingest("burstgpt", BURST, "g4", model="GPT-4")
+        res = ingest_file(store, "burstgpt", BURST, "g4", model="GPT-4")
         t = store.read("requests", "g4").to_pydict()
         assert t["request_id"] == [2, 4]  # positions in the file
         assert t["arrival_s"] == [0.0, 133.5]  # from the first kept row
@@ -255,7 +256,7 @@ class TestBurstGPT:
         assert "ingested 3 rows" in res.output and "2 failed" in res.output
 
     def test_sessions_and_extra_column(self, store):
-        res = store.ingest("burstgpt", BURST_SESSIONS, "gs")
+        res = ingest_file(store, "burstgpt", BURST_SESSIONS, "gs")
         t = store.read("requests", "gs").to_pydict()
         assert t["session_id"] == [12, 13, 12, None]
         assert t["turn"] == [0, 0, 1, None]
@@ -293,7 +294,7 @@ def agentic_session(**over) -> dict:
 
 class TestAgentic:
     def test_sample_lands_exactly(self, store):
-        res = store.ingest("agentic", AGENTIC, "a")
+        res = ingest_file(store, "agentic", AGENTIC, "a")
         t = store.read("requests", "a").to_pydict()
         assert t["arrival_s"] == [0.0, 3.0, 4.0, 6.0, 0.0, 2.5]  # session B starts at t=10
         assert t["input_tokens"] == [200, 128, 192, 300, 64, 130]
@@ -316,7 +317,7 @@ class TestAgentic:
         """Unbounded LRU in arrival order A0, B0, B1, A1, A2, A3 (ties by request id):
         lookups 4+1+3+2+3+5 = 18; hits 0, 0, 1 (B's 7), 1 (0), 2 (0, 5), 4 (0..3) = 8,
         all leading. Without renumbering B0's id 0 would hit A's block 0."""
-        store.ingest("agentic", AGENTIC, "a")
+        ingest_file(store, "agentic", AGENTIC, "a")
         row = replay_prefix(store, PrefixReplayConfig("a", "lru", None), save=False)
         assert (row["block_lookups"], row["block_hits"], row["prefix_hit_blocks"]) == (18, 8, 8)
 
@@ -326,7 +327,7 @@ class TestAgentic:
         from toolkit.cost.from_replay import run_tiers
         from toolkit.replay.tiers import TierReplayConfig
 
-        store.ingest("agentic", AGENTIC, "a")
+        ingest_file(store, "agentic", AGENTIC, "a")
         res = run_tiers(store, TierReplayConfig("a", concurrency=1), save=False)
         got = res.requests.to_pydict()
         assert sorted(zip(got["session_id"], got["turn"], strict=True)) == \
@@ -336,7 +337,7 @@ class TestAgentic:
     def test_pretty_printed_single_session(self, store, tmp_path):
         p = tmp_path / "one.json"
         p.write_text(json.dumps(agentic_session(), indent=2))
-        assert store.ingest("agentic", p).rows == 1
+        assert ingest_file(store, "agentic", p).rows == 1
 
     @pytest.mark.parametrize(("over", "field", "msg"), [
         ({"hash_id_scope": "global"}, "hash_id_scope", "expected 'local'"),
@@ -370,7 +371,7 @@ def test_dsa_jsonl_notes_extra_keys_and_names_a_timeline_file(kept, tmp_path):
     p = write_jsonl(tmp_path / "d.jsonl", [
         {"event": "dsa_topk", "request_id": 0, "layer_id": 0, "step_idx": 0,
          "seq_len_current": 4, "selected_token_pos": [1, 2], "ts_ns": 5}])
-    res = kept.ingest("dsa-jsonl", p, "d")
+    res = ingest_file(kept, "dsa-jsonl", p, "d")
     assert len(res.notes) == 1 and "'ts_ns'" in res.notes[0]
     e = refused(kept, "dsa-jsonl", BAILIAN, None, None, "no 'dsa_topk' events")
     assert "toolkit ingest bailian" in str(e)
@@ -391,9 +392,9 @@ def test_a_file_of_another_format_is_named(kept, fmt, path, line, field, fits):
 
 
 def test_replacing_a_labelled_trace_leaves_no_stale_labels(store):
-    store.ingest("burstgpt", BURST, "t")
+    ingest_file(store, "burstgpt", BURST, "t")
     assert store.read("request_labels", "t").num_rows == 5
-    store.ingest("mooncake", MOONCAKE, "t", replace=True)
+    ingest_file(store, "mooncake", MOONCAKE, "t", replace=True)
     assert store.read("request_labels", "t").num_rows == 0
     n = store.query("SELECT count(*) FROM requests JOIN request_labels "
                     "USING (trace, request_id) WHERE trace = 't'").item()
@@ -409,7 +410,7 @@ def test_cli_lists_new_readers():
 def test_open_store_smoke(tmp_path):
     """The public entry point reads the sample as well."""
     with toolkit.open_store(tmp_path / "s") as s:
-        assert s.ingest("bailian", BAILIAN).rows == 5
+        assert ingest_file(s, "bailian", BAILIAN).rows == 5
 
 
 class TestSelectionReadersSayWhatTheyIgnore:
@@ -420,7 +421,7 @@ class TestSelectionReadersSayWhatTheyIgnore:
         p = tmp_path / "s.npz"
         np.savez(p, topk=np.array([[[0, 1]], [[1, 2]]]), seq_len=np.array([3, 4]),
                  scores=np.zeros(2))
-        res = store.ingest("npz", p, "s")
+        res = ingest_file(store, "npz", p, "s")
         assert len(res.notes) == 1 and "'scores'" in res.notes[0]
 
     def test_parquet_extra_column_noted(self, store, tmp_path):
@@ -432,7 +433,7 @@ class TestSelectionReadersSayWhatTheyIgnore:
         pq.write_table(pa.table({"request_id": [0, 0], "step": [0, 1], "layer": [0, 0],
                                  "seq_len": [3, 4], "topk": [[0, 1], [1, 2]],
                                  "score": [0.5, 0.7]}), p)
-        res = store.ingest("parquet", p, "s")
+        res = ingest_file(store, "parquet", p, "s")
         assert len(res.notes) == 1 and "'score'" in res.notes[0]
 
     def test_bundle_extra_metadata_column_noted(self, store, tmp_path):
@@ -444,11 +445,11 @@ class TestSelectionReadersSayWhatTheyIgnore:
         import pyarrow.parquet as pq
 
         src = Path(__file__).resolve().parents[1] / "traces" / "smollm2"
-        assert store.ingest("bundle", src, "real", select="smollm2-softmax-sum").notes == ()
+        assert ingest_file(store, "bundle", src, "real", select="smollm2-softmax-sum").notes == ()
         dst = tmp_path / "b"
         shutil.copytree(src, dst)
         meta = pq.read_table(dst / "selection_traces.parquet")
         pq.write_table(meta.append_column("notes", meta.column("source")),
                        dst / "selection_traces.parquet")
-        res = store.ingest("bundle", dst, "b", select="smollm2-softmax-sum")
+        res = ingest_file(store, "bundle", dst, "b", select="smollm2-softmax-sum")
         assert len(res.notes) == 1 and "'notes'" in res.notes[0]

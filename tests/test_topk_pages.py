@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import schema
-from toolkit.replay.topk_pages import leaf_counts, read_flat, read_small_ids, read_topk
 from toolkit.store import parquet_options
+from toolkit.store.parquet.topk_pages import leaf_counts, read_flat, read_small_ids, read_topk
 
 TOPK = schema.TABLES["selections"].field("topk")
 
@@ -198,7 +198,7 @@ def test_chunks_inside_a_row_group(tmp_path, monkeypatch):
 def test_scratch_is_reused_and_results_stay_equal(tmp_path):
     """Decoding into one Scratch again and again gives the same values as fresh arrays,
     in the scratch's own buffer (no new allocation once it is large enough)."""
-    from toolkit.replay.topk_pages import Scratch
+    from toolkit.store.parquet.topk_pages import Scratch
 
     rng = np.random.default_rng(2)
     rows = [np.sort(rng.choice(5000, int(rng.integers(0, 300)), replace=False)).tolist()
@@ -218,7 +218,7 @@ def test_scratch_is_reused_and_results_stay_equal(tmp_path):
 def test_read_into_scratch_where_not_mapped(tmp_path, monkeypatch):
     """Where the file cannot be mapped, each column chunk is read into the scratch buffer
     instead: the same values and offsets."""
-    import toolkit.replay.topk_pages as tp
+    import toolkit.store.parquet.topk_pages as tp
 
     rows = [list(range(i, i + 300)) for i in range(0, 3_000, 100)]
     path = tmp_path / "t.parquet"
@@ -333,7 +333,7 @@ def test_a_page_with_a_negative_value_count_is_left_to_arrow(tmp_path, monkeypat
     """A corrupt page header saying -1 values (and a body the decoder refuses, which it
     reports as -1 too) makes ``read_flat`` say None before any decoding at a negative
     position, which would write before its buffer."""
-    import toolkit.replay.topk_pages as tp
+    import toolkit.store.parquet.topk_pages as tp
 
     path = tmp_path / "f.parquet"
     _write_selections(path, 40, np.random.default_rng(0), 20)

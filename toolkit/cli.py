@@ -49,6 +49,9 @@ def main(
     = False,
 ) -> None:
     """Trace-replay toolkit for KV-cache tiering in sparse-attention LLM serving."""
+    from toolkit.runtime import keep_freed_memory
+
+    keep_freed_memory()  # process-wide, so the command applies it and ``import toolkit`` not
 
 
 def _make_ingest_command(fmt: str, description: str) -> None:
@@ -157,7 +160,7 @@ def replay_prefix_cmd(
 ) -> None:
     """Replay a request timeline's prefix blocks through one cache (see README: semantics)."""
     from toolkit.replay.prefix import replay_prefix, sweep_prefix
-    from toolkit.replay.progress import compile_notice, status
+    from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
     blocks = _int_list(capacity_blocks, "--capacity-blocks")
@@ -283,7 +286,7 @@ def demo_cmd(
     """The main job on the bundled real traces: ingest, replay (prefix, tiers, HiSparse),
     price on GB200/GB300/MI355X, print summaries, write charts to the report directory."""
     from toolkit.demo import run_demo
-    from toolkit.replay.progress import compile_notice, status
+    from toolkit.runtime.progress import compile_notice, status
 
     with compile_notice(), status("demo (ingest, replays, pricing, charts)") as st:
         guard(run_demo, store, report, traces, echo=st.write)

@@ -22,6 +22,7 @@ from toolkit.cost.from_replay import cost_of_replay, run_tiers
 from toolkit.cost.records import DecodeCostConfig, record_replay_cost, record_serving_fronts
 from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
+from toolkit.ingest import ingest_file
 from toolkit.models import get_model
 from toolkit.replay.prefix import sweep_prefix
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
@@ -46,7 +47,7 @@ DEMO_BATCHES = (8, 32, 128)
 
 def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> None:
     for fmt, rel, name in BUNDLED:
-        res = store.ingest(fmt, traces_dir / rel, name, replace=True)
+        res = ingest_file(store, fmt, traces_dir / rel, name, replace=True)
         echo(f"ingested {res.rows:,} requests from {rel} as {name!r} ({res.elapsed_s:.2f} s)")
     echo("\nRequest timelines (real, public; see traces/*/SOURCE.txt):")
     echo(str(run_query(store, "trace_summary")))
@@ -69,7 +70,7 @@ def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) 
 
 def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> None:
     name, select = SELECTION_TRACE
-    store.ingest("bundle", traces_dir / name, name, replace=True, select=select)
+    ingest_file(store, "bundle", traces_dir / name, name, replace=True, select=select)
     rows = load_rows(store, name)
     echo(f"\nSelections: real SmolLM2-135M recording ({select}, k = {rows.k}, "
          f"{rows.request_id.size:,} request x step x layer rows)")

@@ -437,7 +437,7 @@ TABLES: dict[str, pa.Schema] = {
 
 def null_refused(column: str, nulls: int) -> ValueError:
     """The error for ``nulls`` nulls in the required ``column`` (one wording for every
-    writer: ``conform`` and :mod:`toolkit.parquet_row`)."""
+    writer: ``conform`` and :mod:`toolkit.store.parquet.row`)."""
     return ValueError(f"column {column!r} has {nulls} null(s) but is not nullable")
 
 

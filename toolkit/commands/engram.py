@@ -71,7 +71,7 @@ def record_engram_cmd(
     hashing; see toolkit/engram/hashing.py for the commit followed and the deviations)."""
     from toolkit.engram.hashing import EngramConfig, default_layer_ids
     from toolkit.engram.record import record_engram
-    from toolkit.replay.progress import compile_notice, status
+    from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
     ids = _ints(layer_ids, "--layer-ids") if layer_ids else guard(default_layer_ids, layers)
@@ -125,7 +125,7 @@ def replay_engram_cmd(
     """Replay Engram lookups through an HBM row cache over DRAM or SSD and price the
     placement (hits, misses, bytes per token per tier, reuse, tokens per dollar)."""
     from toolkit.cost.engram import run_engram
-    from toolkit.replay.progress import compile_notice, status
+    from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
     cfg = guard(EngramReplayConfig, trace, hbm_cache_gb * 1e9, backing, policy, hardware,

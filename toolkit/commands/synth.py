@@ -31,7 +31,7 @@ def synth_selections_cmd(
     streamed to the store request batch by request batch (bounded memory, any size)."""
     import time
 
-    from toolkit.replay.progress import compile_notice, progress
+    from toolkit.runtime.progress import compile_notice, progress
     from toolkit.store import check_key
     from toolkit.synth.selections import SyntheticSelectionConfig
     from toolkit.synth.selections_fast import write_streaming

@@ -76,8 +76,8 @@ def tiers_cmd(
     """Replay a timeline through GPU / host / storage prefix tiers (HiCache semantics)."""
     from toolkit.cost.from_replay import run_tiers
     from toolkit.models import get_model
-    from toolkit.replay.progress import compile_notice, status
     from toolkit.replay.tiers import UNBOUNDED, summary_json
+    from toolkit.runtime.progress import compile_notice, status
     from toolkit.serving.tier_service import kv_bytes_per_token
 
     out = Output.from_options(fmt, as_json, output)

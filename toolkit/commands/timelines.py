@@ -24,10 +24,11 @@ ReplaceOpt = Annotated[
 def run_ingest(fmt: str, path: Path, store: Path, name: str | None, replace: bool,
                **options: object) -> None:
     """Ingest, print the reader's notes on stderr and the summary line on stdout."""
-    from toolkit.replay.progress import status
+    from toolkit.ingest import ingest_file
+    from toolkit.runtime.progress import status
 
     with cli_store(store, create=True) as s, status(f"ingest {path.name}"):
-        res = guard(s.ingest, fmt, path, name, replace=replace, **options)
+        res = guard(ingest_file, s, fmt, path, name, replace=replace, **options)
         if res.table == "requests":
             _build_stream_index(s, res.trace)
     for n in res.notes:

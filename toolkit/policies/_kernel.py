@@ -14,8 +14,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from toolkit.memory import check_memory
 from toolkit.policies import SimResult, as_segments, check_keys, compact_keys
+from toolkit.runtime.memory import check_memory
 
 U = np.uintp
 """Index cast for kernels' hot loops: ``a[U(i)]`` instead of ``a[i]``. numba must allow a

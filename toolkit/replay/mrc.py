@@ -14,9 +14,9 @@ import numba as nb
 import numpy as np
 import pyarrow as pa
 
-from toolkit.memory import check_memory
 from toolkit.policies import as_segments, check_keys, compact_keys
-from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
+from toolkit.runtime.memory import check_memory
+from toolkit.runtime.pool import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.store import Store, bounded_key
 
 

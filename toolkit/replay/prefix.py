@@ -30,10 +30,10 @@ from toolkit.policies import SPARSE_KEY_FACTOR, policies
 from toolkit.policies._kernel import INT32_LIMIT, U
 from toolkit.replay.config import PrefixReplayConfig
 from toolkit.replay.keys import dense_ids
-from toolkit.replay.parallel import ordered_results, resolve_workers, thread_map
-from toolkit.replay.progress import progress as progress_bar
-from toolkit.replay.topk_pages import leaf_counts, read_small_ids
+from toolkit.runtime.pool import ordered_results, resolve_workers, thread_map
+from toolkit.runtime.progress import progress as progress_bar
 from toolkit.store import Store
+from toolkit.store.parquet.topk_pages import leaf_counts, read_small_ids
 
 
 @dataclass(frozen=True)

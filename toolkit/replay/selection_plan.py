@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from toolkit.memory import check_memory
 from toolkit.policies._kernel import U, prefetch_row
 from toolkit.policies.lru import row_shape
+from toolkit.runtime.memory import check_memory
 
 
 @dataclass(frozen=True)

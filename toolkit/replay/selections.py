@@ -52,13 +52,9 @@ import pyarrow.parquet as pq
 from toolkit import __version__
 from toolkit.config import config_json
 from toolkit.errors import ToolkitError
-from toolkit.memory import check_memory
 from toolkit.policies import SPARSE_KEY_FACTOR, policies
 from toolkit.policies._kernel import INT32_LIMIT
-from toolkit.replay import parallel
 from toolkit.replay.config import SelectionReplayConfig
-from toolkit.replay.parallel import ordered_results, resolve_workers, split_at, thread_map
-from toolkit.replay.progress import progress as progress_bar
 from toolkit.replay.selection_plan import (
     fused_plan,
     gather_rows,
@@ -66,8 +62,12 @@ from toolkit.replay.selection_plan import (
     layer_major,
     row_hits,
 )
-from toolkit.replay.topk_pages import Scratch, read_flat, read_topk
+from toolkit.runtime import pool
+from toolkit.runtime.memory import check_memory
+from toolkit.runtime.pool import ordered_results, resolve_workers, split_at, thread_map
+from toolkit.runtime.progress import progress as progress_bar
 from toolkit.store import Store, kept, sink_schema
+from toolkit.store.parquet.topk_pages import Scratch, read_flat, read_topk
 
 CHUNK_ACCESSES = 1 << 22  # ~4 M positions (16 MB int32) per chunk: reading the next chunk
 # overlaps replaying this one, and memory stays a few chunks whatever the trace size
@@ -130,7 +130,7 @@ def trace_facts(store: Store, trace: str) -> tuple[int, Path, pq.FileMetaData]:
               store.source_stamp("selection_traces", trace))
     if path is None or None in stamps:  # unknown (``_trace_k`` says so) or not kept
         k = _trace_k(store, trace)
-        path = store.root / "selections" / f"{trace}.parquet"
+        path = store.selection_file(trace)
         return k, path, pq.read_metadata(path)
     k, md = kept(_FACTS, (str(store.root), trace, *stamps),
                  lambda: (_trace_k(store, trace), pq.read_metadata(path)), 16)
@@ -309,7 +309,7 @@ def iter_rows(store: Store, trace: str, max_rows: int = 1_000_000) -> Iterator[S
     """Yield a selection trace in chunks of whole requests, each of about ``max_rows`` rows
     (see :func:`chunk_specs`), so a trace larger than memory replays in bounded memory."""
     k = _trace_k(store, trace)
-    path = store.root / "selections" / f"{trace}.parquet"
+    path = store.selection_file(trace)
     for spec in chunk_specs(path, max_rows):
         yield read_chunk(path, spec, k)
 
@@ -321,35 +321,6 @@ def anchor_layers(layers: np.ndarray, full_layers: tuple[int, ...]) -> np.ndarra
     layers = np.asarray(layers, dtype=np.int64)
     idx = np.searchsorted(full, layers, side="right") - 1
     return np.where(idx >= 0, full[np.maximum(idx, 0)], layers)
-
-
-def share_layers(rows: SelectionRows, full_layers: tuple[int, ...]) -> SelectionRows:
-    """Replace every Shared layer's list by its Full layer's list at the same step.
-
-    A Shared layer with no preceding Full layer keeps its own selection.
-    """
-    anchor_of = anchor_layers(rows.layer, full_layers)
-    # index of the anchor row for each row: same (request, step), layer = anchor
-    key = lambda r, s, la: (r * (1 << 20) + s) * (1 << 12) + la  # noqa: E731
-    own = key(rows.request_id, rows.step, rows.layer)
-    want = key(rows.request_id, rows.step, anchor_of)
-    order = np.argsort(own, kind="stable")
-    pos = np.searchsorted(own[order], want)
-    found = (pos < own.size) & (own[order][np.minimum(pos, own.size - 1)] == want)
-    if not found.all():
-        r = int(np.flatnonzero(~found)[0])
-        raise ToolkitError(
-            f"IndexShare: layer {rows.layer[r]} at step {rows.step[r]} (request "
-            f"{rows.request_id[r]}) needs Full layer {anchor_of[r]}, which the trace lacks"
-        )
-    src = order[pos]
-    lengths = np.diff(rows.offsets)[src]
-    offsets = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    idx = np.concatenate([np.arange(rows.offsets[s], rows.offsets[s + 1]) for s in src]) \
-        if src.size else np.zeros(0, dtype=np.int64)
-    return SelectionRows(rows.request_id, rows.step, rows.layer, rows.seq_len, offsets,
-                         rows.values[idx], rows.k)
 
 
 @dataclass(frozen=True)
@@ -607,7 +578,7 @@ def replay_selections(
         if read_ahead:
             # one I/O thread decodes the next chunks while the workers replay
             read = functools.partial(read_chunk, path, k=k, metadata=md)
-            chunks = parallel.read_ahead(read, specs, n_workers + 1)
+            chunks = pool.read_ahead(read, specs, n_workers + 1)
             work = (functools.partial(_replay_chunk, c, cfg, n, policy, run_id)
                     for c in chunks)
             chunk_workers = n_workers

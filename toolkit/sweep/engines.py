@@ -122,7 +122,7 @@ class LocalEngine:
     name = "local"
 
     def __init__(self, workers: int | None = None, address: str | None = None) -> None:
-        from toolkit.replay.parallel import resolve_workers
+        from toolkit.runtime.pool import resolve_workers
 
         if address:
             raise ValueError("--address applies to --engine ray")

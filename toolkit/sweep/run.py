@@ -79,8 +79,8 @@ def _check_traces(store: Store, grid: Grid, cells: list[Any]) -> None:
 
 def _progress(total: int, enabled: bool | None) -> Any:
     """A cell counter: on a terminal or in a notebook, never under --json or
-    ``TOOLKIT_PROGRESS=0`` (tests, executed notebooks); see toolkit.replay.progress."""
-    from toolkit.replay.progress import progress
+    ``TOOLKIT_PROGRESS=0`` (tests, executed notebooks); see toolkit.runtime.progress."""
+    from toolkit.runtime.progress import progress
 
     return progress(total, "sweep", enabled, unit="cell")
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from toolkit import schema
 from toolkit.config import config_json
-from toolkit.replay.parallel import ordered_results, resolve_workers
+from toolkit.runtime.pool import ordered_results, resolve_workers
 from toolkit.store import Store
 from toolkit.synth.selections import SyntheticSelectionConfig
 

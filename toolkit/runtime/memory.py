@@ -59,7 +59,10 @@ def keep_freed_memory() -> bool:
     allocates, up to 8 per core), plus holes below live blocks, which glibc never
     returns anyway. The 2-billion-access replay's peak RSS stayed within 433-618 MiB
     with or without it (benchmarks/RESULTS.md). Setting the thresholds explicitly also
-    turns off glibc's own sliding threshold, for the whole process (a notebook's too).
+    turns off glibc's own sliding threshold, for the whole process (a notebook's too),
+    which is why ``import toolkit`` never calls it: the ``toolkit`` command does, before
+    any command runs, and Python users opt in with ``toolkit.runtime.keep_freed_memory()``
+    before their first replay.
     Returns whether it was applied (glibc only; not with ``TOOLKIT_KEEP_HEAP=0``).
     """
     import ctypes

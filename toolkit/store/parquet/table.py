@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from toolkit.parquet_row import (
+from toolkit.schema import null_refused
+from toolkit.store.parquet.row import (
     _BOOLEAN,
     _BYTE_ARRAY,
     _INT32,
@@ -47,7 +48,6 @@ from toolkit.parquet_row import (
     _varint,
     _zz,
 )
-from toolkit.schema import null_refused
 
 CREATED_BY = b"kvtier-toolkit parquet_table"
 _DELTA, _RLE_DICTIONARY = 5, 8  # Encoding
