@@ -8,7 +8,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies._kernel import KernelPolicy, U
+from toolkit.policies._kernel import KernelPolicy
+from toolkit.runtime.jit import U
 
 
 @nb.njit(cache=True, nogil=True)

@@ -12,7 +12,8 @@ import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
-from toolkit.policies._kernel import U, run_kernel
+from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.jit import U
 
 _SIZE, _TOP, _MIN_F, _EVICTIONS = 0, 1, 2, 3  # slots of the state carried between runs
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from toolkit.policies._kernel import KernelPolicy, U, prefetch_row
+from toolkit.policies._kernel import KernelPolicy
+from toolkit.runtime.jit import U, prefetch_row
 
 
 @nb.njit(inline="always")

@@ -17,7 +17,8 @@ from numba import types
 from numba.extending import intrinsic
 
 from toolkit.policies import SimResult, as_segments, check_keys
-from toolkit.policies._kernel import U, run_kernel
+from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.jit import U
 
 NEVER = np.iinfo(np.int64).max
 

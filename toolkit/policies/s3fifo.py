@@ -19,7 +19,8 @@ import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
-from toolkit.policies._kernel import U, run_kernel
+from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.jit import U
 
 SMALL, MAIN, GHOST = 1, 2, 3  # queue ids; 0 = untracked
 

@@ -27,9 +27,10 @@ from toolkit import __version__
 from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.policies import SPARSE_KEY_FACTOR, policies
-from toolkit.policies._kernel import INT32_LIMIT, U
+from toolkit.policies._kernel import INT32_LIMIT
 from toolkit.replay.config import PrefixReplayConfig
 from toolkit.replay.keys import dense_ids
+from toolkit.runtime.jit import U
 from toolkit.runtime.pool import ordered_results, resolve_workers, thread_map
 from toolkit.runtime.progress import progress as progress_bar
 from toolkit.store import Store

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from toolkit.policies._kernel import U, prefetch_row
 from toolkit.policies.lru import row_shape
+from toolkit.runtime.jit import U, prefetch_row
 from toolkit.runtime.memory import check_memory
 
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from toolkit import schema
 from toolkit.errors import StoreError
 from toolkit.runtime.progress import turned_off
-from toolkit.store import compact, transaction, trash, views
+from toolkit.store import compact, parts, transaction, trash, views
 from toolkit.store.layout import CACHE_DIR, COMPACT_DIR, MANIFEST_FILE, SMALL_WRITE_BYTES, check_key
 from toolkit.store.parquet.row import encode_row
 from toolkit.store.parquet.sink import (
@@ -120,7 +120,7 @@ class Store:
         """Keys (trace names, run ids) present in ``table``; invalid names are left out
         and noted in :attr:`problems`."""
         return sorted({key for _, key, _ in views.scan(self, table)[0]}
-                      | set(compact.compacted(self, table)))
+                      | set(parts.compacted(self, table)))
 
     def traces(self) -> list[str]:
         """Names of the ingested request timelines."""
@@ -135,9 +135,9 @@ class Store:
         check_key(key, "key")  # a user's run id must not reach outside the store
         path = self._key_path(table, key)
         want = columns_schema(table, columns)
-        if not path.exists() and key in compact.compacted(self, table):
+        if not path.exists() and key in parts.compacted(self, table):
             with self._lock(exclusive=False):
-                t = compact.read_compacted(self, table, key)
+                t = parts.read_compacted(self, table, key)
                 return t if columns is None else t.select(columns)
         if not path.exists():
             known = ", ".join(self.keys(table)) or "none"
@@ -312,7 +312,7 @@ class Store:
     def delete(self, table: str, key: str) -> None:
         """Remove one key of a table (no error if absent)."""
         check_key(key, "key")
-        if key in compact.compacted(self, table):
+        if key in parts.compacted(self, table):
             with self.transaction():
                 assert self._tx is not None
                 self._tx.expelled.add((table, key))
@@ -333,7 +333,7 @@ class Store:
         return self._table_dir(table) / f"{key}.parquet"
 
     def _key_exists(self, table: str, key: str) -> bool:
-        return self._key_path(table, key).exists() or key in compact.compacted(self, table)
+        return self._key_path(table, key).exists() or key in parts.compacted(self, table)
 
     def compact(self, tables: list[str] | None = None) -> dict[str, int]:
         """Merge each run table's per-run files (and earlier compacted parts) into one

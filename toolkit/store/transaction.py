@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from toolkit.errors import StoreError
-from toolkit.store import compact, layout, trash, views
+from toolkit.store import layout, parts, trash, views
 from toolkit.store.layout import (
     COMMIT_MARKER,
     OLD_PREFIX,
@@ -67,8 +67,8 @@ class Transaction:
                     )
             # a replaced key that lives in a compacted part leaves it (its part rewritten)
             drop = self.expelled | {e for e in self.entries
-                                    if e[1] in compact.compacted(self.store, e[0])}
-            moves, deletes = compact.expel_ops(self.store, self.dir, drop)
+                                    if e[1] in parts.compacted(self.store, e[0])}
+            moves, deletes = parts.expel_ops(self.store, self.dir, drop)
             self.commit_ops(moves, deletes)
 
     def commit_ops(self, moves: list[tuple[str, str]], deletes: list[str]) -> None:
@@ -149,7 +149,7 @@ def write_small(store: Store, table: str, key: str, payload: bytes | pa.Buffer,
     through a transaction, a third of a replay of the real Mooncake trace. False (and
     nothing written) if ``key`` lives in a compacted part: that needs the part
     rewritten, in a transaction."""
-    if key in compact.compacted(store, table):
+    if key in parts.compacted(store, table):
         return False
     if not replace and store._key_path(table, key).exists():
         raise StoreError(f"{table} {key!r} already exists in {store.root}; "
@@ -170,7 +170,7 @@ def write_small(store: Store, table: str, key: str, payload: bytes | pa.Buffer,
             view = view[os.write(fd, view):]
         with store._lock(exclusive=True):
             recover_locked(store, skip=name)
-            if key in compact.compacted(store, table):  # compacted meanwhile by another process
+            if key in parts.compacted(store, table):  # compacted meanwhile by another process
                 return False
             final = store._key_path(table, key)
             if not replace and final.exists():

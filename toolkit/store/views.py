@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from toolkit import schema
-from toolkit.store import compact
+from toolkit.store import parts
 from toolkit.store.layout import CATALOG_FILE, COMPACTABLE, KEY_RE
 
 if TYPE_CHECKING:
@@ -149,15 +149,15 @@ def view(store: Store, table: str) -> tuple[str, Callable[[], list[Path]]]:
     """
     d = store._table_dir(table)
     valid, strangers = scan(store, table)
-    parts = list(compact.manifest(store, table)) if table in COMPACTABLE else []
+    compacted = list(parts.manifest(store, table)) if table in COMPACTABLE else []
 
     def files() -> list[Path]:
         out: list[Path] = []
         for name, _, is_file in valid:  # a file is named <key>.parquet, a directory <key>
             out.extend([d / name] if is_file else sorted((d / name).rglob("*.parquet")))
-        return out + [d / part for part in parts]
+        return out + [d / part for part in compacted]
 
-    some = parts or any(is_file for _, _, is_file in valid) or files()
+    some = compacted or any(is_file for _, _, is_file in valid) or files()
     if not some:
         return f"CREATE OR REPLACE VIEW {table} AS {view_sql(store, table, [])}", list
     sql = view_sql(store, table, files() if strangers else None)

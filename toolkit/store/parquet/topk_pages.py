@@ -26,7 +26,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from toolkit.policies._kernel import U
+from toolkit.runtime.jit import U
 
 # Parquet enums (parquet.thrift)
 _DATA_PAGE, _RLE, _DELTA_BINARY_PACKED = 0, 3, 5
