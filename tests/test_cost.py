@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tests.budget import examples
 from toolkit.commands.cost import cost_cmd, hardware_app
 from toolkit.cost import (
     MeasurementError,
@@ -160,7 +161,8 @@ class TestSteffen:
         """Targets outside the knots take the nearest edge value (InferenceX clamps)."""
         assert steffen_interpolate(self.X, self.Y, [0.0, 1e6]).tolist() == [30_000.0, 2_000.0]
 
-    @settings(max_examples=60, deadline=None)
+    @pytest.mark.slow
+    @settings(max_examples=examples(60), deadline=None)
     @given(
         st.lists(st.floats(0.1, 100.0), min_size=2, max_size=12),
         st.lists(st.floats(0.0, 1000.0), min_size=12, max_size=12),

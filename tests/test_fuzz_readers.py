@@ -31,10 +31,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import toolkit
+from tests.budget import examples
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import ingest_file
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
+pytestmark = pytest.mark.slow  # every test here draws EXAMPLES
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", str(examples(60))))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 INT64 = (-(1 << 63), (1 << 63) - 1)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.budget import examples
 from tests.test_policies import mooncake_stream, synthetic_stream
 from toolkit.policies.lru import LRU
 from toolkit.replay.mrc import lru_miss_curve
@@ -45,7 +46,8 @@ class TestLruMissCurve:
             lru_miss_curve(np.array([0]), 1, -1)
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.integers(0, 15), max_size=200),
     st.lists(st.integers(1, 200), max_size=3),

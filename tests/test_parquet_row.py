@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolkit
+from tests.budget import examples
 from toolkit import schema
 from toolkit.store.parquet.row import encode_row
 
@@ -50,7 +51,8 @@ def same(a: pa.Table, b: pa.Table) -> bool:
     return True
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(150), deadline=None)
 @given(rows())
 def test_reads_back_as_arrow_would_build_it(case):
     table, row = case

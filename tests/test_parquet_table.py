@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolkit
+from tests.budget import examples
 from toolkit import schema
 from toolkit.ingest import ingest_file
 from toolkit.store.parquet.sink import with_dictionary_strings
@@ -67,7 +68,8 @@ def plain_types(t: pa.Table) -> pa.Table:
         f.type) else f.type, nullable=False) for f in t.schema]))
 
 
-@settings(max_examples=120, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(120), deadline=None)
 @given(tables())
 def test_reads_back_as_given(tmp_path_factory, case):
     t, group = case

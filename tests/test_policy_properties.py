@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.budget import examples
 from toolkit.policies import policies
 from toolkit.policies.reference import PythonLRU
 
 BUILTINS = ["arc", "clock", "fifo", "lfu", "lru", "opt", "opt-bypass", "s3fifo", "slru"]
 ALWAYS_ADMIT = ["arc", "clock", "fifo", "lfu", "lru", "opt"]
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=examples(60), deadline=None)
+pytestmark = pytest.mark.slow  # every test here draws examples(60)
 
 
 @st.composite

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.budget import examples
 from toolkit.ingest import ingest_file
 from toolkit.ingest.fields import requests_table
 from toolkit.replay.prefix import (
@@ -152,7 +153,8 @@ requests_strategy = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(60), deadline=None)
 @given(reqs=requests_strategy, capacity=st.integers(0, 50))
 def test_matches_reference_on_random_traces(reqs, capacity):
     """Property: the compiled replay equals the Python reference on arbitrary traces."""
@@ -167,7 +169,8 @@ def test_matches_reference_on_random_traces(reqs, capacity):
     assert got["prefix_hit_blocks"] <= got["block_hits"] <= got["block_lookups"]
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(60), deadline=None)
 @given(reqs=st.lists(st.tuples(st.integers(0, 3_000), st.sampled_from([0, 16, 64, 512]),
                                st.lists(st.integers(0, 40), max_size=8)),
                      min_size=1, max_size=40),
@@ -192,7 +195,8 @@ def test_summary_with_mixed_block_sizes(reqs, capacity):
     assert {k: got[k] for k in ref} == ref
 
 
-@settings(max_examples=80, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(80), deadline=None)
 @given(reqs=st.lists(st.tuples(st.integers(0, 20_000), st.sampled_from([16, 512]),
                                st.lists(st.booleans(), max_size=70)),
                      min_size=1, max_size=12),
@@ -228,7 +232,8 @@ def test_summary_of_long_requests_and_any_hits(reqs, uniform):
     assert {k: got[k] for k in want} == want
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(40), deadline=None)
 @given(reqs=requests_strategy, small=st.integers(0, 20), extra=st.integers(0, 20))
 def test_lru_hits_monotone_in_capacity(reqs, small, extra):
     """Stack property: a bigger LRU never hits less."""

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import toolkit
+from tests.budget import examples
 from toolkit.cli import app
 from toolkit.ingest import ingest_file
 from toolkit.ingest.selections import SelectionColumns, validate
@@ -72,7 +73,8 @@ def reference_and_fused_plans(raw: SelectionRows, o, n: int):
 
 
 class TestFusedPlan:
-    @settings(max_examples=60, deadline=None)
+    @pytest.mark.slow
+    @settings(max_examples=examples(60), deadline=None)
     @given(rows=raw_rows(), n=st.integers(1, 8), mode=st.sampled_from(["plain", "hisparse"]),
            initial=st.sampled_from(["first", "empty"]))
     def test_equals_numpy_plan(self, rows, n, mode, initial):
@@ -124,7 +126,8 @@ class TestFusedLRU:
     path through the plain LRU kernel: the same per-row hits, fast-path flags and
     evictions on unsorted rows and lists, both modes, both initial states, IndexShare."""
 
-    @settings(max_examples=80, deadline=None)
+    @pytest.mark.slow
+    @settings(max_examples=examples(80), deadline=None)
     @given(rows=raw_rows(), n=st.integers(1, 8), mode=st.sampled_from(["plain", "hisparse"]),
            initial=st.sampled_from(["first", "empty"]), share=st.booleans(),
            dtype=st.sampled_from([np.int32, np.int64]))
@@ -246,7 +249,8 @@ class TestFusedLRU:
         assert got[0].tolist() == [0, 0] and got[2] == 3
 
 
-@settings(max_examples=80, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(80), deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(-3, 40)),
                      max_size=60),
        step_major=st.booleans(), wide=st.booleans())

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import toolkit
+from tests.budget import examples
 from toolkit.cli import app
 from toolkit.ingest import ingest_file
 from toolkit.replay.selections import SelectionReplayConfig, model_config, replay_selections
@@ -50,7 +51,8 @@ class TestDefaultsFilledBeforeFingerprint:
         assert runner.invoke(app, [*base, "--buffer-tokens", "64"]).exit_code == 0
         assert sm_store.query("SELECT count(*) FROM selection_runs").item() == 2
 
-    @settings(max_examples=50, deadline=None, derandomize=True)
+    @pytest.mark.slow
+    @settings(max_examples=examples(50), deadline=None, derandomize=True)
     @given(k=st.integers(1, 1 << 20), mode=st.sampled_from(["plain", "hisparse"]),
            initial=st.sampled_from(["first", "empty"]))
     def test_resolved_config_is_the_fingerprinted_one(self, k, mode, initial):

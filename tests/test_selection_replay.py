@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolkit
+from tests.budget import examples
 from toolkit.errors import ToolkitError
 from toolkit.ingest import ingest_file
 from toolkit.replay.selections import SelectionReplayConfig, replay_selections
@@ -72,7 +73,8 @@ def traces(draw):
     return rows
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(40), deadline=None)
 @given(rows=traces(), n=st.integers(1, 10), mode=st.sampled_from(["plain", "hisparse"]),
        initial=st.sampled_from(["first", "empty"]))
 def test_per_row_hits_match_reference(tmp_path_factory, rows, n, mode, initial):

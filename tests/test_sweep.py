@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import toolkit
+from tests.budget import examples
 from toolkit import sweep
 from toolkit.analysis import QUERIES, run_query
 from toolkit.cli import app
@@ -430,7 +431,8 @@ def test_recovery_tolerates_a_staging_entry_vanishing(tmp_path, monkeypatch):
         assert not entry.exists()
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(40), deadline=None)
 @given(policies=st.lists(st.sampled_from(["lru", "fifo", "arc", "opt"]), min_size=1,
                          max_size=4, unique=True),
        caps=st.lists(st.one_of(st.none(), st.integers(0, 10**6)), min_size=1, max_size=5,

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.budget import examples
 from toolkit.cost.from_replay import run_tiers
 from toolkit.ingest import ingest_file
 from toolkit.ingest.fields import requests_table
@@ -233,7 +234,8 @@ def _chain(raw):
 
 
 class TestProperties:
-    @settings(max_examples=40, deadline=None)
+    @pytest.mark.slow
+    @settings(max_examples=examples(40), deadline=None)
     @given(raw=_hashes, dev=st.integers(0, 12), host=st.integers(0, 12),
            policy=st.sampled_from(["lru", "lfu", "slru", "priority"]),
            write=st.sampled_from(["write_through", "write_through_selective", "write_back"]),
@@ -259,7 +261,8 @@ class TestProperties:
             s["gpu_hit_rate"] + s["host_hit_rate"] + s["storage_hit_rate"])
         assert (np.asarray(t["ttft_s"]) >= 0).all()
 
-    @settings(max_examples=40, deadline=None)
+    @pytest.mark.slow
+    @settings(max_examples=examples(40), deadline=None)
     @given(raw=_hashes, dev=st.integers(3, 10), host=st.integers(0, 10), more=st.integers(1, 8))
     def test_more_host_never_hurts_lru(self, tmp_path_factory, raw, dev, host, more):
         """LRU, write-through, one request at a time: more host never lowers the hit rate.

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from tests.budget import examples
 from tests.radix_reference import RadixReference, tokens_of
 from toolkit.cost.from_replay import run_tiers
 from toolkit.ingest.fields import requests_table
@@ -120,7 +121,8 @@ def _chain(raw):
 
 
 class TestDifferential:
-    @settings(max_examples=60, deadline=None)
+    @pytest.mark.slow
+    @settings(max_examples=examples(60), deadline=None)
     @given(
         raw=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1,
                      max_size=30),

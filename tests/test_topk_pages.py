@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.budget import examples
 from toolkit import schema
 from toolkit.store import parquet_options
 from toolkit.store.parquet.topk_pages import leaf_counts, read_flat, read_small_ids, read_topk
@@ -44,7 +45,8 @@ rows_strategy = st.lists(
     min_size=1, max_size=60)
 
 
-@settings(max_examples=80, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(80), deadline=None)
 @given(rows=rows_strategy, groups=st.integers(1, 4), page_bytes=st.sampled_from([None, 64, 512]))
 def test_same_as_arrow(tmp_path_factory, rows, groups, page_bytes):
     """Empty lists, rows split across pages, several row groups, any int32: equal to Arrow."""
@@ -122,7 +124,8 @@ def _write_selections(path, n_rows, rng, row_group_rows, page_bytes=None, id_hig
     pq.write_table(table, path, row_group_size=row_group_rows, **opts)
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(40), deadline=None)
 @given(n_rows=st.integers(1, 700), groups=st.integers(1, 4), seed=st.integers(0, 2**16),
        page_bytes=st.sampled_from([None, 64, 700]), id_high=st.sampled_from([8, 2**31]))
 def test_per_row_columns_same_as_arrow(tmp_path_factory, n_rows, groups, seed, page_bytes,
@@ -267,7 +270,8 @@ ids_strategy = st.lists(
     min_size=1, max_size=60)
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(60), deadline=None)
 @given(rows=ids_strategy, groups=st.integers(1, 3), page_bytes=st.sampled_from([None, 64, 512]),
        compression=st.sampled_from([None, "none"]))
 def test_small_ids_same_as_arrow(tmp_path_factory, rows, groups, page_bytes, compression):
