@@ -425,7 +425,7 @@ def test_recovery_tolerates_a_staging_entry_vanishing(tmp_path, monkeypatch):
             monkeypatch.setattr(fcntl, "flock", real_flock)
             return real_flock(fd, op)
 
-        with s._lock(exclusive=True):  # noqa: SLF001 - the recovery path under test
+        with s._lock(exclusive=True):  # the recovery path under test
             monkeypatch.setattr(fcntl, "flock", owner_finishes_first)
             transaction.recover_locked(s)
         assert not entry.exists()

@@ -111,7 +111,7 @@ def _float_list(values: list[str] | None, what: str) -> list[float]:
     return out
 
 
-def _gb_to_blocks(store, trace: str, model: str, sizes_gb: list[float]) -> list[int]:  # noqa: ANN001
+def _gb_to_blocks(store, trace: str, model: str, sizes_gb: list[float]) -> list[int]:
     """Cache sizes in GB -> blocks of the trace, at the model's KV bytes per token (MLA rows
     and indexer keys, FP8)."""
     from toolkit.models import get_model

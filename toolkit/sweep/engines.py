@@ -88,7 +88,7 @@ def run_cell(task: CellTask, store: Any = None) -> CellOutcome:
             store.write_row("sweeps", cell_key(row["sweep_id"], task.index), row,
                             replace=True)
         return CellOutcome(task.index, "done", run_id, None, seconds)
-    except Exception as e:  # noqa: BLE001 - recorded or re-raised by the parent
+    except Exception as e:  # recorded or re-raised by the parent
         from toolkit.errors import ToolkitError
         from toolkit.registry import RegistryError
 

@@ -286,7 +286,7 @@ def replay_tiers(
     return _assemble(cfg, ps, svc, caps, out)
 
 
-def _assemble(cfg, ps, svc, caps, out) -> TierReplayResult:  # noqa: ANN001
+def _assemble(cfg, ps, svc, caps, out) -> TierReplayResult:
     run_id = cfg.run_id
     computed = ps.prompt - out["dev"] - out["host"] - out["sto"]
     ttft = out["first"] - out["arr"]

@@ -306,7 +306,7 @@ class FlatWriter:
         self._kinds = [_KINDS[f.type] for f in schema]
         self._groups: list[bytes] = []
         self._rows = 0
-        self._f: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._f: BinaryIO = open(path, "wb")  # closed by close()
         self._f.write(b"PAR1")
         self._at = 4
 

@@ -182,7 +182,7 @@ def _unpack32_by_width():
                      f"        return _mini32(buf, pos, {w}, last, min_delta, out, at)")
     lines.append("    return last")
     namespace = {"_mini32": _mini32}
-    exec("\n".join(lines), namespace)  # noqa: S102 - source built above from constants
+    exec("\n".join(lines), namespace)  # source built above from constants only
     return nb.njit(inline="always")(namespace["unpack32"])
 
 
