@@ -29,7 +29,7 @@ curve (``replay mrc``, also against ``lru_miss_curve`` alone on the planned stre
 Each figure is the median of interleaved rounds: every round calls each contender of a row
 once, in turn, and rounds go on past ``--runs`` until each contender has run
 ``--min-time-s`` in all (a 2 ms prefix replay takes hundreds of rounds; with five calls
-its ratio ranged over 34-56% across runs of this script, benchmarks/RESULTS.md stop 26).
+its ratio ranged over 34-56% across runs of this script).
 numba compile is excluded. Run: ``.venv/bin/python benchmarks/e2e_bench.py [--workers 1] [--runs 5]
 [--min-time-s 1] [--sections selections,real,prefix]``.
 """

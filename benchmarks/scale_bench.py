@@ -56,7 +56,7 @@ with toolkit.open_store(root) as s:
     rows = load_rows(s, name) if in_memory else None
     # compile outside the timing, on the small trace (the big one would take minutes), and
     # keep replaying it for 2 s: a process's first second runs 2-worker replays up to 1.8x
-    # slower (see RESULTS.md), which would otherwise land on whichever run is timed
+    # slower, which would otherwise land on whichever run is timed
     t_warm = time.perf_counter()
     while time.perf_counter() - t_warm < 2.0:
         replay_selections(s, SelectionReplayConfig("small", "lru", 4096), workers=workers,

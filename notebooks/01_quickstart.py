@@ -92,7 +92,7 @@ hit_ratio_vs_capacity(curve, title="Mooncake conversation trace: LRU prefix-bloc
 # ## 5. Against the paper
 # Mooncake's FAST'25 Table 2 gives a 40% cache ratio for the conversation workload. Our
 # unbounded replay of the public trace gives about 36.6% of block lookups and 37.4% of
-# prompt tokens. The gap is a definition question (see README, "Prefix replay"): the paper
+# prompt tokens. The gap is a definition question (see docs/prefix.md): the paper
 # does not say whether its ratio counts blocks or tokens, how it treats partial tail blocks,
 # or whether it was computed on the released (remapped, 1-hour) trace.
 

@@ -106,7 +106,7 @@ engram_hit_curve(run_query(store, "engram_hit_curve", trace="bundled", step=500)
 # The LRU replays sit on the one-pass curve (a test pins that equality). On 33K tokens most
 # rows are read once (compulsory misses bound the hit ratio at 1 - distinct/lookups); the
 # benchmark's 1M-token corpus (Python standard library) reaches 0.71 at 100 MB and 0.86 at
-# 1 GB with LRU (benchmarks/RESULTS.md).
+# 1 GB with LRU (`benchmarks/engram_bench.py`).
 #
 # ## 3. Bytes per token from each tier
 

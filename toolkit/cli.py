@@ -158,7 +158,8 @@ def replay_prefix_cmd(
     as_json: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Replay a request timeline's prefix blocks through one cache (see README: semantics)."""
+    """Replay a request timeline's prefix blocks through one cache (docs/prefix.md:
+    exact semantics)."""
     from toolkit.replay.prefix import replay_prefix, sweep_prefix
     from toolkit.runtime.progress import compile_notice, status
 

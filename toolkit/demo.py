@@ -54,7 +54,7 @@ def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) 
     sweep_prefix(store, "mooncake_conversation", list(DEMO_CAPACITIES))
     echo("\nLRU prefix-block replay of the Mooncake conversation trace (512-token blocks):")
     echo(str(run_query(store, "prefix_runs", trace="mooncake_conversation").drop("trace")))
-    echo("Mooncake FAST'25 Table 2 reports a 40% cache ratio for this trace; see README.")
+    echo("Mooncake FAST'25 Table 2 reports a 40% cache ratio for this trace; see docs/prefix.md.")
     tiers = run_tiers(store, TierReplayConfig("mooncake_conversation", "gb200", "glm-5.2"))
     s = tiers.summary
     echo(f"\nGPU/host prefix tiers, GB200 + GLM-5.2 default pools, trace arrivals: GPU hit "

@@ -81,7 +81,7 @@ SELECTIONS = pa.schema(
         pa.field("layer", pa.int16(), nullable=False),
         pa.field("seq_len", pa.int32(), nullable=False),  # context incl. the new token
         # positions in [0, seq_len); elements declared non-null so Parquet stores no
-        # definition levels for them (reading is ~1.4x faster, benchmarks/RESULTS.md)
+        # definition levels for them (reading measured ~1.4x faster)
         pa.field("topk", pa.list_(pa.field("element", pa.int32(), nullable=False)),
                  nullable=False),
     ]

@@ -86,7 +86,7 @@ def replay_selections_cmd(
     as_json: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Replay top-k selections through per-(request, layer) device buffers (README);
+    """Replay top-k selections through per-(request, layer) device buffers (docs/selections.md);
     shows progress on a terminal for replays longer than ~2 s (never with --json)."""
     from toolkit.replay.selections import model_config, replay_selections
     from toolkit.runtime.progress import compile_notice

@@ -19,7 +19,7 @@ store_app = typer.Typer(help="Store maintenance.", no_args_is_help=True)
 
 def sweep_cmd(
     store: StoreOpt,
-    grid: Annotated[Path, typer.Option("--grid", help="TOML grid file (README: Sweeps).")],
+    grid: Annotated[Path, typer.Option("--grid", help="TOML grid file (docs/sweep.md).")],
     engine: Annotated[str, typer.Option("--engine", help="local (process pool) or ray.")]
     = "local",
     workers: Annotated[

@@ -8,7 +8,8 @@ empty, and with B1 empty and T1 + 1 > capacity the T1 LRU key is dropped without
 ghost entry.
 
 The eviction steps stay inline in one kernel on purpose: moved into helpers taking the
-state arrays, they were not inlined and the calls halved throughput on miss-heavy runs.
+state arrays, LLVM left them as calls (too large to inline by its own measure) and the
+calls halved throughput on miss-heavy runs.
 The list moves (``_relink``, ``_pop_lru``, ``_push``) are left to LLVM to inline (numba's
 ``inline="always"`` made them ~1.5x slower); each knows whether its key is tracked, so none
 reads ``where`` first (1.15x over one generic move). A key's (prv, next) links share one

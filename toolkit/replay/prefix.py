@@ -1,6 +1,6 @@
 """Prefix-block replay of a request timeline through one block cache.
 
-Semantics (also in README.md): requests are replayed in arrival order; each request
+Semantics (also in docs/prefix.md): requests are replayed in arrival order; each request
 looks up its blocks in order; a lookup hits if the block is cached; every looked-up
 block becomes most recently used (inserted on a miss, evicting per policy when full);
 no capacity means unbounded. Block ``i`` of a request covers

@@ -1,6 +1,6 @@
 """Replay of recorded top-k selections through per-(request, layer) device buffers.
 
-Two modes (README, "Selection replay"):
+Two modes (docs/selections.md):
 
 ``plain``
     One cold, empty buffer of N slots per (request, layer); steps in increasing order;
@@ -268,7 +268,7 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
         groups = list(spec.row_groups)
         md = metadata if metadata is not None else pq.read_metadata(path)
         # mapped, no pre-buffering: the pre-buffer path made two threads reading at once
-        # slower than one (measured, benchmarks/RESULTS.md)
+        # slower than one (measured)
         open_file = functools.partial(pq.ParquetFile, path, memory_map=True,
                                       pre_buffer=False, metadata=md)
 
@@ -555,8 +555,8 @@ def replay_selections(
         progress: show accesses, rate and ETA (``None`` = on a terminal or notebook only).
         read_ahead: decode the next chunks on one extra I/O thread while ``workers``
             threads replay (Parquet decoding costs about as much as the LRU kernel).
-            Off by default: on the loaded 2-vCPU VM it measured slower, not faster
-            (benchmarks/RESULTS.md); each worker then reads its own chunks.
+            Off by default: with as many workers as cores it measured slower, not
+            faster; each worker then reads its own chunks.
     """
     policy = policies.get(cfg.policy)
     if rows is not None:

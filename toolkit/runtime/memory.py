@@ -58,7 +58,7 @@ def keep_freed_memory() -> bool:
     up to ``TRIM_THRESHOLD_BYTES`` at the top of each malloc arena (one per thread that
     allocates, up to 8 per core), plus holes below live blocks, which glibc never
     returns anyway. The 2-billion-access replay's peak RSS stayed within 433-618 MiB
-    with or without it (benchmarks/RESULTS.md). Setting the thresholds explicitly also
+    with or without it. Setting the thresholds explicitly also
     turns off glibc's own sliding threshold, for the whole process (a notebook's too),
     which is why ``import toolkit`` never calls it: the ``toolkit`` command does, before
     any command runs, and Python users opt in with ``toolkit.runtime.keep_freed_memory()``

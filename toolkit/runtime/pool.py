@@ -25,9 +25,9 @@ def shared_pool(threads: int) -> ThreadPoolExecutor:
 
     A pool made per replay gave each replay new threads, so each worker's decoding
     scratch (:func:`toolkit.replay.selections.thread_scratch`, ~33 MB for a k = 2048
-    request) was allocated and faulted in again every time: on the 2-vCPU VM the second
-    worker's read of a 4M-position chunk took 11-50 ms instead of 6.5, and 2 workers
-    gave 1.35x one instead of ~1.7x (benchmarks/RESULTS.md). Callers never wait on a
+    request) was allocated and faulted in again every time: the second worker's read of
+    a 4M-position chunk took 2-8x longer, and 2 workers gave 1.35x one instead of ~1.7x.
+    Callers never wait on a
     queued item they could run themselves (see :func:`thread_map`,
     :func:`ordered_results`), so replays nested in pool threads or run from several
     threads at once cannot deadlock on it. A forked child makes its own."""
@@ -78,8 +78,8 @@ def thread_map(fn: Callable[[T], R], items: Iterable[T], workers: int) -> list[R
 
     # the calling thread is one of the workers and takes the first item itself (a helper
     # started first would take it): what the caller has just decoded is still in its
-    # core's cache (on the 2-vCPU VM, 2 pool threads over a chunk the caller had just read
-    # ran no faster than one thread; benchmarks/RESULTS.md)
+    # core's cache (2 pool threads over a chunk the caller had just read ran no faster
+    # than one thread)
     pool = shared_pool(min(workers, len(items)) - 1)
     helpers = [pool.submit(drain) for _ in range(min(workers, len(items)) - 1)]
     try:

@@ -27,7 +27,7 @@ ROBUST_SCALE = 0.3
 """Soft-L1 loss: log errors beyond ~30% count linearly, not squared, so a few pathological
 rows (TTFT of minutes in an overloaded queue) cannot drag the shared terms. Chosen after
 comparing plain least squares, TTFT weight 0.25 and this loss on the same cross-validation
-(RESULTS.md), so the held-out figures are mildly optimistic by that one choice."""
+(``toolkit serving validate``), so the held-out figures are mildly optimistic by that one choice."""
 WEIGHTS = {"median_tpot": 1.0, "tput_per_gpu": 1.0, "median_ttft": 0.5}
 """TTFT counts half: it carries the engines' queueing behaviour, which the model only sketches,
 and should not pull the decode terms that TPOT and throughput pin down."""

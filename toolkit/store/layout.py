@@ -62,7 +62,7 @@ def bounded_key(key: str) -> str:
 
 def staged_name(table: str, key: str) -> str:
     """Where a transaction stages ``table``/``key``: flat in its directory (a directory
-    per table was two more mkdir/rmdir pairs, ~80 us each on the VM's disk, per sweep
+    per table was two more mkdir/rmdir pairs, each a metadata syscall, per sweep
     cell). Table names hold no '.', so the name is unambiguous. Markers of older
     transactions list ``entries`` staged as ``table/key.parquet``;
     ``transaction.apply_commit`` reads both."""

@@ -1,5 +1,5 @@
 """Sweeps: one TOML grid of any replay kind, resumable by config, on a local process pool
-or a Ray cluster (see README, "Sweeps")."""
+or a Ray cluster (docs/sweep.md)."""
 
 from toolkit.sweep.grid import Cell, Grid, GridError, load_grid, parse_grid
 from toolkit.sweep.run import SweepError, SweepResult, run

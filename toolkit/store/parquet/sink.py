@@ -72,7 +72,7 @@ def parquet_options(table_schema: pa.Schema, data: pa.Table | None = None,
     hashes): on numeric columns zstd finds the repeats anyway, and building their
     dictionaries made writing a 10,001-row miss curve take 2.5 ms instead of 1.3.
 
-    (benchmarks/RESULTS.md has the measurements.) ``nbytes``: ``data.nbytes``, if known.
+    ``nbytes``: ``data.nbytes``, if known.
     """
     if data is not None and (data.nbytes if nbytes is None else nbytes) < TINY_TABLE_BYTES \
             and not any(pa.types.is_nested(f.type) for f in table_schema):
@@ -140,7 +140,7 @@ class ParquetSink:
     Writes smaller than a row group are held (at most one group's worth) and written
     together: a replay streams its per-row results a chunk at a time (4,096 rows for a
     k = 2048 request), and a row group per chunk cost 3x the writing of one per 64K rows
-    (benchmarks/RESULTS.md), on the thread that the replay workers share the cores with.
+    (measured), on the thread that the replay workers share the cores with.
     A write of a row group or more goes out as it is, so a writer that writes whole
     requests keeps its row groups aligned with them (what ``chunk_specs`` cuts at)."""
 

@@ -3,7 +3,7 @@ writes them: data pages v1, uncompressed, repetition and definition levels RLE-e
 values ``DELTA_BINARY_PACKED`` (``toolkit.store.parquet_options``).
 
 Why: Arrow assembles a ``list<int32>`` column from per-value level arrays, ~2.75 ns a
-position on this VM, as long as replaying the position; with every core replaying that
+position, as long as replaying the position; with every core replaying that
 decoding cannot hide on a spare core. Here one compiled pass per page writes the values
 and the row offsets straight from the page bytes. Any chunk in another layout (other
 writer, compression, encoding, page version) returns None and the caller uses Arrow,
