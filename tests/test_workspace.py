@@ -66,6 +66,42 @@ class TestVerbs:
         assert got_q.drop(drop).equals(want_q.drop(drop))
         assert got_sql.equals(n) and got_sql["n"][0] > 0
 
+    def test_tier_selection_engram_and_curve_verbs_equal_the_direct_calls(self, tmp_path):
+        """replay_tiers/replay_engram time and price like cost's run_tiers/run_engram;
+        replay_selections and miss_curve give the replay functions' results."""
+        from toolkit.cost.engram import run_engram
+        from toolkit.cost.from_replay import run_tiers
+        from toolkit.engram.hashing import EngramConfig
+        from toolkit.engram.record import record_engram
+        from toolkit.replay.config import EngramReplayConfig, SelectionReplayConfig
+        from toolkit.replay.mrc import miss_curve_table
+        from toolkit.replay.selections import replay_selections
+        from toolkit.replay.tiers import TierReplayConfig, summary_json
+
+        def timeless(d):  # wall times (elapsed_s, load_s) differ between any two runs
+            return {k: v for k, v in d.items() if "elapsed" not in k and k != "load_s"}
+
+        with toolkit.open(tmp_path / "s", create=True) as ws:
+            ws.ingest(MOONCAKE, "mooncake", "mc")
+            ws.ingest(ROOT / "traces" / "smollm2", "bundle", "sm",
+                      select="smollm2-softmax-sum")
+            record_engram(ws.store, "heapq", [ROOT / "traces/smollm2/texts/heapq.py.txt"],
+                          EngramConfig())
+            st = ws.store
+            tiers = ws.replay_tiers("mc", hardware="mi355x", concurrency=8)
+            assert timeless(summary_json(tiers)) == timeless(summary_json(run_tiers(
+                st, TierReplayConfig("mc", "mi355x", concurrency=8), save=False)))
+            assert summary_json(tiers)["usd_per_million_total_tokens"] is not None
+            sel = ws.replay_selections("sm", policy="opt", buffer_tokens=96, mode="plain")
+            assert timeless(sel) == timeless(replay_selections(
+                st, SelectionReplayConfig("sm", "opt", 96, mode="plain"), save=False))
+            eng = ws.replay_engram("heapq", 1e6, backing="ssd")
+            assert timeless(eng) == timeless(run_engram(
+                st, EngramReplayConfig("heapq", 1e6, backing="ssd"), save=False))
+            curve = ws.miss_curve("sm", "selections", 200, save=False)
+            assert curve.equals(miss_curve_table(st, "sm", "selections", 200, save=False))
+            assert st.keys("tier_runs") and st.keys("engram_runs")
+
     def test_config_defaults_come_from_the_dataclass(self, tmp_path):
         """An unknown keyword is refused by the config, not silently dropped."""
         with toolkit.open(tmp_path / "s", create=True) as ws:
