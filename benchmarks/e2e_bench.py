@@ -57,8 +57,11 @@ from toolkit.policies import policies
 from toolkit.replay.mrc import lru_miss_curve, miss_curve_table
 from toolkit.replay.selection_plan import fused_plan
 from toolkit.replay.selections import SelectionReplayConfig, _order, load_rows, replay_selections
+from toolkit.runtime import keep_freed_memory
 from toolkit.synth.selections import SyntheticSelectionConfig
 from toolkit.synth.selections_fast import write_streaming
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 
 MOONCAKE = Path(__file__).resolve().parents[1] / "traces" / "mooncake" / "conversation_trace.jsonl"
 SMOLLM2 = Path(__file__).resolve().parents[1] / "traces" / "smollm2"

@@ -28,6 +28,9 @@ from toolkit.cost.engram import run_engram
 from toolkit.engram.hashing import EngramConfig, EngramHasher, load_backbone_tokenizer
 from toolkit.engram.record import hash_text, record_engram
 from toolkit.replay.engram import EngramReplayConfig
+from toolkit.runtime import keep_freed_memory
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 
 
 def build_corpus(out: Path, tokens: int, tok) -> int:

@@ -16,6 +16,9 @@ from pathlib import Path
 import toolkit
 from toolkit.ingest import ingest_file
 from toolkit.replay.prefix import PrefixReplayConfig, load_stream, replay_prefix
+from toolkit.runtime import keep_freed_memory
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 
 TRACE = Path(__file__).resolve().parents[1] / "traces/mooncake/conversation_trace.jsonl"
 

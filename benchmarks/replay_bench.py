@@ -29,6 +29,9 @@ import numpy as np
 from toolkit.policies import policies
 from toolkit.policies.opt import next_use
 from toolkit.policies.synthetic import sparse_attention_stream
+from toolkit.runtime import keep_freed_memory
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"

@@ -49,6 +49,9 @@ REPLAY = """
 import json, resource, sys, time
 import toolkit
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
+from toolkit.runtime import keep_freed_memory
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 root, name, workers, in_memory = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 ahead, runs = sys.argv[5] == "1", int(sys.argv[6])
 with toolkit.open_store(root) as s:

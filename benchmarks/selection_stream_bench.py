@@ -32,6 +32,9 @@ CHILD = """
 import json, resource, sys, time
 import toolkit
 from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+from toolkit.runtime import keep_freed_memory
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 store, max_rows = sys.argv[1], int(sys.argv[2])
 with toolkit.open_store(store) as s:
     t0 = time.perf_counter()

@@ -19,6 +19,9 @@ from pathlib import Path
 import toolkit
 from toolkit import sweep
 from toolkit.ingest import ingest_file
+from toolkit.runtime import keep_freed_memory
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = ROOT / "benchmarks" / "grids" / "smollm2_200.toml"

@@ -26,7 +26,10 @@ from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.replay.tiers import TierReplayConfig, capacities, page_stream, run_kernel
 from toolkit.replay.tiers.run import _assemble
+from toolkit.runtime import keep_freed_memory
 from toolkit.serving.tier_service import TierServiceModel
+
+keep_freed_memory()  # the allocator setting the toolkit command runs with
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
