@@ -14,6 +14,7 @@ import toolkit
 from tests.budget import examples
 from toolkit.cli import app
 from toolkit.ingest import ingest_file
+from toolkit.models import get_model
 from toolkit.replay.selections import SelectionReplayConfig, model_config, replay_selections
 
 from .conftest import ROOT
@@ -69,7 +70,7 @@ class TestColumns:
     def test_model_initial_kv_dtype_are_columns(self, sm_store):
         """A model-derived run records its model, start state and row format as columns."""
         replay_selections(sm_store, SelectionReplayConfig("sm"), progress=False)
-        cfg = model_config(sm_store, "sm", "glm-5.2", kv_dtype="bf16", initial="empty")
+        cfg = model_config(sm_store, "sm", get_model("glm-5.2"), kv_dtype="bf16", initial="empty")
         run = replay_selections(sm_store, cfg, progress=False)
         rows = sm_store.query(
             "SELECT model, initial, kv_dtype, row_bytes, indexshare FROM selection_runs "

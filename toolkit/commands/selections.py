@@ -88,6 +88,7 @@ def replay_selections_cmd(
 ) -> None:
     """Replay top-k selections through per-(request, layer) device buffers (docs/selections.md);
     shows progress on a terminal for replays longer than ~2 s (never with --json)."""
+    from toolkit.models import get_model
     from toolkit.replay.selections import model_config, replay_selections
     from toolkit.runtime.progress import compile_notice
 
@@ -104,7 +105,8 @@ def replay_selections_cmd(
         options = {"policy": policy, "buffer_tokens": buffer_tokens, "mode": mode,
                    "initial": initial}
         if model is not None:
-            cfg = guard(model_config, s, trace, model, kv_dtype=kv_dtype, **options)
+            cfg = guard(model_config, s, trace, guard(get_model, model), kv_dtype=kv_dtype,
+                        **options)
         elif kv_dtype != field_default(SelectionReplayConfig, "kv_dtype"):
             fail("--kv-dtype needs --model (the row bytes come from the model's spec)")
         else:

@@ -40,7 +40,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numba as nb
 import numpy as np
@@ -69,17 +69,20 @@ from toolkit.runtime.progress import progress as progress_bar
 from toolkit.store import Store, kept, sink_schema
 from toolkit.store.parquet.topk_pages import Scratch, read_flat, read_topk
 
+if TYPE_CHECKING:
+    from toolkit.models import ModelSpec
+
 CHUNK_ACCESSES = 1 << 22  # ~4 M positions (16 MB int32) per chunk: reading the next chunk
 # overlaps replaying this one, and memory stays a few chunks whatever the trace size
 
 
-def model_config(store: Store, trace: str, model: str, *, kv_dtype: str = "fp8",
+def model_config(store: Store, trace: str, spec: ModelSpec, *, kv_dtype: str = "fp8",
                  **options: Any) -> SelectionReplayConfig:
     """A config whose row bytes and (hisparse mode) IndexShare Full layers come from a model
-    spec; the spec's sharing rule is applied to the trace's own layer count."""
-    from toolkit.models.spec import get_model, indexer_layer_ids
+    spec (resolved by the caller); the spec's sharing rule is applied to the trace's own
+    layer count, and the run records the spec's canonical name."""
+    from toolkit.models.spec import indexer_layer_ids
 
-    spec = get_model(model)
     mode = options.get("mode", "hisparse")
     full = None
     if mode == "hisparse" and spec.index_topk_freq > 1:
@@ -88,7 +91,7 @@ def model_config(store: Store, trace: str, model: str, *, kv_dtype: str = "fp8",
                                {"t": trace}).item()
         full = indexer_layer_ids(n_layers, spec.index_topk_freq, spec.index_skip_topk_offset)
     return SelectionReplayConfig(trace, full_layers=full, row_bytes=spec.mla_row_bytes(kv_dtype),
-                                 model=model, kv_dtype=kv_dtype, **options)
+                                 model=spec.name, kv_dtype=kv_dtype, **options)
 
 
 @dataclass(frozen=True)
