@@ -1,10 +1,11 @@
 """One object for notebooks and scripts: a store plus the verbs that work on it.
 
-``toolkit.open(path)`` returns a :class:`Workspace`; its methods ingest traces, replay
-them, and query the results, so a notebook imports one name instead of a dozen modules.
-Each method is a thin hand-off to the library function that does the work (named in its
-docstring), and each replay builds that function's frozen config from the keyword
-arguments given, so the defaults live once, in the config dataclass.
+``toolkit.open(path)`` returns a :class:`Workspace`; its methods ingest, generate or record
+traces, replay and sweep them, price the runs and query the results, so a notebook imports
+one name instead of a dozen modules. Each method is a thin hand-off to the library function
+that does the work (named in its docstring), and builds that function's frozen config from
+the keyword arguments given, so the defaults live once, in the config dataclass. Spec names
+are looked up here, at the edge, so callers pass ``"gb200"`` rather than a spec object.
 """
 
 from __future__ import annotations
