@@ -26,8 +26,7 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.charts import hit_ratio_vs_capacity
-from toolkit.replay.prefix import sweep_prefix
+from toolkit import charts
 
 alt.renderers.enable("svg")  # deterministic output for nbval (the HTML renderer is not)
 pl.Config(tbl_rows=20, tbl_width_chars=120, tbl_hide_column_data_types=True,
@@ -59,7 +58,7 @@ ws.query("trace_summary").drop("block_tokens")
 
 # %%
 capacities = [100, 300, 1_000, 3_000, 10_000, 30_000, 100_000, None]
-runs = sweep_prefix(ws.store, "mooncake_conversation", capacities)
+runs = ws.sweep_prefix("mooncake_conversation", capacities)
 print(f"{len(runs)} runs stored")
 
 # %% [markdown]
@@ -86,7 +85,7 @@ ws.sql("""
 
 # %%
 curve = ws.query("prefix_hit_curve", trace="mooncake_conversation")
-hit_ratio_vs_capacity(curve, title="Mooncake conversation trace: LRU prefix-block hit ratio")
+charts.hit_ratio_vs_capacity(curve, title="Mooncake conversation trace: LRU prefix-block hit ratio")
 
 # %% [markdown]
 # ## 5. Against the paper

@@ -27,11 +27,8 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.analysis import run_query
-from toolkit.charts import indexshare_bars, metric_by_layer, selection_heatmap
-from toolkit.ingest import ingest_file
-from toolkit.models.spec import indexer_layer_ids
-from toolkit.synth.selections import SyntheticSelectionConfig, generate
+from toolkit import charts
+from toolkit.models import indexer_layer_ids
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=120, tbl_hide_column_data_types=True,
@@ -39,14 +36,13 @@ pl.Config(tbl_rows=40, tbl_width_chars=120, tbl_hide_column_data_types=True,
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
 STORE_DIR = ROOT / "build" / "notebooks" / "02"
 shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
-store = toolkit.open_store(STORE_DIR)
-ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
-store.write_many(generate(SyntheticSelectionConfig(prompt_tokens=16_384, steps=32, layers=8),
-                          "synthetic_k2048"), "synthetic_k2048")
-store.query("SELECT trace, model, k, score, \"order\", n_layers, synthetic FROM selection_traces")
+ws = toolkit.open(STORE_DIR, create=True)
+ws.ingest(ROOT / "traces" / "smollm2", "bundle", "smollm2", select="smollm2-softmax-sum")
+ws.synth_selections("synthetic_k2048", prompt_tokens=16_384, steps=32, layers=8)
+ws.sql("SELECT trace, model, k, score, \"order\", n_layers, synthetic FROM selection_traces")
 
 # %%
-store.query("""
+ws.sql("""
     SELECT r.request_id, r.source_text, r.prompt_tokens, count(DISTINCT s.step) AS steps,
            min(s.seq_len) AS first_seq_len, max(s.seq_len) AS last_seq_len
     FROM selection_requests r JOIN selections s USING (trace, request_id)
@@ -62,9 +58,9 @@ store.query("""
 # and the overlaps of section 2.
 
 # %%
-k = store.query("SELECT k FROM selection_traces WHERE trace = 'smollm2'").item()
-loc = run_query(store, "selection_locality", trace="smollm2", window=2 * k, sinks=4)
-metric_by_layer(loc, ["frac_recent", "frac_sinks", "pos0_rate"],
+k = ws.sql("SELECT k FROM selection_traces WHERE trace = 'smollm2'").item()
+loc = ws.query("selection_locality", trace="smollm2", window=2 * k, sinks=4)
+charts.metric_by_layer(loc, ["frac_recent", "frac_sinks", "pos0_rate"],
                 f"SmolLM2 (real): where the top-{k} falls, per layer (W = {2 * k}, S = 4)")
 
 # %%
@@ -77,11 +73,11 @@ loc.select("layer", "frac_recent", "frac_sinks", "pos0_rate").describe()
 # adjacent DSA layers of trained DSA models).
 
 # %%
-metric_by_layer(loc, ["step_overlap_of_k", "layer_overlap_of_k"],
+charts.metric_by_layer(loc, ["step_overlap_of_k", "layer_overlap_of_k"],
                 "SmolLM2 (real): overlap with the next step / the next layer", "|A∩B| / k")
 
 # %%
-run_query(store, "selection_locality").group_by("trace").agg(
+ws.query("selection_locality").group_by("trace").agg(
     pl.col("step_overlap_of_k").mean().alias("mean_step_overlap_of_k"),
     pl.col("layer_overlap_of_k").mean().alias("mean_layer_overlap_of_k"),
 ).sort("trace").with_columns(pl.col("trace").replace(
@@ -94,14 +90,14 @@ run_query(store, "selection_locality").group_by("trace").agg(
 # overlap between its own selection and the Full layer's it would reuse.
 
 # %%
-n_layers = store.query("SELECT n_layers FROM selection_traces WHERE trace='smollm2'").item()
+n_layers = ws.sql("SELECT n_layers FROM selection_traces WHERE trace='smollm2'").item()
 full = indexer_layer_ids(n_layers, 4, 3)
-share = run_query(store, "indexshare_overlap", trace="smollm2", freq=4, offset=3)
+share = ws.query("indexshare_overlap", trace="smollm2", freq=4, offset=3)
 print(f"Full layers ({len(full)} of {n_layers}): {list(full)}")
 share
 
 # %%
-indexshare_bars(share, "SmolLM2 (real): a Shared layer's overlap with its Full layer")
+charts.indexshare_bars(share, "SmolLM2 (real): a Shared layer's overlap with its Full layer")
 
 # %% [markdown]
 # ## 4. Step x position heat map of one layer
@@ -109,11 +105,11 @@ indexshare_bars(share, "SmolLM2 (real): a Shared layer's overlap with its Full l
 # indexer keeps coming back to (sinks, a few salient tokens), the diagonal edge is recency.
 
 # %%
-heat = run_query(store, "selection_heatmap", trace="smollm2", layer=15, request=0, bin=32)
+heat = ws.query("selection_heatmap", trace="smollm2", layer=15, request=0, bin=32)
 print(f"{heat.height} cells")
-selection_heatmap(heat, "SmolLM2 (real), request 0, layer 15: selections per 32-token bin")
+charts.selection_heatmap(heat, "SmolLM2 (real), request 0, layer 15: selections per 32-token bin")
 
 # %%
-store.close()
+ws.close()
 print("store kept at build/notebooks/02; e.g. toolkit sql --store build/notebooks/02 "
       "--query selection_locality --param trace=smollm2")

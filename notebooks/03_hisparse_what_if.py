@@ -29,12 +29,8 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit import sweep
-from toolkit.analysis import run_query, sweep_query
-from toolkit.charts import grouped_bars, misses_per_step, misses_vs_buffer, sweep_surface
-from toolkit.ingest import ingest_file
-from toolkit.models.spec import get_model, indexer_layer_ids
-from toolkit.replay.selections import load_rows
+from toolkit import charts
+from toolkit.models import indexer_layer_ids
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=60, tbl_width_chars=120, tbl_hide_column_data_types=True,
@@ -44,20 +40,21 @@ OUT = ROOT / "build" / "notebooks"
 shutil.rmtree(OUT / "03", ignore_errors=True)  # a re-run starts from an empty store
 shutil.rmtree(OUT / "03_grids", ignore_errors=True)
 (OUT / "03_grids").mkdir(parents=True)
-store = toolkit.open_store(OUT / "03")
-ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
-rows = load_rows(store, "smollm2")
+ws = toolkit.open(OUT / "03", create=True)
+ws.ingest(ROOT / "traces" / "smollm2", "bundle", "smollm2", select="smollm2-softmax-sum")
+rows = ws.load_rows("smollm2")
 k = rows.k
 print(f"k = {k}, {rows.request_id.size:,} (request, step, layer) rows, "
       f"{rows.values.size:,} selected positions")
 
 
-def run_grid(name: str, text: str) -> sweep.SweepResult:
+def run_grid(name: str, text: str):
     """Write a grid file (rerun it with `toolkit sweep --store build/notebooks/03 --grid
-    build/notebooks/03_grids/NAME.toml`) and sweep it in this process."""
+    build/notebooks/03_grids/NAME.toml`) and sweep it in this process; returns the
+    `toolkit.sweep.SweepResult`."""
     path = OUT / "03_grids" / f"{name}.toml"
     path.write_text(text)
-    res = sweep.run(store, path, workers=1)
+    res = ws.sweep(path, workers=1)
     print(f"{name}: {res.cells} cells, {res.ran} ran, {res.skipped} skipped, "
           f"{res.failed} failed")
     return res
@@ -81,16 +78,16 @@ buffer_tokens = {BUFFERS}
 """.replace("'", '"')
 print(policy_grid)
 policies_sweep = run_grid("policies", policy_grid)
-plain = run_query(store, "selection_runs", trace="smollm2").filter(pl.col("mode") == "plain")
-misses_vs_buffer(plain, f"SmolLM2 (real), plain mode: miss ratio vs buffer (k = {k})")
+plain = ws.query("selection_runs", trace="smollm2").filter(pl.col("mode") == "plain")
+charts.misses_vs_buffer(plain, f"SmolLM2 (real), plain mode: miss ratio vs buffer (k = {k})")
 
 # %% [markdown]
 # The same sweep as a result surface (the `sweep_miss_surface` query of `toolkit.sweep`):
 # miss ratio by policy x buffer, one cell per grid cell, buffers in numeric order.
 
 # %%
-surface = sweep_query(store, "sweep_miss_surface", policies_sweep.sweep_id)
-sweep_surface(surface, "buffer_tokens", "policy", "miss_ratio",
+surface = ws.sweep_query("sweep_miss_surface", policies_sweep.sweep_id)
+charts.sweep_surface(surface, "buffer_tokens", "policy", "miss_ratio",
               f"SmolLM2 (real), plain mode: miss ratio by policy x buffer (k = {k})",
               "miss ratio")
 
@@ -100,12 +97,12 @@ sweep_surface(surface, "buffer_tokens", "policy", "miss_ratio",
 # policy could do with perfect knowledge of future selections.
 
 # %%
-gap = (run_query(store, "policy_vs_opt", trace="smollm2")
+gap = (ws.query("policy_vs_opt", trace="smollm2")
        .filter((pl.col("mode") == "plain") & ~pl.col("indexshare"))
        .select("policy", "buffer_tokens", "misses",
                pl.col("misses_over_opt").round(3))
        .sort("buffer_tokens", "policy"))
-grouped_bars(gap, "buffer_tokens", "misses_over_opt", "policy",
+charts.grouped_bars(gap, "buffer_tokens", "misses_over_opt", "policy",
              "Misses relative to OPT (1.0 = optimal)")
 
 # %%
@@ -123,14 +120,14 @@ buffer_tokens = {2 * k}
 [axes]
 policy = ["lru", "opt"]
 """)
-per_step = run_query(store, "selection_misses_per_step", trace="smollm2").filter(
+per_step = ws.query("selection_misses_per_step", trace="smollm2").filter(
     (pl.col("mode") == "hisparse") & (pl.col("buffer_tokens") == 2 * k)
     & ~pl.col("indexshare")
 ).with_columns(series=pl.col("policy"))
-misses_per_step(per_step, f"SmolLM2 (real), HiSparse mode, buffer 2k = {2 * k}")
+charts.misses_per_step(per_step, f"SmolLM2 (real), HiSparse mode, buffer 2k = {2 * k}")
 
 # %%
-run_query(store, "selection_runs", trace="smollm2").filter(pl.col("mode") == "hisparse")
+ws.query("selection_runs", trace="smollm2").filter(pl.col("mode") == "hisparse")
 
 # %% [markdown]
 # ## 4. IndexShare: transferred bytes with and without shared selections
@@ -140,7 +137,7 @@ run_query(store, "selection_runs", trace="smollm2").filter(pl.col("mode") == "hi
 # LRU cell at 2k without IndexShare is the run section 3 made, so the sweep skips it.
 
 # %%
-glm = get_model("glm-5.2")
+glm = ws.model("glm-5.2")
 n_layers = int(rows.layer.max()) + 1
 full = indexer_layer_ids(n_layers, glm.index_topk_freq, glm.index_skip_topk_offset)
 row_bytes = glm.mla_row_bytes("fp8")
@@ -154,13 +151,13 @@ row_bytes = {row_bytes}
 buffer_tokens = {BUFFERS}
 full_layers = ["none", {list(full)}]
 """)
-share = store.query("""
+share = ws.sql("""
     SELECT buffer_tokens, CASE WHEN indexshare THEN 'IndexShare' ELSE 'own selection' END
            AS layers, bytes_h2d / 1e6 AS mb_h2d, misses
     FROM selection_runs WHERE trace = 'smollm2' AND mode = 'hisparse' AND policy = 'lru'
     ORDER BY buffer_tokens, layers
 """)
-grouped_bars(share, "buffer_tokens", "mb_h2d", "layers",
+charts.grouped_bars(share, "buffer_tokens", "mb_h2d", "layers",
              "HiSparse LRU: host-to-device MB, all layers and steps", "MB host -> device")
 
 # %%
@@ -171,7 +168,7 @@ share
 # One row per sweep: cells that ran, were skipped (their run already existed) or failed.
 
 # %%
-store.query("""
+ws.sql("""
     SELECT grid_fingerprint, count(*) AS cells, count(*) FILTER (status = 'done') AS ran,
            count(*) FILTER (status = 'skipped') AS skipped,
            count(*) FILTER (status = 'failed') AS failed
@@ -179,4 +176,4 @@ store.query("""
 """)
 
 # %%
-store.close()
+ws.close()

@@ -33,21 +33,18 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.analysis import run_query
-from toolkit.charts import cost_pareto, step_time_breakdown
-from toolkit.cost.compare import CompareConfig, compare
-from toolkit.cost.records import DecodeCostConfig, record_replay_cost
-from toolkit.ingest import ingest_file
-from toolkit.models import get_model
-from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
+from toolkit import charts
 from toolkit.serving import predict, validate
-from toolkit.serving.reuse import hisparse_columns
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=60, tbl_width_chars=140, tbl_hide_column_data_types=True,
           tbl_hide_dataframe_shape=True, float_precision=4, fmt_str_lengths=60)
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
+STORE_DIR = ROOT / "build" / "notebooks" / "04"
+shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
+ws = toolkit.open(STORE_DIR, create=True)  # sections 1-3 price without it; 4-5 replay
 HARDWARE = ("gb200", "gb300", "mi355x")
-GLM = get_model("glm-5.2")
+GLM = ws.model("glm-5.2")
 COLS = ["hardware", "engine", "interactivity", "clamped", "tput_per_gpu", "p90_ttft_s",
         "usd_per_mtok_total", "usd_per_mtok_output", "cost_ratio_total_vs_first", "layout"]
 
@@ -58,11 +55,11 @@ COLS = ["hardware", "engine", "interactivity", "clamped", "tput_per_gpu", "p90_t
 # of throughput per GPU vs interactivity, Steffen interpolation at the targets, price.
 
 # %%
-shape = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE))
+shape = ws.compare("glm-5.2", HARDWARE)
 shape.select(COLS)
 
 # %%
-shape_2s = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE, max_p90_ttft_s=2.0))
+shape_2s = ws.compare("glm-5.2", HARDWARE, max_p90_ttft_s=2.0)
 shape_2s.select(COLS)
 
 # %% [markdown]
@@ -73,8 +70,8 @@ shape_2s.select(COLS)
 # the real mix is not published).
 
 # %%
-agentic = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE, isl=65536, osl=512,
-                                cached_prefix_fraction=0.95, max_p90_ttft_s=2.0))
+agentic = ws.compare("glm-5.2", HARDWARE, isl=65536, osl=512, cached_prefix_fraction=0.95,
+                     max_p90_ttft_s=2.0)
 agentic.select(COLS)
 
 # %% [markdown]
@@ -88,8 +85,8 @@ def pick(df, hw, target):
         0, named=True)
 
 
-relaxed = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE, isl=65536, osl=512,
-                                cached_prefix_fraction=0.95, max_p90_ttft_s=10.0))
+relaxed = ws.compare("glm-5.2", HARDWARE, isl=65536, osl=512, cached_prefix_fraction=0.95,
+                     max_p90_ttft_s=10.0)
 g150, g300_150 = pick(agentic, "gb200", 150), pick(agentic, "gb300", 150)
 m150, m100 = pick(agentic, "mi355x", 150), pick(agentic, "mi355x", 100)
 g100 = pick(agentic, "gb200", 100)
@@ -106,8 +103,8 @@ rows = [
      / g100["usd_per_mtok_total"]),
     ("MI355X $/M total at 100, p90 TTFT <= 2 s", 0.0607, m100["usd_per_mtok_total"]),
 ]
-free = compare(CompareConfig(model="glm-5.2", hardware=HARDWARE, isl=65536, osl=512,
-                             cached_prefix_fraction=0.95))  # no TTFT bound, as published
+free = ws.compare("glm-5.2", HARDWARE, isl=65536, osl=512,
+                  cached_prefix_fraction=0.95)  # no TTFT bound, as published
 rows += [
     ("GB200 p90 TTFT at 150, s (published 14-19)", 16.5, pick(free, "gb200", 150)["p90_ttft_s"]),
     ("MI355X + ATOM p90 TTFT at 150, s", 1.2, pick(free, "mi355x", 150)["p90_ttft_s"]),
@@ -144,14 +141,10 @@ pl.DataFrame(rows, schema=["figure", "published", "model"], orient="row").with_c
 # layer stays in HBM, the indexer keys stay for every token, the full KV moves to host DRAM.
 
 # %%
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
-STORE_DIR = ROOT / "build" / "notebooks" / "04"
-shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
-store = toolkit.open_store(STORE_DIR)
-ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "smollm2", select="smollm2-softmax-sum")
-rows_ = load_rows(store, "smollm2")
-run = replay_selections(store, SelectionReplayConfig("smollm2", "lru", 2 * rows_.k), rows=rows_)
-hs = hisparse_columns(store, run["run_id"], GLM)
+ws.ingest(ROOT / "traces" / "smollm2", "bundle", "smollm2", select="smollm2-softmax-sum")
+rows_ = ws.load_rows("smollm2")
+run = ws.replay_selections("smollm2", policy="lru", buffer_tokens=2 * rows_.k, rows=rows_)
+hs = ws.hisparse_columns(run["run_id"], "glm-5.2")
 print({k: round(v, 3) for k, v in hs.items()})
 
 base = dict(framework="dynamo-sglang", model="glm-5.2", precision="fp8", spec_method="none",
@@ -190,22 +183,23 @@ hisparse
 for hw in HARDWARE:
     for batch in (8, 32, 128):
         for overlap in (False, True):
-            record_replay_cost(store, DecodeCostConfig(
-                run["run_id"], "glm-5.2", hw, batch, overlap, miss_scale=GLM.index_topk / rows_.k,
-                isl_tokens=32_768, osl_tokens=8_192))
-cost = run_query(store, "cost_per_mtok")
+            ws.record_replay_cost(
+                run["run_id"], model="glm-5.2", hardware=hw, batch_per_gpu=batch,
+                overlap=overlap, miss_scale=GLM.index_topk / rows_.k, isl_tokens=32_768,
+                osl_tokens=8_192)
+cost = ws.query("cost_per_mtok")
 cost.select("hardware", "setting", pl.col("interactivity_tok_s_user").round(1),
             pl.col("usd_per_mtok_total").round(4), "on_front")
 
 # %%
-cost_pareto(cost, run_query(store, "published_costs"),
+charts.cost_pareto(cost, ws.query("published_costs"),
             "GLM-5.2 HiSparse decode (SmolLM2 selections): $/M total tokens vs interactivity")
 
 # %%
-step_time_breakdown(run_query(store, "step_time"),
+charts.step_time_breakdown(ws.query("step_time"),
                     "GLM-5.2 decode step: HBM/compute work and exposed miss I/O")
 
 # %%
-store.close()
+ws.close()
 print("store kept at build/notebooks/04; e.g. toolkit sql --store build/notebooks/04 "
       "--query cost_per_mtok")

@@ -34,11 +34,8 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit import sweep
-from toolkit.analysis import run_query, sweep_query
-from toolkit.charts import cost_bars, sweep_surface, tier_share_bars, ttft_cdf
-from toolkit.ingest import ingest_file
-from toolkit.synth.agentic import PRESETS, generate
+from toolkit import charts
+from toolkit.serving import bundled_points_path, predict, validate
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=30, tbl_width_chars=140, tbl_hide_column_data_types=True,
@@ -48,24 +45,25 @@ OUT = ROOT / "build" / "notebooks"
 shutil.rmtree(OUT / "05", ignore_errors=True)  # a re-run starts from an empty store
 shutil.rmtree(OUT / "05_grids", ignore_errors=True)
 (OUT / "05_grids").mkdir(parents=True)
-store = toolkit.open_store(OUT / "05")
+ws = toolkit.open(OUT / "05", create=True)
 
 
-def run_grid(name: str, text: str) -> sweep.SweepResult:
+def run_grid(name: str, text: str):
     """Write a grid file (rerun it with `toolkit sweep --store build/notebooks/05 --grid
-    build/notebooks/05_grids/NAME.toml`) and sweep it in this process."""
+    build/notebooks/05_grids/NAME.toml`) and sweep it in this process; returns the
+    `toolkit.sweep.SweepResult`."""
     path = OUT / "05_grids" / f"{name}.toml"
     path.write_text(text)
-    res = sweep.run(store, path, workers=1)
+    res = ws.sweep(path, workers=1)
     print(f"{name}: {res.cells} cells, {res.ran} ran, {res.skipped} skipped, "
           f"{res.failed} failed")
     return res
 
 
-ingest_file(store, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl",
-            "mooncake_conversation")
-store.write("requests", "synthetic_coding", generate(PRESETS["coding"], "synthetic_coding"))
-store.query("""
+ws.ingest(ROOT / "traces/mooncake/conversation_trace.jsonl", "mooncake",
+          "mooncake_conversation")
+ws.synth_agentic("synthetic_coding", "coding")
+ws.sql("""
     SELECT trace, count(*) AS requests, round(avg(input_tokens)) AS mean_isl,
            round(avg(output_tokens)) AS mean_osl,
            round(sum(input_tokens) / sum(output_tokens)) AS isl_over_osl,
@@ -89,10 +87,10 @@ trace = "synthetic_coding"
 device_tokens = ["none", 600000]   # "none": one GPU's HBM after weights (the default)
 concurrency = [4, 8, 16, 32]
 """)
-shares = run_query(store, "tier_shares").filter(pl.col("hardware") == "gb200")
+shares = ws.query("tier_shares").filter(pl.col("hardware") == "gb200")
 shares = shares.with_columns(
     pl.format("device {} K tokens", pl.col("device_capacity_tokens") // 1000).alias("label"))
-store.query("""
+ws.sql("""
     SELECT device_capacity_tokens AS device_tokens, concurrency,
            round(gpu_hit_rate, 3) AS gpu, round(host_hit_rate, 3) AS host,
            round(overall_hit_rate, 3) AS overall, round(p90_ttft_s, 3) AS p90_ttft_s,
@@ -102,7 +100,7 @@ store.query("""
 """)
 
 # %%
-tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: where prompt tokens come from")
+charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: where prompt tokens come from")
 
 # %% [markdown]
 # **Reading.** The shape of the published observation appears on both pool sizes: as users
@@ -120,7 +118,7 @@ tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: where promp
 # with p90 TTFT near 9 s: the next cliff a larger `--hicache-ratio` would move.
 
 # %%
-store.query("""
+ws.sql("""
     SELECT concurrency, round(gpu_hit_rate, 3) AS model_gpu, round(host_hit_rate, 3) AS model_host,
            CASE concurrency WHEN 8 THEN 0.903 WHEN 16 THEN 0.548 END AS published_gpu,
            CASE concurrency WHEN 8 THEN 0.060 WHEN 16 THEN 0.403 END AS published_host
@@ -137,10 +135,10 @@ store.query("""
 # nearly coincide (neither queues); dashes tell them apart.
 
 # %%
-cdf = run_query(store, "tier_ttft_cdf").filter(pl.col("device_capacity_tokens") == 600_000)
+cdf = ws.query("tier_ttft_cdf").filter(pl.col("device_capacity_tokens") == 600_000)
 cdf = cdf.with_columns(pl.format("{} users", pl.col("concurrency")).alias("config"))
 users = [f"{c} users" for c in sorted(set(cdf["concurrency"]))]  # numeric legend order
-ttft_cdf(cdf, "TTFT CDF, synthetic coding agents, 600K-token device pool").encode(
+charts.ttft_cdf(cdf, "TTFT CDF, synthetic coding agents, 600K-token device pool").encode(
     color=alt.Color("config:N", scale=alt.Scale(domain=users), title="configuration"),
     strokeDash=alt.StrokeDash("config:N", scale=alt.Scale(domain=users), title="configuration"),
     strokeWidth=alt.value(2.5),
@@ -160,20 +158,20 @@ trace = "synthetic_coding"
 hardware = ["gb200", "gb300", "mi355x"]
 concurrency = [4, 8, 16, 32]
 """)
-surface = sweep_query(store, "sweep_cost_surface", hardware_sweep.sweep_id)
+surface = ws.sweep_query("sweep_cost_surface", hardware_sweep.sweep_id)
 run_ids = surface.filter(pl.col("concurrency") == 16)["run_id"].to_list()
-cost = run_query(store, "tier_cost").filter(pl.col("run_id").is_in(run_ids)).drop("run_id")
+cost = ws.query("tier_cost").filter(pl.col("run_id").is_in(run_ids)).drop("run_id")
 cost
 
 # %%
-cost_bars(cost, "Synthetic coding agents, 16 users: $ per million total tokens")
+charts.cost_bars(cost, "Synthetic coding agents, 16 users: $ per million total tokens")
 
 # %% [markdown]
 # The whole sweep as a result surface (the `sweep_cost_surface` query of `toolkit.sweep`):
 # $ per million total tokens by hardware x concurrency.
 
 # %%
-sweep_surface(surface, "concurrency", "hardware", "usd_per_million_total_tokens",
+charts.sweep_surface(surface, "concurrency", "hardware", "usd_per_million_total_tokens",
               "Synthetic coding agents: $ per million total tokens by hardware x users",
               "$ / M total tokens", fmt=".3f")
 
@@ -191,7 +189,7 @@ trace = "mooncake_conversation"
 [axes]
 device_tokens = [-1, "none"]   # unbounded tiers; GB200 default pools
 """)
-store.query("""
+ws.sql("""
     SELECT device_capacity_tokens AS device_tokens, host_capacity_tokens AS host_tokens,
            round(gpu_hit_rate, 4) AS gpu, round(host_hit_rate, 4) AS host,
            round(overall_hit_rate, 4) AS overall, round(p90_ttft_s, 3) AS p90_ttft_s
@@ -218,7 +216,7 @@ radix_semantics = "page"
 [axes]
 concurrency = [4, 8, 16, 32]
 """)
-both = store.query("""
+both = ws.sql("""
     SELECT radix_semantics, concurrency, round(gpu_hit_rate, 3) AS gpu,
            round(host_hit_rate, 3) AS host, round(overall_hit_rate, 3) AS overall,
            device_evictions, round(p90_ttft_s, 3) AS p90_ttft_s
@@ -229,12 +227,12 @@ both = store.query("""
 both
 
 # %%
-sem = store.query("SELECT run_id, radix_semantics AS label FROM tier_runs")
-shares_both = (run_query(store, "tier_shares")
+sem = ws.sql("SELECT run_id, radix_semantics AS label FROM tier_runs")
+shares_both = (ws.query("tier_shares")
                .filter((pl.col("trace") == "synthetic_coding") & (pl.col("hardware") == "gb200")
                        & (pl.col("device_capacity_tokens") == 600_000))
                .join(sem, on="run_id"))
-tier_share_bars(shares_both, "600K-token device pool: page-granular ideal (left) vs SGLang radix cache (right)")
+charts.tier_share_bars(shares_both, "600K-token device pool: page-granular ideal (left) vs SGLang radix cache (right)")
 
 # %% [markdown]
 # **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.5% / 94.4% either
@@ -258,15 +256,7 @@ tier_share_bars(shares_both, "600K-token device pool: page-granular ideal (left)
 # DeepSeek points of notebook 06) with each run's cached and host-loaded prompt shares.
 
 # %%
-import numpy as np  # noqa: E402
-
-from toolkit.hardware import get_hardware  # noqa: E402
-from toolkit.models import get_model  # noqa: E402
-from toolkit.serving import bundled_points_path, predict, validate  # noqa: E402
-from toolkit.serving.reuse import prefix_columns  # noqa: E402
-from toolkit.charts import hit_rate_vs_users  # noqa: E402
-
-B200, R1 = get_hardware("b200"), get_model("dsr1")
+B200, R1 = ws.hardware("b200"), ws.model("dsr1")
 device_tokens = int((B200.hbm_usable_bytes * 0.9 - R1.weight_bytes("fp4") / 4)
                     / (R1.mla_row_bytes("fp8") * R1.num_layers))
 measured = (pl.read_csv(bundled_points_path("agentic_b200_multiturn.csv"))
@@ -288,14 +278,14 @@ device_tokens = {device_tokens}
 host_tokens = [0, {2 * device_tokens}]   # CPU offload off / on (host = 2 x device, assumed)
 concurrency = [1, 2, 4, 8, 16, 24, 32, 48, 64]
 """)
-cells = store.query("""
+cells = ws.sql("""
     SELECT r.run_id, r.concurrency AS users,
            CASE WHEN r.host_capacity_tokens = 0 THEN 'off' ELSE 'on' END AS offload
     FROM sweeps s JOIN tier_runs r USING (run_id) WHERE s.sweep_id = $sweep_id
     ORDER BY offload, users
 """, {"sweep_id": b200_sweep.sweep_id})
-runs = pl.DataFrame([{**c, **prefix_columns(store, c["run_id"])} for c in cells.to_dicts()])
-mean_isl, mean_osl = store.query(
+runs = pl.DataFrame([{**c, **ws.prefix_columns(c["run_id"])} for c in cells.to_dicts()])
+mean_isl, mean_osl = ws.sql(
     "SELECT avg(input_tokens), avg(output_tokens) FROM requests "
     "WHERE trace = 'synthetic_coding'").row(0)
 configs = validate(runs.select(
@@ -331,7 +321,7 @@ long = pl.concat([
     side.select("offload", "users", pl.lit("host").alias("tier"), pl.lit("model")
                 .alias("source"), pl.col("model_host").alias("rate")),
 ])
-hit_rate_vs_users(long, "B200 / DeepSeek-R1 agentic sessions: measured (InferenceX) vs model")
+charts.hit_rate_vs_users(long, "B200 / DeepSeek-R1 agentic sessions: measured (InferenceX) vs model")
 
 # %% [markdown]
 # **Where they agree and where they differ.** Both show the same regime change: a GPU hit
@@ -348,4 +338,4 @@ hit_rate_vs_users(long, "B200 / DeepSeek-R1 agentic sessions: measured (Inferenc
 # overflows; the modelled host pool is an assumed 2 x device.
 
 # %%
-store.close()
+ws.close()

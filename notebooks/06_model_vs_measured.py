@@ -37,10 +37,7 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.analysis import run_query
-from toolkit.charts import error_by_group, pareto_fronts, predicted_vs_measured
-from toolkit.cost.compare import CompareConfig
-from toolkit.cost.records import record_serving_fronts
+from toolkit import charts
 from toolkit.serving import bundled_points_path, read_points
 from toolkit.serving.validate import cross_validate
 
@@ -52,7 +49,7 @@ heldout = pl.read_csv(CV / "heldout_hardware.csv")
 ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "traces").is_dir())
 STORE_DIR = ROOT / "build" / "notebooks" / "06"
 shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
-store = toolkit.open_store(STORE_DIR)
+ws = toolkit.open(STORE_DIR, create=True)
 print(f"{heldout.height} held-out predictions, "
       f"{heldout['hardware'].n_unique()} accelerators, {heldout['framework'].n_unique()} engines")
 
@@ -61,12 +58,12 @@ print(f"{heldout.height} held-out predictions, "
 # The dashed line is y = x, the band +-25%. Hover a point for its configuration.
 
 # %%
-tput = run_query(store, "model_vs_measured", metric="tput_per_gpu")
-tpot = run_query(store, "model_vs_measured", metric="median_tpot").with_columns(
+tput = ws.query("model_vs_measured", metric="tput_per_gpu")
+tpot = ws.query("model_vs_measured", metric="median_tpot").with_columns(
     pl.col("measured", "predicted") * 1e3)  # s -> ms
 alt.hconcat(
-    predicted_vs_measured(tput, "tok/s/GPU", "Throughput per GPU (InferenceX divisors)"),
-    predicted_vs_measured(tpot, "TPOT (ms)", "Median TPOT"),
+    charts.predicted_vs_measured(tput, "tok/s/GPU", "Throughput per GPU (InferenceX divisors)"),
+    charts.predicted_vs_measured(tpot, "TPOT (ms)", "Median TPOT"),
 )
 
 # %% [markdown]
@@ -77,7 +74,7 @@ alt.hconcat(
 # %%
 def error_table(group):
     """Median |predicted / measured - 1| per metric, one row per hardware or engine."""
-    err = run_query(store, "model_error", group=group)
+    err = ws.query("model_error", group=group)
     rows = err.filter(pl.col("metric_rank") == 1).select("key", "rows")
     wide = err.pivot(on="metric", index="key", values="median_abs_err")
     return rows.join(wide, on="key").rename({"key": group})
@@ -89,9 +86,9 @@ error_table("hardware")
 error_table("framework")
 
 # %%
-by_hw = run_query(store, "model_error", group="hardware").filter(
+by_hw = ws.query("model_error", group="hardware").filter(
     pl.col("metric") != "TTFT").rename({"key": "hardware"})
-error_by_group(by_hw, "hardware", "Held-out error by hardware (leave-one-hardware-out)")
+charts.error_by_group(by_hw, "hardware", "Held-out error by hardware (leave-one-hardware-out)")
 
 # %% [markdown]
 # ## 3. GB200, GB300 and MI355X fronts: model lines, measured points
@@ -102,12 +99,11 @@ error_by_group(by_hw, "hardware", "Held-out error by hardware (leave-one-hardwar
 # GB300 DeepSeek points in the bundled data, so its line is a prediction only).
 
 # %%
-cfg = CompareConfig(model="dsr1", hardware=("gb200", "gb300", "mi355x"), precision="fp4",
-                    isl=8192, osl=1024)
-record_serving_fronts(store, cfg)
-fronts = run_query(store, "serving_fronts")
-measured = pl.concat([run_query(store, "measured_points", hardware=hw) for hw in cfg.hardware])
-pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts and measured points")
+hardware = ("gb200", "gb300", "mi355x")
+ws.record_serving_fronts("dsr1", hardware, precision="fp4", isl=8192, osl=1024)
+fronts = ws.query("serving_fronts")
+measured = pl.concat([ws.query("measured_points", hardware=hw) for hw in hardware])
+charts.pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts and measured points")
 
 # %% [markdown]
 # ## 4. The bundled held-out file reproduces
@@ -123,6 +119,6 @@ assert diff < 1e-3, diff
 print("MI300X fold reproduces the bundled predictions to within 0.1%")
 
 # %%
-store.close()
+ws.close()
 print("store kept at build/notebooks/06; e.g. toolkit sql --store build/notebooks/06 "
       "--query model_error --param group=framework")

@@ -29,13 +29,8 @@ import altair as alt
 import polars as pl
 
 import toolkit
-from toolkit.analysis import run_query
-from toolkit.charts import engram_bytes_per_token, engram_hit_curve, engram_tokens_per_usd
-from toolkit.cost.engram import missed_rows_per_token_for, run_engram
-from toolkit.engram.hashing import EngramConfig
-from toolkit.engram.record import record_engram
-from toolkit.hardware import get_hardware
-from toolkit.replay.engram import EngramReplayConfig, load_dense
+from toolkit import charts
+from toolkit.cost.engram import missed_rows_per_token_for
 from toolkit.replay.mrc import lru_miss_curve
 
 alt.renderers.enable("svg")
@@ -46,9 +41,9 @@ TEXTS = sorted(p for p in (ROOT / "traces/smollm2/texts").glob("*.txt")
                if p.name != "LICENSES.txt")
 STORE_DIR = ROOT / "build" / "notebooks" / "07"
 shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
-store = toolkit.open_store(STORE_DIR)
-record_engram(store, "bundled", TEXTS, EngramConfig())
-store.query("""
+ws = toolkit.open(STORE_DIR, create=True)
+ws.record_engram("bundled", TEXTS)
+ws.sql("""
     SELECT trace, requests, tokens, lookups, compressed_vocab, backbone_vocab, table_rows,
            total_rows, row_bytes, lookups // tokens AS lookups_per_token
     FROM engram_traces
@@ -60,7 +55,7 @@ store.query("""
 # own reuse figures (section 2) must agree.
 
 # %%
-store.query("""
+ws.sql("""
     WITH c AS (SELECT count(*) AS n FROM engram_lookups GROUP BY layer, ngram, head, row),
          r AS (SELECT n, row_number() OVER (ORDER BY n DESC) AS rk, count(*) OVER () AS rows,
                       sum(n) OVER () AS lookups FROM c)
@@ -80,17 +75,17 @@ store.query("""
 # Rows are 64 values x bf16 = 128 B (reference: 512-wide embedding per order over 8 heads).
 
 # %%
-dense = load_dense(store, "bundled")
+dense = ws.load_dense("bundled")
 misses = lru_miss_curve(dense.keys, dense.n_distinct, dense.n_distinct)
 n = dense.keys.size
-store.write("miss_curves", "engram-bundled", pl.DataFrame({
+ws.store.write("miss_curves", "engram-bundled", pl.DataFrame({
     "trace": "bundled", "kind": "engram", "capacity": list(range(misses.size)),
     "accesses": n, "misses": misses, "miss_ratio": misses / n}).to_arrow(), replace=True)
 SIZES_MB = [1, 3, 10, 30, 100]
 for policy in ("lru", "s3fifo", "opt"):
     for mb in SIZES_MB:
-        run_engram(store, EngramReplayConfig("bundled", mb * 1e6, policy=policy))
-runs = store.query("""
+        ws.replay_engram("bundled", mb * 1e6, policy=policy)
+runs = ws.sql("""
     SELECT policy, hbm_cache_bytes / 1e6 AS cache_mb, capacity_rows, hits, misses,
            round(hit_ratio, 4) AS hit_ratio, hottest_1pct_share, hottest_10pct_share
     FROM engram_runs WHERE trace = 'bundled' AND backing = 'dram' AND hardware = 'gb200'
@@ -99,7 +94,7 @@ runs = store.query("""
 runs.filter(pl.col("policy") == "lru")
 
 # %%
-engram_hit_curve(run_query(store, "engram_hit_curve", trace="bundled", step=500),
+charts.engram_hit_curve(ws.query("engram_hit_curve", trace="bundled", step=500),
                  "Engram row-cache hit ratio, bundled texts (real, 33K tokens)")
 
 # %% [markdown]
@@ -113,8 +108,8 @@ engram_hit_curve(run_query(store, "engram_hit_curve", trace="bundled", step=500)
 # %%
 for backing in ("dram", "ssd"):
     for mb in (1, 10, 100):
-        run_engram(store, EngramReplayConfig("bundled", mb * 1e6, backing=backing))
-bytes_tier = store.query("""
+        ws.replay_engram("bundled", mb * 1e6, backing=backing)
+bytes_tier = ws.sql("""
     SELECT backing, hbm_cache_bytes / 1e6 AS cache_mb, round(hit_ratio, 4) AS hit_ratio,
            round(hbm_bytes_per_token) AS hbm_bytes_per_token,
            round(backing_bytes_per_token) AS backing_useful_bytes_per_token,
@@ -126,7 +121,7 @@ bytes_tier = store.query("""
 bytes_tier
 
 # %%
-engram_bytes_per_token(run_query(store, "engram_bytes_per_token", trace="bundled").filter(
+charts.engram_bytes_per_token(ws.query("engram_bytes_per_token", trace="bundled").filter(
     pl.col("cache_mb").is_in([1.0, 10.0, 100.0])))
 
 # %% [markdown]
@@ -144,13 +139,13 @@ engram_bytes_per_token(run_query(store, "engram_bytes_per_token", trace="bundled
 HARDWARE = ["gb200", "gb300", "mi355x", "b200", "h200"]
 for hw in HARDWARE:
     for backing in ("dram", "ssd"):
-        run_engram(store, EngramReplayConfig("bundled", 10e6, backing=backing, hardware=hw))
-placements = run_query(store, "engram_tokens_per_usd", trace="bundled",
+        ws.replay_engram("bundled", 10e6, backing=backing, hardware=hw)
+placements = ws.query("engram_tokens_per_usd", trace="bundled",
                        cache_bytes=1e7).with_columns(pl.col("m_tokens_per_usd").round(2))
 placements.pivot(on="hardware", index=["placement", "fetch_mode"], values="m_tokens_per_usd")
 
 # %%
-engram_tokens_per_usd(placements)
+charts.engram_tokens_per_usd(placements)
 
 # %% [markdown]
 # ## 5. The published 121 M vs 52 M tokens per dollar
@@ -162,12 +157,12 @@ engram_tokens_per_usd(placements)
 # token (Engram layers x orders x heads) that takes.
 
 # %%
-miss_10mb = store.query("""SELECT 1 - hit_ratio AS m FROM engram_runs
+miss_10mb = ws.sql("""SELECT 1 - hit_ratio AS m FROM engram_runs
     WHERE trace = 'bundled' AND policy = 'lru' AND hbm_cache_bytes = 1e7
       AND hardware = 'gb200' AND backing = 'dram'""").item()
 gap = []
 for hw in ("gb200", "gb300", "mi355x"):
-    spec = get_hardware(hw)
+    spec = ws.hardware(hw)
     row = placements.filter(pl.col("hardware") == hw)
     get = lambda p, f: row.filter((pl.col("placement") == p) & (pl.col("fetch_mode") == f)).item(0, "m_tokens_per_usd")  # noqa: E731
     for mode in ("sync", "overlapped"):
@@ -191,6 +186,6 @@ pl.DataFrame(gap)
 # configuration: the V4.1-Flash Engram layout and table size are not public to us.
 
 # %%
-store.close()
+ws.close()
 print("store kept at build/notebooks/07; e.g. toolkit sql --store build/notebooks/07 "
       "--query engram_tokens_per_usd --param trace=bundled")

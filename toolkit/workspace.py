@@ -1,14 +1,16 @@
 """One object for notebooks and scripts: a store plus the verbs that work on it.
 
-``toolkit.open(path)`` returns a :class:`Workspace`; its methods ingest traces, replay
-them, and query the results, so a notebook imports one name instead of a dozen modules.
-Each method is a thin hand-off to the library function that does the work (named in its
-docstring), and each replay builds that function's frozen config from the keyword
-arguments given, so the defaults live once, in the config dataclass.
+``toolkit.open(path)`` returns a :class:`Workspace`; its methods ingest, generate or record
+traces, replay and sweep them, price the runs and query the results, so a notebook imports
+one name instead of a dozen modules. Each method is a thin hand-off to the library function
+that does the work (named in its docstring), and builds that function's frozen config from
+the keyword arguments given, so the defaults live once, in the config dataclass. Spec names
+are looked up here, at the edge, so callers pass ``"gb200"`` rather than a spec object.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +20,17 @@ if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
 
+    from toolkit.cost.config import CompareConfig
+    from toolkit.engram.record import EngramRecordResult
+    from toolkit.hardware import HardwareSpec
     from toolkit.ingest import IngestResult
+    from toolkit.models import ModelSpec
+    from toolkit.replay.engram import DenseStream
+    from toolkit.replay.selections import SelectionRows
     from toolkit.replay.tiers import TierReplayResult
+    from toolkit.serving import ServingParams
     from toolkit.store import Store
+    from toolkit.sweep import Grid, SweepResult
 
 
 class Workspace:
@@ -76,6 +86,77 @@ class Workspace:
         """Stored trace names by kind: ``requests`` (timelines), ``selections`` (top-k)."""
         return {"requests": self.store.traces(), "selections": self.store.keys("selections")}
 
+    def synth_selections(self, name: str, *, replace: bool = False, **config: Any) -> int:
+        """Generate a SYNTHETIC top-k selection trace in memory and store it; returns its rows.
+
+        ``config``: the fields of :class:`toolkit.synth.selections.SyntheticSelectionConfig`;
+        see :func:`toolkit.synth.selections.generate`. This is the reference generator: for
+        traces larger than memory, ``toolkit synth selections`` streams a faster one
+        (:mod:`toolkit.synth.selections_fast`), which draws different positions.
+        """
+        from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+        tables = generate(SyntheticSelectionConfig(**config), name)
+        self.store.write_many(tables, name, replace=replace)
+        return tables["selections"].num_rows
+
+    def synth_agentic(self, name: str, preset: str = "coding", *, replace: bool = False,
+                      **overrides: Any) -> int:
+        """Generate a SYNTHETIC agentic request timeline and store it, labelled synthetic in
+        ``request_traces``; returns its requests (``toolkit synth agentic``).
+
+        Args:
+            preset: a key of :data:`toolkit.synth.agentic.PRESETS` (``coding``,
+                ``toolagent``).
+            **overrides: fields of :class:`toolkit.synth.agentic.AgenticConfig` replacing
+                the preset's (``sessions``, ``seed``, ...).
+        """
+        import dataclasses
+
+        import pyarrow as pa
+
+        from toolkit.config import config_json
+        from toolkit.synth.agentic import PRESETS, generate
+
+        if preset not in PRESETS:
+            raise KeyError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
+        cfg = dataclasses.replace(PRESETS[preset], **overrides)
+        table = generate(cfg, name)
+        # the same provenance row `toolkit synth agentic` writes
+        meta = pa.table({"trace": [name], "format": ["synth-agentic"],
+                         "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
+                         "synthetic": [True]})
+        self.store.write_many({"requests": table, "request_traces": meta}, name,
+                              replace=replace)
+        return table.num_rows
+
+    def record_engram(self, name: str, texts: Sequence[str | Path], *, replace: bool = False,
+                      **config: Any) -> EngramRecordResult:
+        """Hash every token of ``texts`` (one request each) into an Engram lookup trace.
+
+        ``config``: the fields of :class:`toolkit.engram.hashing.EngramConfig`; see
+        :func:`toolkit.engram.record.record_engram` (``toolkit record engram``).
+        """
+        from toolkit.engram.hashing import EngramConfig
+        from toolkit.engram.record import record_engram
+
+        return record_engram(self.store, name, [Path(t) for t in texts],
+                             EngramConfig(**config), replace=replace)
+
+    def load_rows(self, trace: str) -> SelectionRows:
+        """A whole selection trace in memory (:func:`toolkit.replay.selections.load_rows`);
+        pass it to :meth:`replay_selections` as ``rows`` to replay it several times."""
+        from toolkit.replay.selections import load_rows
+
+        return load_rows(self.store, trace)
+
+    def load_dense(self, trace: str) -> DenseStream:
+        """An Engram trace's lookups as dense row keys
+        (:func:`toolkit.replay.engram.load_dense`)."""
+        from toolkit.replay.engram import load_dense
+
+        return load_dense(self.store, trace)
+
     # -- replay ---------------------------------------------------------------------
     def replay_prefix(self, trace: str, *, save: bool = True, **config: Any) -> dict[str, Any]:
         """Replay a request timeline's prefix blocks through one cache.
@@ -88,18 +169,20 @@ class Workspace:
 
         return replay_prefix(self.store, PrefixReplayConfig(trace, **config), save=save)
 
-    def replay_selections(self, trace: str, *, save: bool = True, **config: Any
-                          ) -> dict[str, Any]:
+    def replay_selections(self, trace: str, *, save: bool = True,
+                          rows: SelectionRows | None = None, **config: Any) -> dict[str, Any]:
         """Replay a top-k selection trace through a device buffer.
 
         ``config``: the fields of :class:`toolkit.replay.config.SelectionReplayConfig`
-        (``policy``, ``buffer_tokens``, ``mode``, ...); see
+        (``policy``, ``buffer_tokens``, ``mode``, ...); ``rows``: the trace from
+        :meth:`load_rows`, to skip reading it again; see
         :func:`toolkit.replay.selections.replay_selections`.
         """
         from toolkit.replay.config import SelectionReplayConfig
         from toolkit.replay.selections import replay_selections
 
-        return replay_selections(self.store, SelectionReplayConfig(trace, **config), save=save)
+        return replay_selections(self.store, SelectionReplayConfig(trace, **config), save=save,
+                                 rows=rows)
 
     def replay_tiers(self, trace: str, *, save: bool = True, **config: Any
                      ) -> TierReplayResult:
@@ -138,6 +221,100 @@ class Workspace:
         return miss_curve_table(self.store, trace, kind, max_capacity, save=save,
                                 workers=workers)
 
+    # -- sweeps ---------------------------------------------------------------------
+    def sweep_prefix(self, trace: str, capacities: list[int | None], **options: Any
+                     ) -> list[dict[str, Any]]:
+        """Replay a request timeline's prefix blocks at several capacities (``None``:
+        unbounded), flattening it once; one ``replay_runs`` row each.
+
+        ``options``: ``policy``, ``workers``, ``save``, ``progress`` of
+        :func:`toolkit.replay.prefix.sweep_prefix`.
+        """
+        from toolkit.replay.prefix import sweep_prefix
+
+        return sweep_prefix(self.store, trace, capacities, **options)
+
+    def sweep(self, grid: Grid | str | Path, **options: Any) -> SweepResult:
+        """Run every cell of a TOML grid (a path or a :class:`toolkit.sweep.Grid`) not
+        already in the store (``toolkit sweep``).
+
+        ``options``: ``engine``, ``workers`` (``1`` runs in this process), ``address``,
+        ``on_error``, ``progress`` of :func:`toolkit.sweep.run`.
+        """
+        from toolkit.sweep import run
+
+        return run(self.store, grid, **options)
+
+    def sweep_query(self, name: str, sweep_id: str) -> pl.DataFrame:
+        """Run the sweep query ``name`` (e.g. ``sweep_miss_surface``) for one sweep; see
+        :func:`toolkit.analysis.queries.sweep.sweep_query`."""
+        from toolkit.analysis import sweep_query
+
+        return sweep_query(self.store, name, sweep_id)
+
+    # -- serving model and prices ---------------------------------------------------
+    def hardware(self, name: str) -> HardwareSpec:
+        """The registered accelerator spec ``name`` (``toolkit hardware show NAME``)."""
+        from toolkit.hardware import get_hardware
+
+        return get_hardware(name)
+
+    def model(self, name: str) -> ModelSpec:
+        """The registered model spec ``name`` or alias (``toolkit models show NAME``)."""
+        from toolkit.models import get_model
+
+        return get_model(name)
+
+    def compare(self, model: str, hardware: Sequence[str], *,
+                params: ServingParams | None = None, **config: Any) -> pl.DataFrame:
+        """$/M tokens per accelerator at target interactivities (``toolkit cost compare``);
+        reads nothing from the store.
+
+        ``config``: the other fields of :class:`toolkit.cost.config.CompareConfig`
+        (``interactivity``, ``max_p90_ttft_s``, ``isl``, ...); ``params``: fitted serving
+        terms (default: the bundled fit). See :func:`toolkit.cost.compare.compare`.
+        """
+        from toolkit.cost.compare import compare
+
+        return compare(_compare_config(model, hardware, config), params)
+
+    def record_serving_fronts(self, model: str, hardware: Sequence[str], **config: Any
+                              ) -> str:
+        """Store each accelerator's modelled Pareto front (throughput per GPU vs
+        interactivity) in ``serving_fronts``; returns the run id.
+
+        ``config``: as :meth:`compare`; see :func:`toolkit.cost.records.record_serving_fronts`.
+        """
+        from toolkit.cost.records import record_serving_fronts
+
+        return record_serving_fronts(self.store, _compare_config(model, hardware, config))
+
+    def record_replay_cost(self, selection_run_id: str, **config: Any) -> dict[str, Any]:
+        """Price a stored selection replay with the decode-step model and store its
+        ``decode_costs`` row; returns the row.
+
+        ``config``: the other fields of :class:`toolkit.cost.records.DecodeCostConfig`
+        (``model``, ``hardware``, ``batch_per_gpu``, ``overlap``, ...); see
+        :func:`toolkit.cost.records.record_replay_cost`.
+        """
+        from toolkit.cost.records import DecodeCostConfig, record_replay_cost
+
+        return record_replay_cost(self.store, DecodeCostConfig(selection_run_id, **config))
+
+    def hisparse_columns(self, run_id: str, model: str) -> dict[str, float]:
+        """Serving-model inputs from a stored HiSparse selection replay, scaled to
+        ``model``'s k; see :func:`toolkit.serving.reuse.hisparse_columns`."""
+        from toolkit.serving.reuse import hisparse_columns
+
+        return hisparse_columns(self.store, run_id, self.model(model))
+
+    def prefix_columns(self, tier_run_id: str) -> dict[str, float]:
+        """Serving-model inputs from a stored tier replay (cached and host-loaded prompt
+        shares); see :func:`toolkit.serving.reuse.prefix_columns`."""
+        from toolkit.serving.reuse import prefix_columns
+
+        return prefix_columns(self.store, tier_run_id)
+
     # -- query ----------------------------------------------------------------------
     def query(self, name: str, **params: Any) -> pl.DataFrame:
         """Run a named query (``toolkit sql --list`` shows them); unspecified parameters
@@ -149,6 +326,20 @@ class Workspace:
     def sql(self, text: str, params: dict[str, object] | None = None) -> pl.DataFrame:
         """Run DuckDB SQL over the store's tables; pass values as ``params`` (``$name``)."""
         return self.store.query(text, params)
+
+
+def _compare_config(model: str, hardware: Sequence[str], config: dict[str, Any]
+                    ) -> CompareConfig:
+    """A :class:`CompareConfig` from keywords; lists become the tuples its fields hold, so
+    the config (and the fingerprint keying stored fronts) does not depend on which was
+    passed, and ``"gb200,mi355x"`` is split as the CLI splits it."""
+    from toolkit.cost.config import CompareConfig
+
+    if isinstance(hardware, str):
+        hardware = [h.strip() for h in hardware.split(",") if h.strip()]
+    if "interactivity" in config:
+        config = {**config, "interactivity": tuple(config["interactivity"])}
+    return CompareConfig(model=model, hardware=tuple(hardware), **config)
 
 
 def open(path: str | Path, *, create: bool = False) -> Workspace:
