@@ -38,8 +38,7 @@ import polars as pl
 
 import toolkit
 from toolkit import charts
-from toolkit.serving import bundled_points_path, read_points
-from toolkit.serving.validate import cross_validate
+from toolkit.serving import bundled_points_path, cross_validate, read_points
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=130, tbl_hide_column_data_types=True,

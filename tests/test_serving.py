@@ -23,12 +23,12 @@ from toolkit.serving import (
     read_points,
     validate,
 )
+from toolkit.serving.crossval import cross_validate, error_table
 from toolkit.serving.fit import fit
 from toolkit.serving.layout import design
 from toolkit.serving.model import decode_terms
 from toolkit.serving.params import ParamsError
 from toolkit.serving.predict import levels
-from toolkit.serving.validate import cross_validate, error_table
 
 runner = CliRunner()
 

@@ -113,22 +113,12 @@ class Workspace:
         """
         import dataclasses
 
-        import pyarrow as pa
-
-        from toolkit.config import config_json
-        from toolkit.synth.agentic import PRESETS, generate
+        from toolkit.synth.agentic import PRESETS, write_agentic
 
         if preset not in PRESETS:
             raise KeyError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
         cfg = dataclasses.replace(PRESETS[preset], **overrides)
-        table = generate(cfg, name)
-        # the same provenance row `toolkit synth agentic` writes
-        meta = pa.table({"trace": [name], "format": ["synth-agentic"],
-                         "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
-                         "synthetic": [True]})
-        self.store.write_many({"requests": table, "request_traces": meta}, name,
-                              replace=replace)
-        return table.num_rows
+        return write_agentic(self.store, cfg, name, replace=replace).num_rows
 
     def record_engram(self, name: str, texts: Sequence[str | Path], *, replace: bool = False,
                       **config: Any) -> EngramRecordResult:

@@ -106,7 +106,7 @@ def validate_cmd(
     of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only."""
     import polars as pl
 
-    from toolkit.serving.validate import cross_validate, error_table
+    from toolkit.serving.crossval import cross_validate, error_table
 
     out = Output.from_options(fmt, as_json, output)
     as_json = out.quiet

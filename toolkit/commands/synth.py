@@ -64,20 +64,13 @@ def synth_agentic_cmd(
     """Generate a SYNTHETIC agentic request timeline (sessions x turns, shared prefix)."""
     import dataclasses
 
-    import pyarrow as pa
-
-    from toolkit.config import config_json
-    from toolkit.synth.agentic import PRESETS, generate
+    from toolkit.synth.agentic import PRESETS, write_agentic
 
     if preset not in PRESETS:
         fail(f"--preset must be one of {', '.join(sorted(PRESETS))}, got {preset!r}")
     over = {"seed": seed} | ({"sessions": sessions} if sessions else {}) | (
         {"page_tokens": page_tokens} if page_tokens else {})
     cfg = dataclasses.replace(PRESETS[preset], **over)
-    table = guard(generate, cfg, name)
-    meta = pa.table({"trace": [name], "format": ["synth-agentic"],
-                     "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
-                     "synthetic": [True]})
     with cli_store(store, create=True) as s:
-        guard(s.write_many, {"requests": table, "request_traces": meta}, name, replace=replace)
+        table = guard(write_agentic, s, cfg, name, replace=replace)
     typer.echo(f"wrote SYNTHETIC request timeline {name!r}: {table.num_rows:,} requests")

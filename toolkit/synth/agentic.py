@@ -19,11 +19,16 @@ that grow to ~100-200K tokens. Everything here is synthetic and labelled so.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
+from toolkit.config import config_json
 from toolkit.ingest.fields import requests_table
+
+if TYPE_CHECKING:
+    from toolkit.store import Store
 
 _SESSION_BASE = 1 << 40  # hash namespace of session pages (system pages are 0..)
 _PARTIAL_BASE = 1 << 61  # partial tail pages
@@ -130,3 +135,16 @@ def generate(cfg: AgenticConfig, trace: str = "agentic") -> pa.Table:
 def describe(cfg: AgenticConfig) -> dict[str, object]:
     """The config as a plain dict, with the label every synthetic trace carries."""
     return {"synthetic": True, "generator": "toolkit.synth.agentic", **asdict(cfg)}
+
+
+def write_agentic(store: Store, cfg: AgenticConfig, name: str, *, replace: bool = False
+                  ) -> pa.Table:
+    """Generate ``cfg``'s timeline as trace ``name`` and store it in one write with its
+    ``request_traces`` row, which labels it SYNTHETIC and records the config; returns the
+    requests table. (``toolkit synth agentic`` and ``Workspace.synth_agentic``.)"""
+    table = generate(cfg, name)
+    meta = pa.table({"trace": [name], "format": ["synth-agentic"],
+                     "source": [f"SYNTHETIC toolkit.synth.agentic {config_json(cfg)}"],
+                     "synthetic": [True]})
+    store.write_many({"requests": table, "request_traces": meta}, name, replace=replace)
+    return table
