@@ -31,7 +31,6 @@ import polars as pl
 import toolkit
 from toolkit import charts
 from toolkit.cost.engram import missed_rows_per_token_for
-from toolkit.replay.mrc import lru_miss_curve
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=160, tbl_hide_column_data_types=True,
@@ -75,12 +74,7 @@ ws.sql("""
 # Rows are 64 values x bf16 = 128 B (reference: 512-wide embedding per order over 8 heads).
 
 # %%
-dense = ws.load_dense("bundled")
-misses = lru_miss_curve(dense.keys, dense.n_distinct, dense.n_distinct)
-n = dense.keys.size
-ws.store.write("miss_curves", "engram-bundled", pl.DataFrame({
-    "trace": "bundled", "kind": "engram", "capacity": list(range(misses.size)),
-    "accesses": n, "misses": misses, "miss_ratio": misses / n}).to_arrow(), replace=True)
+ws.miss_curve("bundled", "engram", ws.load_dense("bundled").n_distinct)  # every size
 SIZES_MB = [1, 3, 10, 30, 100]
 for policy in ("lru", "s3fifo", "opt"):
     for mb in SIZES_MB:

@@ -224,6 +224,19 @@ class TestReplay:
                                 save=False)
             assert out["misses"] == curve[cap_rows]
 
+    def test_stored_miss_curve_equals_replays(self, bundled_store):
+        """``miss_curve_table(kind="engram")`` (``toolkit replay mrc --kind engram``) holds
+        the replay's misses at each capacity, over every lookup."""
+        from toolkit.replay.mrc import miss_curve_table
+
+        t = miss_curve_table(bundled_store, "bundled", "engram", 80_000, save=False)
+        assert t.num_rows == 80_001 and set(t["kind"].to_pylist()) == {"engram"}
+        for cap_rows in (0, 1_000, 78_125):
+            out = run_engram(bundled_store, EngramReplayConfig("bundled", cap_rows * 128.0),
+                             save=False)
+            assert t["misses"][cap_rows].as_py() == out["misses"]
+            assert t["accesses"][cap_rows].as_py() == out["hits"] + out["misses"]
+
     def test_fast_load_equals_column_load(self, bundled_store):
         """Rebuilding tables from the lookup index equals reading layer/ngram/head columns."""
         from toolkit.replay.engram import load_dense

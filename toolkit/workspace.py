@@ -204,8 +204,8 @@ class Workspace:
 
     def miss_curve(self, trace: str, kind: str, max_capacity: int, *, save: bool = True,
                    workers: int | None = None) -> pa.Table:
-        """The one-pass LRU miss curve of a stored trace (``kind``: ``"selections"`` or
-        ``"prefix"``); see :func:`toolkit.replay.mrc.miss_curve_table`."""
+        """The one-pass LRU miss curve of a stored trace (``kind``: ``"selections"``,
+        ``"prefix"`` or ``"engram"``); see :func:`toolkit.replay.mrc.miss_curve_table`."""
         from toolkit.replay.mrc import miss_curve_table
 
         return miss_curve_table(self.store, trace, kind, max_capacity, save=save,

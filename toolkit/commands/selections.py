@@ -122,7 +122,8 @@ def replay_mrc_cmd(
         int, typer.Option("--max-capacity", min=0, help="Largest buffer/cache size.")
     ],
     kind: Annotated[
-        str, typer.Option("--kind", help="selections (plain mode) or prefix (blocks).")
+        str, typer.Option("--kind", help="selections (plain mode), prefix (blocks) or "
+                                         "engram (table rows).")
     ] = "selections",
     sizes: Annotated[
         str | None, typer.Option("--sizes", help="Comma-separated sizes to print (default: "
@@ -143,8 +144,8 @@ def replay_mrc_cmd(
     from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
-    if kind not in ("selections", "prefix"):
-        fail(f"--kind must be selections or prefix, got {kind!r}")
+    if kind not in ("selections", "prefix", "engram"):
+        fail(f"--kind must be selections, prefix or engram, got {kind!r}")
     if sizes:
         try:
             wanted = [int(x) for x in sizes.split(",") if x.strip()]

@@ -150,7 +150,8 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
 
     ``kind="selections"``: plain-mode streams (one cold buffer per request x layer,
     positions ascending within a step). ``kind="prefix"``: the prefix-block stream of a
-    request timeline. Written to the store under ``<kind>-<trace>`` when ``save``.
+    request timeline. ``kind="engram"``: an Engram lookup trace's rows, one HBM row cache.
+    Written to the store under ``<kind>-<trace>`` when ``save``.
     """
     if kind == "selections":
         misses, n = _selection_curve(store, trace, max_capacity, workers)
@@ -160,8 +161,14 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
         stream = load_stream(store, trace, workers)
         n = stream.keys.size
         misses = lru_miss_curve(stream.keys, stream.n_keys, max_capacity, None, workers)
+    elif kind == "engram":
+        from toolkit.replay.engram import load_dense
+
+        dense = load_dense(store, trace)
+        n = dense.keys.size
+        misses = lru_miss_curve(dense.keys, dense.n_distinct, max_capacity, None, workers)
     else:
-        raise ValueError(f"kind must be 'selections' or 'prefix', got {kind!r}")
+        raise ValueError(f"kind must be 'selections', 'prefix' or 'engram', got {kind!r}")
     table = pa.table({
         "trace": pa.repeat(pa.scalar(trace), misses.size),
         "kind": pa.repeat(pa.scalar(kind), misses.size),
