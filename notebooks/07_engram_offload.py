@@ -30,7 +30,7 @@ import polars as pl
 
 import toolkit
 from toolkit import charts
-from toolkit.cost.engram import missed_rows_per_token_for
+from toolkit.cost import missed_rows_per_token_for
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=160, tbl_hide_column_data_types=True,

@@ -5,37 +5,28 @@ replay results; never replays. Times (transfer paths, decode steps) are
 :mod:`toolkit.serving`'s.
 """
 
-from toolkit.cost.decode import DecodePrice, price_decode
-from toolkit.cost.interpolate import (
-    MeasurementError,
-    cost_at_interactivity,
-    pareto_front,
-    read_measurements,
-    steffen_interpolate,
-    steffen_slopes,
-)
-from toolkit.cost.price import (
-    CostQuote,
-    cost_matrix,
-    cost_ratio,
-    quote,
-    tokens_per_s_per_gpu_for_cost,
-    usd_per_million_tokens,
-)
+from typing import Any
 
-__all__ = [
-    "CostQuote",
-    "DecodePrice",
-    "MeasurementError",
-    "cost_at_interactivity",
-    "cost_matrix",
-    "cost_ratio",
-    "pareto_front",
-    "quote",
-    "price_decode",
-    "read_measurements",
-    "steffen_interpolate",
-    "steffen_slopes",
-    "tokens_per_s_per_gpu_for_cost",
-    "usd_per_million_tokens",
-]
+# Public name -> the module that defines it. Loaded on first use (PEP 562), so reading a
+# config (``toolkit.cost.config``, which the CLI imports for its option defaults) does not
+# load the pricing modules, the serving model or the Engram replay's kernels.
+_LAZY = {
+    "DecodePrice": "decode", "price_decode": "decode",
+    "MeasurementError": "interpolate", "cost_at_interactivity": "interpolate",
+    "pareto_front": "interpolate", "read_measurements": "interpolate",
+    "steffen_interpolate": "interpolate", "steffen_slopes": "interpolate",
+    "CostQuote": "price", "cost_matrix": "price", "cost_ratio": "price", "quote": "price",
+    "tokens_per_s_per_gpu_for_cost": "price", "usd_per_million_tokens": "price",
+    "missed_rows_per_token_for": "engram", "run_engram": "engram",
+    "run_tiers": "from_replay", "cost_of_replay": "from_replay",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolkit.cost' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"toolkit.cost.{module}"), name)
