@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from toolkit.store import Store, open_store
     from toolkit.workspace import Workspace, open
 
-__version__ = "0.1.0"
+from toolkit.version import __version__
+
 __all__ = ["Store", "Workspace", "__version__", "open", "open_store"]
 
 _LAZY = {"Store": "toolkit.store", "open_store": "toolkit.store",

@@ -36,7 +36,7 @@ app.add_typer(synth_app, name="synth")
 
 def _version(show: bool) -> None:
     if show:
-        from toolkit import __version__
+        from toolkit.version import __version__
 
         typer.echo(f"toolkit {__version__}")
         raise typer.Exit()

@@ -21,10 +21,10 @@ from pathlib import Path
 import altair as alt
 import polars as pl
 
-from toolkit import __version__
 from toolkit import charts as ch
 from toolkit.analysis.queries import run_query
 from toolkit.store import Store
+from toolkit.version import __version__
 
 HTML_NAME = "index.html"
 

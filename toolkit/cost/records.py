@@ -13,7 +13,6 @@ from typing import Any
 
 import polars as pl
 
-from toolkit import __version__
 from toolkit.config import config_json, fingerprint
 from toolkit.cost.compare import CompareConfig, sweep
 from toolkit.cost.from_replay import cost_of_replay
@@ -21,6 +20,7 @@ from toolkit.cost.interpolate import pareto_front
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.store import Store, bounded_key
+from toolkit.version import __version__
 
 
 @dataclasses.dataclass(frozen=True)

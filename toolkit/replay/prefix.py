@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from toolkit import __version__
 from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.policies import SPARSE_KEY_FACTOR, policies
@@ -35,6 +34,7 @@ from toolkit.runtime.pool import ordered_results, resolve_workers, thread_map
 from toolkit.runtime.progress import progress as progress_bar
 from toolkit.store import Store
 from toolkit.store.parquet.topk_pages import leaf_counts, read_small_ids
+from toolkit.version import __version__
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from toolkit import __version__
 from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.policies import SPARSE_KEY_FACTOR, policies
@@ -68,6 +67,7 @@ from toolkit.runtime.pool import ordered_results, resolve_workers, split_at, thr
 from toolkit.runtime.progress import progress as progress_bar
 from toolkit.store import Store, kept, sink_schema
 from toolkit.store.parquet.topk_pages import Scratch, read_flat, read_topk
+from toolkit.version import __version__
 
 if TYPE_CHECKING:
     from toolkit.models import ModelSpec

@@ -19,10 +19,10 @@ from toolkit.store.layout import COMPACTABLE, KEY_RE, PART_ROWS
 from toolkit.store.parts import manifest, read_compacted, stage_manifest, write_part
 
 if TYPE_CHECKING:
-    from toolkit.store.core import Store
+    from toolkit.store.state import StoreState
 
 
-def compact(store: Store, tables: list[str] | None = None) -> dict[str, int]:
+def compact(store: StoreState, tables: list[str] | None = None) -> dict[str, int]:
     """Merge each run table's per-run files (and earlier compacted parts) into one
     dataset partitioned by trace (sweeps: by sweep id), parts of up to
     :data:`PART_ROWS` rows in key order, listed in a manifest; queries return the same
@@ -62,7 +62,7 @@ def compact(store: Store, tables: list[str] | None = None) -> dict[str, int]:
     return merged
 
 
-def compact_table(store: Store, tx_dir: Path, table: str, files: dict[str, Path],
+def compact_table(store: StoreState, tx_dir: Path, table: str, files: dict[str, Path],
                   old: dict[str, list[list]]) -> tuple[list[tuple[str, str]], list[str]]:
     col = "sweep_id" if table == "sweeps" else "trace"
     # partition -> key -> (loader, rows)

@@ -19,10 +19,10 @@ from toolkit.store.layout import COMPACT_DIR, COMPACTABLE, MANIFEST_FILE
 from toolkit.store.parquet.sink import ParquetSink
 
 if TYPE_CHECKING:
-    from toolkit.store.core import Store
+    from toolkit.store.state import StoreState
 
 
-def manifest(store: Store, table: str) -> dict[str, list[list]]:
+def manifest(store: StoreState, table: str) -> dict[str, list[list]]:
     """Compacted part (path relative to the table) -> [[key, first row, rows], ...]."""
     store._table_dir(table)  # refuses an unknown table
     try:  # a string path, opened directly: Path joins and read_text cost ~0.05 ms
@@ -32,7 +32,7 @@ def manifest(store: Store, table: str) -> dict[str, list[list]]:
         return {}
 
 
-def compacted(store: Store, table: str) -> dict[str, tuple[str, int, int]]:
+def compacted(store: StoreState, table: str) -> dict[str, tuple[str, int, int]]:
     """Key -> (part, first row, rows) for the keys living in compacted parts."""
     if table not in COMPACTABLE:
         return {}
@@ -40,7 +40,7 @@ def compacted(store: Store, table: str) -> dict[str, tuple[str, int, int]]:
             for k, off, n in keys}
 
 
-def read_compacted(store: Store, table: str, key: str) -> pa.Table:
+def read_compacted(store: StoreState, table: str, key: str) -> pa.Table:
     part, off, n = compacted(store, table)[key]
     pf = pq.ParquetFile(store._table_dir(table) / part)
     starts = np.cumsum([0] + [pf.metadata.row_group(i).num_rows
@@ -51,7 +51,7 @@ def read_compacted(store: Store, table: str, key: str) -> pa.Table:
     return schema.conform(t.slice(off - int(starts[g0]), n), schema.TABLES[table])
 
 
-def expel_ops(store: Store, tx_dir: Path, drop: set[tuple[str, str]]
+def expel_ops(store: StoreState, tx_dir: Path, drop: set[tuple[str, str]]
                ) -> tuple[list[tuple[str, str]], list[str]]:
     """Stage rewrites of the compacted parts holding ``drop`` without those keys, and a
     new manifest: (moves, deletes) for the commit. Caller holds the exclusive lock."""
@@ -76,7 +76,7 @@ def expel_ops(store: Store, tx_dir: Path, drop: set[tuple[str, str]]
     return moves, deletes
 
 
-def write_part(store: Store, tx_dir: Path, table: str, partition: str,
+def write_part(store: StoreState, tx_dir: Path, table: str, partition: str,
                keyed: Iterable[tuple[str, pa.Table]]) -> tuple[str, list[list]]:
     """Write ``(key, rows)`` into one new staged part; returns its name and entries."""
     name = f"{COMPACT_DIR}/{partition}/part-{uuid.uuid4().hex[:12]}.parquet"
@@ -96,7 +96,7 @@ def write_part(store: Store, tx_dir: Path, table: str, partition: str,
     return name, entries
 
 
-def stage_manifest(store: Store, tx_dir: Path, table: str, parts: dict) -> tuple[str, str]:
+def stage_manifest(store: StoreState, tx_dir: Path, table: str, parts: dict) -> tuple[str, str]:
     rel = f"{table}/{COMPACT_DIR}/{MANIFEST_FILE}"
     (tx_dir / rel).parent.mkdir(parents=True, exist_ok=True)
     (tx_dir / rel).write_text(json.dumps({"parts": parts}, sort_keys=True))

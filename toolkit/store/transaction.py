@@ -26,13 +26,13 @@ from toolkit.store.layout import (
 )
 
 if TYPE_CHECKING:
-    from toolkit.store.core import Store
+    from toolkit.store.state import StoreState
 
 
 class Transaction:
     """Files staged for one all-or-nothing write (the protocol: :mod:`toolkit.store`)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreState) -> None:
         self.store = store
         self.dir = store.root / STAGING_DIR / f"tx-{uuid.uuid4().hex}"
         self.dir.mkdir(parents=True)
@@ -140,7 +140,7 @@ def apply_commit(root: Path, tx_dir: Path, marker: object) -> list[str]:
     return moved
 
 
-def write_small(store: Store, table: str, key: str, payload: bytes | pa.Buffer,
+def write_small(store: StoreState, table: str, key: str, payload: bytes | pa.Buffer,
                 replace: bool) -> bool:
     """One small table written outside a transaction (a run row, a short curve): its
     single rename is atomic on its own, so it needs no staging directory, marker or
@@ -192,7 +192,7 @@ def write_small(store: Store, table: str, key: str, payload: bytes | pa.Buffer,
     return True
 
 
-def recover(store: Store) -> None:
+def recover(store: StoreState) -> None:
     staging = store.root / STAGING_DIR
     if staging.is_dir() and any(staging.iterdir()):
         try:
@@ -202,7 +202,7 @@ def recover(store: Store) -> None:
             store._note(f"{staging}: could not clean up: {e}")
 
 
-def recover_locked(store: Store, skip: str | None = None) -> None:
+def recover_locked(store: StoreState, skip: str | None = None) -> None:
     """Roll forward committed transactions of dead processes; remove their stale
     uncommitted files. Caller holds the exclusive store lock. ``skip``: the name of
     the caller's own staging entry (alive, and not to be probed for its lock)."""
@@ -219,7 +219,7 @@ def recover_locked(store: Store, skip: str | None = None) -> None:
             continue
 
 
-def recover_entry(store: Store, entry: Path, now: float) -> None:
+def recover_entry(store: StoreState, entry: Path, now: float) -> None:
     """One staging entry of :func:`recover_locked`; raises FileNotFoundError if the
     entry vanishes while looked at (its owner closes without the store lock)."""
     if entry.name.startswith(OLD_PREFIX):  # a replaced file's second name: garbage

@@ -20,7 +20,7 @@ from toolkit.store import parts
 from toolkit.store.layout import CATALOG_FILE, COMPACTABLE, KEY_RE
 
 if TYPE_CHECKING:
-    from toolkit.store.core import Store
+    from toolkit.store.state import StoreState
 
 _DUCKDB_TYPES = {
     pa.string(): "VARCHAR",
@@ -47,7 +47,7 @@ def glob_literal(path: str) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", path)
 
 
-def after_own_write(store: Store, tables: set[str]) -> None:
+def after_own_write(store: StoreState, tables: set[str]) -> None:
     """What :func:`refresh_views` would do after our own write into ``tables``
     alone, with one ``stat`` a table instead of the store lock and one per table
     (0.1-0.2 ms of a one-row write or a replay's commit): a table read by glob whose
@@ -60,7 +60,7 @@ def after_own_write(store: Store, tables: set[str]) -> None:
     refresh_views(store, tables)
 
 
-def moved_glob(store: Store, table: str, mtime_ns: int | None = None) -> bool:
+def moved_glob(store: StoreState, table: str, mtime_ns: int | None = None) -> bool:
     """Whether ``table`` is read by glob and its directory time (``mtime_ns``, or
     stat-ed now) moved since the last refresh (so the write just made is seen by the
     next query's refresh)."""
@@ -75,7 +75,7 @@ def moved_glob(store: Store, table: str, mtime_ns: int | None = None) -> bool:
     return mtime_ns != store._seen[i]
 
 
-def scan(store: Store, table: str) -> tuple[list[tuple[str, str, bool]], bool]:
+def scan(store: StoreState, table: str) -> tuple[list[tuple[str, str, bool]], bool]:
     """One ``scandir`` of ``table``'s directory, names only (file types from the
     directory entries: no stat, no path object per entry): its valid entries as
     (name, key, is_file) in name order, and whether it holds anything else (an
@@ -108,13 +108,13 @@ def scan(store: Store, table: str) -> tuple[list[tuple[str, str, bool]], bool]:
     return valid, strangers
 
 
-def entries(store: Store, table: str) -> dict[str, Path]:
+def entries(store: StoreState, table: str) -> dict[str, Path]:
     """Valid key -> file or directory of ``table`` (see :meth:`_scan`)."""
     d = store._table_dir(table)
     return {key: d / name for name, key, _ in scan(store, table)[0]}
 
 
-def signature(store: Store) -> tuple[int, ...]:
+def signature(store: StoreState) -> tuple[int, ...]:
     sig = []
     for d in store._dir_names:  # strings: a Path per table was half of this
         try:
@@ -124,7 +124,7 @@ def signature(store: Store) -> tuple[int, ...]:
     return tuple(sig)
 
 
-def view_sql(store: Store, table: str, files: list[Path] | None) -> str:
+def view_sql(store: StoreState, table: str, files: list[Path] | None) -> str:
     """``files=None``: every Parquet file under the table's directory, found when a query
     runs (the directory's path escaped so its glob matches only itself)."""
     if files is None:
@@ -139,7 +139,7 @@ def view_sql(store: Store, table: str, files: list[Path] | None) -> str:
     return f"SELECT {cols} WHERE false"
 
 
-def view(store: Store, table: str) -> tuple[str, Callable[[], list[Path]]]:
+def view(store: StoreState, table: str) -> tuple[str, Callable[[], list[Path]]]:
     """The view statement to try first, and the table's files (listed when asked:
     only a fallback needs them once the glob works).
 
@@ -164,7 +164,7 @@ def view(store: Store, table: str) -> tuple[str, Callable[[], list[Path]]]:
     return f"CREATE OR REPLACE VIEW {table} AS {sql}", files
 
 
-def create_view(store: Store, table: str, stmt: str, files: Callable[[], list[Path]]) -> str:
+def create_view(store: StoreState, table: str, stmt: str, files: Callable[[], list[Path]]) -> str:
     """Run ``stmt``; if DuckDB cannot read some file, leave it out (noting it by name)
     so one corrupt file does not break queries on the other tables."""
     con = store._con
@@ -194,7 +194,7 @@ def create_view(store: Store, table: str, stmt: str, files: Callable[[], list[Pa
     return stmt
 
 
-def refresh_views(store: Store, touched: set[str] | None = None) -> None:
+def refresh_views(store: StoreState, touched: set[str] | None = None) -> None:
     """Re-make the views of ``touched`` tables (None: all) and of every table whose
     directory changed since the last refresh (another process may have written it).
     Re-listing all tables after every one-row write cost ~1 ms of a ~2.5 ms write."""
@@ -233,12 +233,12 @@ def refresh_views(store: Store, touched: set[str] | None = None) -> None:
     write_catalog(store, ddl)
 
 
-def glob_view(store: Store, table: str) -> str:
+def glob_view(store: StoreState, table: str) -> str:
     """The view statement of a table whose entries all have valid names."""
     return f"CREATE OR REPLACE VIEW {table} AS {view_sql(store, table, None)}"
 
 
-def write_catalog(store: Store, ddl: list[str]) -> None:
+def write_catalog(store: StoreState, ddl: list[str]) -> None:
     """Rewrite ``catalog.duckdb`` only when its views would change, so commands that
     change nothing leave the store byte-identical."""
     if ddl == store._catalog_ddl:  # the same statements (mostly the same objects):

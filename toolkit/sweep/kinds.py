@@ -121,9 +121,9 @@ def compare_run_id(cfg: Any) -> str:
 def run_compare(store: Store, cfg: Any) -> str:
     """``toolkit cost compare`` for ``cfg`` with the bundled serving fit; its rows go to
     ``compare_runs`` under the config's run id (modelled, not measured)."""
-    from toolkit import __version__
     from toolkit.cost.compare import compare
     from toolkit.serving.params import bundled_params
+    from toolkit.version import __version__
 
     params = bundled_params()
     t0 = time.perf_counter()

@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from toolkit import __version__
 from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.replay.keys import dense_ids
@@ -28,6 +27,7 @@ from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
 from toolkit.replay.tiers.radix import simulate_radix
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
 from toolkit.store import Store
+from toolkit.version import __version__
 
 SUMMARY_KEYS = (
     "gpu_hit_rate", "host_hit_rate", "storage_hit_rate", "overall_hit_rate",
