@@ -104,6 +104,9 @@ def _lpush(v, policy, hits, stamp, hk, hs, hid, st):  # pragma: no cover - compi
 
 @nb.njit(cache=True, nogil=True)
 def _lpop(hk, hs, hid, st):  # pragma: no cover - compiled
+    """Pop the lowest (key, stamp, node) leaf. Not :func:`loop._hpop`: that heap orders
+    two keys (time, id), this one three, and a comparator passed in would sit on every
+    sift step of every eviction."""
     n = st[S_HEAP] - 1
     k = hk[n]
     t = hs[n]
