@@ -82,7 +82,7 @@ def test_sql_formats(cli_store, fmt, expected):
 def test_sql_table_format(cli_store):
     res = runner.invoke(app, ["sql", "--store", str(cli_store),
                               "SELECT trace, count(*) AS n FROM requests GROUP BY trace"])
-    assert res.exit_code == 0 and "conversation_trace" in res.output and "12031" in res.output
+    assert res.exit_code == 0 and "conversation_trace" in res.output and "12,031" in res.output
 
 
 def test_sql_bad_query_prints_duckdb_error(cli_store):

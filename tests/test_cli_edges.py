@@ -115,7 +115,7 @@ class TestSqlOutput:
         assert res.exit_code == 0, res.output
         lines = res.output.splitlines()
         assert lines[0].startswith("-[ row 1 ]") and lines[2] == "request_id    | 0"
-        assert lines[4] == "input_tokens  | 6758" and lines[8] == "session_id    | None"
+        assert lines[4] == "input_tokens  | 6,758" and lines[8] == "session_id    | null"
         assert lines[7].startswith("block_hashes  | [0, 1, 2") and len(lines[7]) == 60
         assert lines[10] == "-[ row 2 ]--------------------------"
         assert lines[-1].startswith("(2 long value(s) cut at 44 characters")
@@ -285,3 +285,67 @@ class TestOneConvention:
         res = runner.invoke(app, ["cost", "--hardware", "gb200", "--tokens-per-s-per-gpu",
                                   "11742", "--json"])
         assert round(json.loads(res.output)["usd_per_million_tokens"], 4) == 0.0440
+
+
+class TestReadableOutput:
+    """Issue 35 points 3, 8-10: tables for people carry units and separators; JSON keeps
+    the raw numbers and keys."""
+
+    def test_format_table_units_and_integers(self):
+        """Whole numbers get separators (integral floats too), ``*_bytes`` read in GB and
+        ``*_s`` in the unit of their largest value, the unit in the header, no dtype row."""
+        from toolkit.commands.output import format_table
+
+        df = pl.DataFrame({"batch_per_gpu": [240.0, 64.0], "host_used_peak_bytes":
+                           [171_613_777_920, 2_500_000_000], "miss_latency_s": [1.7034e-06,
+                                                                              1.3e-06],
+                           "b_minus_a": [-8.4591856e7, 0.5], "name": ["a", "b"]})
+        lines = format_table(df).splitlines()
+        assert lines[0].split() == ["batch_per_gpu", "host_used_peak", "(GB)",
+                                    "miss_latency", "(µs)", "b_minus_a", "name"]
+        assert set(lines[1]) == {"─", " "} and len(lines) == 4
+        assert lines[2].split() == ["240", "171.6", "1.703", "-84,591,856", "a"]
+        assert lines[3].split() == ["64", "2.500", "1.300", "0.5", "b"]
+        assert "i64" not in format_table(df) and "f64" not in format_table(df)
+
+    def test_prefix_sweep_one_row_per_capacity(self, cli_store):
+        """Several capacities print one row each (capacity, tokens, hit ratios, times),
+        not a block per capacity; JSON keeps every key and adds the kernel load apart."""
+        args = ["replay", "prefix", "--store", str(cli_store), "--trace", "conv",
+                "--capacity-blocks", "1000,10000,30000"]
+        res = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert res.exit_code == 0, res.output
+        lines = res.output.splitlines()
+        assert len(lines) == 5 and not lines[0].startswith("-[ row")
+        assert lines[0].split()[:4] == ["policy", "capacity_blocks", "capacity_tokens",
+                                        "token_hit_ratio"]
+        assert [ln.split()[1:3] for ln in lines[2:]] == [
+            ["1,000", "512,000"], ["10,000", "5,120,000"], ["30,000", "15,360,000"]]
+        rows = json.loads(runner.invoke(app, [*args, "--json"]).output)
+        assert all({"config_json", "elapsed_s", "compile_s", "block_hits"} <= r.keys()
+                   for r in rows)
+        assert all(r["compile_s"] >= 0 and r["elapsed_s"] > 0 for r in rows)
+
+    def test_record_values_carry_units(self, cli_store):
+        """A one-run summary shows integers with separators and times with their unit."""
+        res = runner.invoke(app, ["replay", "prefix", "--store", str(cli_store), "--trace",
+                                  "conv", "--capacity-blocks", "1000"])
+        fields = {ln.split()[0]: ln.split()[1:] for ln in res.output.splitlines()}
+        assert fields["block_hits"] == ["12,831"] and fields["prompt_tokens"] == [
+            "144,793,823"]
+        assert fields["elapsed_s"][1] in ("s", "ms", "µs") and "compile_s" in fields
+
+    def test_miss_latency_defaults_to_a_layer_summary(self, cli_store):
+        """`sql --query miss_latency` summarises per layer (p50/p90/p99) in µs by default;
+        per=step stays available and JSON keeps seconds."""
+        base = ["sql", "--store", str(cli_store), "--query", "miss_latency"]
+        runner.invoke(app, ["replay", "selections", "--store", str(cli_store), "--trace", "sm",
+                            "--buffer-tokens", "64", "--model", "glm-5.2", "--json"])
+        rows = json.loads(runner.invoke(app, [*base, "--json"]).output)
+        assert {r["per"] for r in rows} == {"layer"} and len(rows) % 30 == 0
+        assert all(1e-7 < r["p50_miss_latency_s"] < 1e-4 for r in rows if r["mean_misses"])
+        text = runner.invoke(app, base, env={"COLUMNS": "250"}).output
+        assert "p50_miss_latency (µs)" in text and "p99_miss_latency (µs)" in text
+        assert "e-06" not in text
+        steps = json.loads(runner.invoke(app, [*base, "--param", "per=step", "--json"]).output)
+        assert {r["per"] for r in steps} == {"step"}

@@ -17,7 +17,7 @@ from toolkit.commands.common import (
     field_default,
     guard,
 )
-from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
+from toolkit.commands.output import PREFIX_TABLE, FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.replay.config import PrefixReplayConfig
 
 app = typer.Typer(
@@ -188,7 +188,7 @@ def replay_prefix_cmd(
                     trace, policy, caps[0] if caps else None))]
     if extra:  # the sizes as given, next to the blocks they became
         rows = [{**r, **e} for r, e in zip(rows, extra, strict=True)]
-    out.emit(rows[0] if len(rows) == 1 else rows)
+    out.emit(rows[0] if len(rows) == 1 else rows, None if len(rows) == 1 else PREFIX_TABLE)
 
 
 @app.command("sql")

@@ -293,7 +293,8 @@ NAMED: tuple[NamedQuery, ...] = (
         GROUP BY ALL ORDER BY r.trace, r.mode, r.policy, r.buffer_tokens, x.run_id, x.key
         """,
         (TRACE, Param("run", None, "selection run_id filter"),
-         Param("per", "step", "group by: step | layer | request"),
+         Param("per", "layer", "group by: layer (a summary: p50/p90/p99 per layer) | step | "
+               "request"),
          Param("hardware", "gb200", "hardware whose host link moves the misses"),
          Param("mechanism", "sm_kernel", "ce_call | batch_descriptor | sm_kernel")),
         (("trace", "name"), ("mode", "plain | hisparse"), ("policy", "name"),
