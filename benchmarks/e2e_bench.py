@@ -121,7 +121,8 @@ def selections_section(args: argparse.Namespace) -> None:
     lru = policies.get("lru")
     cfg = SyntheticSelectionConfig(requests=args.requests, prompt_tokens=args.prompt_tokens,
                                    steps=args.steps, layers=args.layers)
-    with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "s") as store:
+    with tempfile.TemporaryDirectory() as tmp, \
+            toolkit.open_store(Path(tmp) / "s", create=True) as store:
         write_streaming(store, cfg, "syn")
         os.sync()  # flush the new file now: writeback during the runs steals a vCPU
         print(f"# SYNTHETIC trace: {args.requests} requests x {args.steps} steps x "
@@ -212,7 +213,8 @@ def mode_row(store: toolkit.Store, trace: str, buffer: int, mode: str,
 def real_section(args: argparse.Namespace) -> None:
     """The same comparison on the bundled real SmolLM2-135M recording (k = 64, 30 layers,
     ~2M accesses): a small trace, where the fixed costs of a replay weigh most."""
-    with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "r") as store:
+    with tempfile.TemporaryDirectory() as tmp, \
+            toolkit.open_store(Path(tmp) / "r", create=True) as store:
         ingest_file(store, "bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
         os.sync()
         rows = load_rows(store, "smollm2")
@@ -327,7 +329,8 @@ def workers_row(what: str, n: int, args: argparse.Namespace,
 def prefix_section(args: argparse.Namespace) -> None:
     """Prefix replay and its miss curve: store-to-result vs kernel-only."""
     cases = (("mooncake", 10_000), ("synthetic-mooncake-x40", 400_000))
-    with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "p") as store:
+    with tempfile.TemporaryDirectory() as tmp, \
+            toolkit.open_store(Path(tmp) / "p", create=True) as store:
         ingest_file(store, "mooncake", MOONCAKE, "mooncake")
         store.write("requests", "synthetic-mooncake-x40",
                     tiled(store.read("requests", "mooncake"), 40, "synthetic-mooncake-x40"))

@@ -64,7 +64,7 @@ def main() -> None:
         hash_s, hash_cpu = time.perf_counter() - t, time.process_time() - c
         print(f"hash {n:,} tokens ({corpus.stat().st_size / 1e6:.1f} MB): {hash_s:.2f} s wall, "
               f"{hash_cpu:.2f} s CPU ({n / hash_s / 1e6:.2f} M tokens/s)")
-        with toolkit.open_store(Path(d) / "store") as s:
+        with toolkit.open_store(Path(d) / "store", create=True) as s:
             res = record_engram(s, "stdlib", [corpus], EngramConfig(), hasher=hasher,
                                 tokenizer=tok)
             print(f"record (hash + write {res.lookups:,} rows): {res.elapsed_s:.2f} s")

@@ -29,7 +29,8 @@ def main() -> None:
     ap.add_argument("--capacity-blocks", type=int, default=10_000)
     args = ap.parse_args()
     ingest_s, replay_s, kernel_s = [], [], []
-    with tempfile.TemporaryDirectory() as tmp, toolkit.open_store(Path(tmp) / "s") as store:
+    with tempfile.TemporaryDirectory() as tmp, \
+            toolkit.open_store(Path(tmp) / "s", create=True) as store:
         ingest_file(store, "mooncake", TRACE, "conv")
         replay_prefix(store, PrefixReplayConfig("conv", "lru", args.capacity_blocks))  # warm-up
         for _ in range(args.repeats):

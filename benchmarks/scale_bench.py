@@ -37,7 +37,7 @@ root, name, requests, steps, layers, prompt, workers = sys.argv[1:8]
 cfg = SyntheticSelectionConfig(requests=int(requests), prompt_tokens=int(prompt),
                                steps=int(steps), layers=int(layers))
 per = sum(min(cfg.prompt_tokens + s + 1, cfg.k) for s in range(cfg.steps)) * cfg.layers
-with toolkit.open_store(root) as s:
+with toolkit.open_store(root, create=True) as s:
     t0 = time.perf_counter()
     write_streaming(s, cfg, name, replace=True, workers=int(workers))
     wall = time.perf_counter() - t0

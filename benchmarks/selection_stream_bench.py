@@ -24,7 +24,7 @@ from toolkit.synth.selections import SyntheticSelectionConfig, generate
 root, requests, steps, layers = sys.argv[1], *map(int, sys.argv[2:5])
 cfg = SyntheticSelectionConfig(requests=requests, prompt_tokens=16_384, steps=steps,
                                layers=layers)
-with toolkit.open_store(root) as s:
+with toolkit.open_store(root, create=True) as s:
     s.write_many(generate(cfg, "syn"), "syn")
 """
 

@@ -71,7 +71,7 @@ def main() -> None:
     queries = PREFIX_QUERIES if prefix else QUERIES
     shutil.rmtree(args.store, ignore_errors=True)
     load0 = Path("/proc/loadavg").read_text().split()[:3]
-    with toolkit.open_store(args.store) as s:
+    with toolkit.open_store(args.store, create=True) as s:
         if prefix:
             ingest_file(s, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "conv")
         else:

@@ -35,7 +35,7 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
     of heapq.py with its one-pass LRU curve and 1 MB replays (LRU on DRAM and SSD, OPT),
     and modelled DeepSeek-R1 FP4 fronts on GB200 and MI355X."""
     root = tmp_path_factory.mktemp("analysis") / "store"
-    with toolkit.open_store(root) as s:
+    with toolkit.open_store(root, create=True) as s:
         ingest_file(s, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "mc")
         sweep_prefix(s, "mc", [1_000, 10_000, None])
         for hw, users in TIER_RUNS:

@@ -16,7 +16,7 @@ AZURE = ROOT / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_code.csv"
 
 @pytest.fixture
 def store(tmp_path: Path):
-    with toolkit.open_store(tmp_path / "store") as s:
+    with toolkit.open_store(tmp_path / "store", create=True) as s:
         yield s
 
 
@@ -24,7 +24,7 @@ def store(tmp_path: Path):
 def mooncake_store(tmp_path_factory: pytest.TempPathFactory):
     """A store holding the Mooncake conversation trace as ``conv`` (read-only use)."""
     root = tmp_path_factory.mktemp("mooncake") / "store"
-    with toolkit.open_store(root) as s:
+    with toolkit.open_store(root, create=True) as s:
         ingest_file(s, "mooncake", MOONCAKE, "conv")
         yield s
 

@@ -38,6 +38,24 @@ def _option(path: list[str], name: str):
     return next(p for p in cmd.params if p.name == name)
 
 
+class TestOpenStoreInPython:
+    def test_missing_store_is_an_error_unless_created(self, tmp_path):
+        """`toolkit.open_store` refuses a mistyped path in one line naming it (as the CLI
+        does) and creates nothing; `create=True` makes a new store."""
+        import toolkit
+        from toolkit.errors import StoreError
+
+        root = tmp_path / "typo"
+        with pytest.raises(StoreError) as e:
+            toolkit.open_store(root)
+        assert str(e.value) == f"no store at {root}; pass create=True to make one"
+        assert not root.exists()
+        with toolkit.open_store(root, create=True) as s:
+            assert s.tables()
+        assert root.is_dir()
+        toolkit.open_store(root).close()  # it exists now
+
+
 class TestVersionAndModels:
     def test_version(self):
         """`toolkit --version` prints the package version and exits 0."""
@@ -213,6 +231,18 @@ class TestHelpListsChoices:
         mode = _option(["replay", "selections"], "mode").help
         assert "hisparse" in mode and "plain" in mode
 
+    def test_model_help_lists_every_accepted_name(self):
+        """--model help names every name the error would accept, aliases included (from
+        the registry, so a plug-in model shows up too)."""
+        from toolkit.models import model_names
+
+        every = model_names(include_aliases=True)
+        assert len(every) > len(model_names())
+        for path in (["replay", "tiers"], ["replay", "selections"], ["replay", "prefix"],
+                     ["replay", "engram"]):
+            help_text = _option(path, "model").help
+            assert all(m in help_text for m in every), (path, help_text)
+
 
 class TestOneLineErrors:
     @pytest.mark.parametrize(("args", "message"), [
@@ -259,6 +289,51 @@ class TestOneLineErrors:
         assert res.exit_code == 2 and res.output.startswith("error: --out")
         assert message in res.output and len(res.output.splitlines()) == 1
 
+
+
+class TestUsageErrorsAndInterrupts:
+    @pytest.mark.parametrize(("args", "message"), [
+        (["replay", "prefix", "--bogus"],
+         "error: toolkit replay prefix: No such option: --bogus (see toolkit replay prefix "
+         "--help)"),
+        (["replay", "selections", "--store", "s"],
+         "error: toolkit replay selections: Missing option '--trace'. (see toolkit replay "
+         "selections --help)"),
+        (["nope"], "error: toolkit: No such command 'nope'. (see toolkit --help)"),
+        (["replay", "engram", "--store", "s", "--trace", "t", "--hbm-cache-gb", "x"],
+         "error: toolkit replay engram: Invalid value for '--hbm-cache-gb': Input should be "
+         "a valid number, unable to parse string as a number (see toolkit replay engram "
+         "--help)"),
+    ])
+    def test_usage_error_is_one_line(self, args, message):
+        """Typer/click usage errors print one `error:` line (no box), exit 2."""
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and res.output == message + "\n"
+
+    def test_bare_group_still_shows_its_help(self):
+        """`toolkit replay` alone prints the group's help (not an error line)."""
+        res = runner.invoke(app, ["replay"])
+        assert "prefix" in res.output and not res.output.startswith("error:")
+
+    def test_ctrl_c_says_what_stopped_and_exits_130(self, cli_store, monkeypatch):
+        """Ctrl-C prints one line naming the interrupted command and that the store is
+        intact, exit 130; the store still answers afterwards."""
+        import toolkit.commands.queries as queries
+
+        def interrupted(*a, **k):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(queries, "run_named", interrupted)
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--query", "prefix_runs"])
+        assert res.exit_code == 130
+        assert res.output.strip() == (
+            "interrupted: toolkit sql (Ctrl-C); the store is intact (every write is "
+            "all-or-nothing: an interrupted one is finished or discarded when the store is "
+            "next opened)")
+        monkeypatch.undo()
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--json",
+                                  "SELECT count(*) AS n FROM requests"])
+        assert json.loads(res.output) == [{"n": 12_031}]
 
 
 class TestOneConvention:
@@ -349,3 +424,21 @@ class TestReadableOutput:
         assert "e-06" not in text
         steps = json.loads(runner.invoke(app, [*base, "--param", "per=step", "--json"]).output)
         assert {r["per"] for r in steps} == {"step"}
+
+
+class TestEngramWorkingSet:
+    def test_warns_when_the_cache_holds_every_row(self, tmp_path):
+        """`replay engram` says when the HBM cache holds the trace's whole working set
+        (every miss a first touch), and stays quiet when it does not."""
+        root = str(tmp_path / "s")
+        res = runner.invoke(app, ["record", "engram", "--store", root, "--name", "e", "--text",
+                                  str(SMOLLM2 / "texts" / "LICENSES.txt"), "--json"])
+        assert res.exit_code == 0, res.output
+        base = ["replay", "engram", "--store", root, "--trace", "e", "--json"]
+        big = runner.invoke(app, [*base, "--hbm-cache-gb", "1"])
+        row = json.loads(big.stdout)
+        assert row["capacity_rows"] >= row["distinct_rows"] == 5_662
+        assert big.stderr.startswith("warning: the HBM cache (7,812,500 rows) holds all 5,662 "
+                                     "distinct rows of 'e': every miss is a first touch")
+        small = runner.invoke(app, [*base, "--hbm-cache-gb", "0.00001"])
+        assert small.exit_code == 0 and small.stderr == ""

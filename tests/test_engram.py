@@ -156,7 +156,7 @@ class TestCompression:
 @pytest.fixture(scope="module")
 def bundled_store(tmp_path_factory, smollm2_hasher):
     root = tmp_path_factory.mktemp("engram") / "store"
-    with toolkit.open_store(root) as s:
+    with toolkit.open_store(root, create=True) as s:
         record_engram(s, "bundled", BUNDLED, EngramConfig(), hasher=smollm2_hasher)
         yield s
 
@@ -186,7 +186,7 @@ class TestRecord:
 
     def test_chunked_recording_equals_whole(self, tmp_path, smollm2_hasher):
         """Recording in 2 KiB chunks gives the same rows as in one chunk (history carried)."""
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             for name, chunk in (("whole", 1 << 20), ("chunked", 2048)):
                 record_engram(s, name, [BUNDLED[1]], EngramConfig(), hasher=smollm2_hasher,
                               chunk_bytes=chunk)
@@ -198,7 +198,7 @@ class TestRecord:
         """A non-UTF-8 line is refused with file and line; nothing is written."""
         bad = tmp_path / "bad.txt"
         bad.write_bytes(b"fine\nalso fine\n\xff\xfe broken\n")
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             with pytest.raises(toolkit.errors.ToolkitError, match=r"bad.txt: line 3: not UTF-8"):
                 record_engram(s, "x", [bad], EngramConfig(), hasher=smollm2_hasher)
             assert s.keys("engram_lookups") == [] and s.keys("engram_traces") == []

@@ -58,7 +58,7 @@ class Lab:
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="fuzz-"))
-        self.store = toolkit.open_store(self.dir / "store")
+        self.store = toolkit.open_store(self.dir / "store", create=True)
         seed = self.dir / "seed.jsonl"
         seed.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1,
                                     "hash_ids": [1]}) + "\n")

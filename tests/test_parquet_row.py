@@ -72,7 +72,7 @@ def test_duckdb_and_the_store_read_it(tmp_path):
     path.write_bytes(encode_row(schema.TABLES["selection_runs"], row))
     got = duckdb.sql(f"SELECT * FROM read_parquet('{path}')").fetchall()[0]
     assert list(got) == [row[f.name] for f in schema.TABLES["selection_runs"]]
-    with toolkit.open_store(tmp_path / "s") as store:
+    with toolkit.open_store(tmp_path / "s", create=True) as store:
         store.write_row("selection_runs", "r", row)
         assert (store.root / "selection_runs" / "r.parquet").read_bytes() == path.read_bytes()
         assert store.read("selection_runs", "r").to_pylist() == [row]

@@ -132,7 +132,7 @@ def test_replay_results_land_as_arrow_writes_them(tmp_path):
     from toolkit.replay.selections import SelectionReplayConfig, replay_selections
 
     smollm2 = Path(__file__).resolve().parents[1] / "traces" / "smollm2"
-    with toolkit.open_store(tmp_path / "s") as store:
+    with toolkit.open_store(tmp_path / "s", create=True) as store:
         ingest_file(store, "bundle", smollm2, "smollm2", select="smollm2-softmax-sum")
         out = replay_selections(store, SelectionReplayConfig("smollm2", "lru", 128),
                                 workers=1, progress=False)

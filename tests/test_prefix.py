@@ -282,7 +282,7 @@ class TestStreamFromStore:
         salt = int(rng.integers(1, 2**62))
         mix = (lambda h: (h * 0x9E3779B97F4A7C15 + salt) % 2**63) if hashed else (lambda h: h)
         full = [(n, 512, h) for n, h in reqs]
-        with toolkit.open_store(tmp_path_factory.mktemp("s")) as store:
+        with toolkit.open_store(tmp_path_factory.mktemp("s"), create=True) as store:
             self._stored(store, "t", full, arrival, mix, groups)
             if sum(len(h) for _, h in reqs) == 0:
                 return

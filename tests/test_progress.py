@@ -46,7 +46,7 @@ class TestSwitches:
             monkeypatch.delenv(prog.ENV, raising=False)
         else:
             monkeypatch.setenv(prog.ENV, value)
-        with toolkit.open_store(tmp_path / "s") as store:
+        with toolkit.open_store(tmp_path / "s", create=True) as store:
             got = store.query("SELECT current_setting('enable_progress_bar') AS on_").item()
         assert got is bar
 

@@ -377,7 +377,7 @@ class TestStreamingSynth:
         """Every row passes the ingest validator; 1 or 2 threads write the same file."""
         tables = []
         for w in (1, 2):
-            with toolkit.open_store(tmp_path / f"s{w}") as s:
+            with toolkit.open_store(tmp_path / f"s{w}", create=True) as s:
                 assert write_streaming(s, SMALL, "syn", workers=w) == 5 * 6 * 4
                 tables.append(s.read("selections", "syn"))
                 meta = s.read("selection_traces", "syn").to_pylist()[0]

@@ -26,7 +26,7 @@ SMOLLM2 = ROOT / "traces" / "smollm2"
 @pytest.fixture
 def sm_store(tmp_path):
     """The bundled real SmolLM2 selections (k = 64, 30 layers) as ``sm``."""
-    with toolkit.open_store(tmp_path / "s") as s:
+    with toolkit.open_store(tmp_path / "s", create=True) as s:
         ingest_file(s, "bundle", SMOLLM2, "sm", select="smollm2-softmax-sum")
         yield s
 

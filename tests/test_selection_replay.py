@@ -54,7 +54,7 @@ def make_store(tmp_path, rows, k):
              for r, s, la, sl, p in rows]
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    store = toolkit.open_store(tmp_path / "store")
+    store = toolkit.open_store(tmp_path / "store", create=True)
     ingest_file(store, "dsa-jsonl", path, "t", k=k, replace=True)
     return store
 
@@ -131,7 +131,7 @@ class TestHiSparseRules:
             replay_selections(store, SelectionReplayConfig("t", full_layers=(0, 2)))
 
     def test_unknown_trace(self, tmp_path):
-        with toolkit.open_store(tmp_path / "s") as store, pytest.raises(
+        with toolkit.open_store(tmp_path / "s", create=True) as store, pytest.raises(
                 ToolkitError, match="no selection trace 'x'"):
             replay_selections(store, SelectionReplayConfig("x"))
 

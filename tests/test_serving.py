@@ -284,7 +284,7 @@ def smollm2_store(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("smollm2") / "store"
     traces = Path(__file__).resolve().parents[1] / "traces"
-    with toolkit.open_store(root) as s:
+    with toolkit.open_store(root, create=True) as s:
         ingest_file(s, "bundle", traces / "smollm2", "smollm2", select="smollm2-softmax-sum")
         summary = replay_selections(s, SelectionReplayConfig("smollm2", "lru", 128))
         yield s, summary["run_id"]

@@ -26,7 +26,7 @@ class TestOpenStore:
 
     def test_context_manager_closes(self, tmp_path):
         """Queries after the with-block fail with a StoreError, not a crash."""
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             pass
         with pytest.raises(StoreError, match="closed"):
             s.query("SELECT 1")

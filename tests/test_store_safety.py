@@ -148,7 +148,7 @@ class TestNoInjection:
         from toolkit.models import get_model
         from toolkit.replay.selections import SelectionReplayConfig, replay_selections
 
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             ingest_file(s, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
             replay_selections(s, SelectionReplayConfig("t", "lru", 2))
             with pytest.raises(toolkit.errors.ToolkitError, match="no selection replay run"):
@@ -158,11 +158,11 @@ class TestNoInjection:
 class TestGlobCharacters:
     def test_store_path_with_brackets_reads_only_its_own_files(self, tmp_path):
         """`s[1]` used to glob-match `s1` and read the other store's data."""
-        with toolkit.open_store(tmp_path / "s1") as s:
+        with toolkit.open_store(tmp_path / "s1", create=True) as s:
             ingest_file(s, "mooncake", mooncake_head(tmp_path / "a.jsonl", 30), "other")
-        with toolkit.open_store(tmp_path / "s[1]") as s:
+        with toolkit.open_store(tmp_path / "s[1]", create=True) as s:
             ingest_file(s, "mooncake", mooncake_head(tmp_path / "b.jsonl", 20), "own")
-        with toolkit.open_store(tmp_path / "s[1]") as s:
+        with toolkit.open_store(tmp_path / "s[1]", create=True) as s:
             assert s.query("SELECT trace, count(*) AS n FROM requests GROUP BY trace").rows() \
                 == [("own", 20)]
 
@@ -216,7 +216,7 @@ class TestCrashWindows:
         procs = {}
         for n in range(1, 6):
             root = tmp_path / f"s{n}"
-            toolkit.open_store(root).close()
+            toolkit.open_store(root, create=True).close()
             procs[n] = subprocess.Popen([sys.executable, "-c", _DIE_AT, str(root), str(src),
                                          str(n)], cwd=ROOT)
         for n, p in procs.items():
@@ -352,7 +352,8 @@ class TestSmallWrites:
         first writer's row is kept and the loser's staged file removed."""
         import toolkit.store as st
 
-        with toolkit.open_store(tmp_path / "s") as a, toolkit.open_store(tmp_path / "s") as b:
+        with toolkit.open_store(tmp_path / "s", create=True) as a, \
+                toolkit.open_store(tmp_path / "s") as b:
             real, raced = st.Store._lock, []
 
             def b_first(self, *, exclusive):
@@ -493,7 +494,8 @@ class TestConcurrentWriters:
         """Both passed the early check; the second to commit is refused, the first kept."""
         src = mooncake_head(tmp_path / "m.jsonl", 10)
         other = mooncake_head(tmp_path / "o.jsonl", 12)
-        with toolkit.open_store(tmp_path / "s") as a, toolkit.open_store(tmp_path / "s") as b:
+        with toolkit.open_store(tmp_path / "s", create=True) as a, \
+                toolkit.open_store(tmp_path / "s") as b:
             with pytest.raises(StoreError, match="another process meanwhile"), a.transaction():
                 ingest_file(a, "mooncake", src, "x")
                 ingest_file(b, "mooncake", other, "x")
@@ -509,7 +511,7 @@ class TestConcurrentWriters:
         err = "".join(p.communicate(timeout=120)[1] for p in procs)
         assert sorted(p.returncode for p in procs) == [0, 2], err
         assert "already exists" in err
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             assert s.keys("requests") == ["x"] and s.keys("request_traces") == ["x"]
 
 

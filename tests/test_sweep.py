@@ -47,7 +47,7 @@ RESULT_TABLES = ("selection_runs", "selection_replay", "replay_runs", "tier_runs
 
 
 def smollm2_store(root: Path) -> toolkit.Store:
-    s = toolkit.open_store(root)
+    s = toolkit.open_store(root, create=True)
     ingest_file(s, "bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
     return s
 
@@ -194,7 +194,7 @@ class TestRun:
 
     def test_cli_run_outside_sweep_is_skipped(self, tmp_path):
         """A run made by hand (same config) counts: the sweep skips that cell."""
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             ingest_file(s, "mooncake", MOONCAKE, "conv")
             replay_prefix(s, PrefixReplayConfig("conv", "lru", 1000))
             res = sweep.run(s, parse_grid('kind = "prefix"\ntrace = "conv"\n[axes]\n'
@@ -204,7 +204,7 @@ class TestRun:
     def test_on_error_record_and_raise(self, tmp_path):
         """A failing cell (Azure has no prefix hashes) is recorded with its error while
         the rest run (record), or recorded and raised (raise)."""
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             ingest_file(s, "mooncake", MOONCAKE, "conv")
             ingest_file(s, "azure", AZURE, "azure")
             grid = parse_grid('kind = "prefix"\ntraces = ["azure", "conv"]\n[axes]\n'
@@ -230,7 +230,7 @@ class TestRun:
         from toolkit.cost.from_replay import run_tiers
         from toolkit.replay.tiers import TierReplayConfig
 
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             ingest_file(s, "mooncake", MOONCAKE, "conv")
             r = sweep.run(s, parse_grid('kind = "tiers"\ntrace = "conv"\n[fixed]\n'
                                         'device_tokens = 200000\n[axes]\n'
@@ -413,7 +413,7 @@ def test_recovery_tolerates_a_staging_entry_vanishing(tmp_path, monkeypatch):
     from toolkit import store as store_mod
     from toolkit.store import transaction
 
-    with toolkit.open_store(tmp_path / "s") as s:
+    with toolkit.open_store(tmp_path / "s", create=True) as s:
         entry = s.root / store_mod.STAGING_DIR / "tx-finished"
         entry.mkdir(parents=True)
         real_flock = fcntl.flock

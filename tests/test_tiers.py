@@ -245,7 +245,7 @@ class TestProperties:
         radix semantics, overlapping requests)."""
         import toolkit
 
-        with toolkit.open_store(tmp_path_factory.mktemp("p")) as store:
+        with toolkit.open_store(tmp_path_factory.mktemp("p"), create=True) as store:
             name = _store_trace(store, _chain(raw), spacing=0.5, outputs=[3] * len(raw))
             res = _run(store, name, device_tokens=4 * dev, host_tokens=4 * host,
                        policy=policy, write_policy=write, radix_semantics=sem)
@@ -272,7 +272,7 @@ class TestProperties:
         """
         import toolkit
 
-        with toolkit.open_store(tmp_path_factory.mktemp("m")) as store:
+        with toolkit.open_store(tmp_path_factory.mktemp("m"), create=True) as store:
             name = _store_trace(store, _chain(raw))
             a = _run(store, name, device_tokens=4 * dev, host_tokens=4 * host).summary
             b = _run(store, name, device_tokens=4 * dev, host_tokens=4 * (host + more)).summary

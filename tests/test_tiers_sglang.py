@@ -142,7 +142,7 @@ class TestDifferential:
         ref = RadixReference(page, cap, "lru" if policy == "priority" else policy)
         want = [ref.request(tokens_of(h, p, block)) for h, p in zip(hashes, prompts,
                                                                      strict=True)]
-        with toolkit.open_store(tmp_path_factory.mktemp("d")) as store:
+        with toolkit.open_store(tmp_path_factory.mktemp("d"), create=True) as store:
             name = _store(store, hashes, prompts, block=block)
             got, _ = _dev(store, name, device_tokens=cap, host_tokens=0, page_tokens=page,
                           policy=policy, sequential=True)

@@ -409,7 +409,7 @@ def test_cli_lists_new_readers():
 
 def test_open_store_smoke(tmp_path):
     """The public entry point reads the sample as well."""
-    with toolkit.open_store(tmp_path / "s") as s:
+    with toolkit.open_store(tmp_path / "s", create=True) as s:
         assert ingest_file(s, "bailian", BAILIAN).rows == 5
 
 

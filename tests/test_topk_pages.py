@@ -91,7 +91,7 @@ def test_replay_reads_the_same_rows_either_way(tmp_path, monkeypatch):
     from toolkit.synth.selections import SyntheticSelectionConfig
     from toolkit.synth.selections_fast import write_streaming
 
-    with toolkit.open_store(tmp_path / "s") as store:
+    with toolkit.open_store(tmp_path / "s", create=True) as store:
         write_streaming(store, SyntheticSelectionConfig(requests=2, prompt_tokens=4096,
                                                         steps=8, layers=3), "syn")
         cfg = S.SelectionReplayConfig("syn", "lru", 1024, mode="hisparse")

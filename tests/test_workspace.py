@@ -53,7 +53,7 @@ class TestVerbs:
             got_q = ws.query("prefix_runs")
             got_sql = ws.sql("SELECT count(*) AS n FROM requests WHERE trace = $t",
                              {"t": "conv"})
-        with toolkit.open_store(tmp_path / "b") as store:
+        with toolkit.open_store(tmp_path / "b", create=True) as store:
             ingest_file(store, "mooncake", MOONCAKE, "conv")
             want = replay_prefix(store, PrefixReplayConfig("conv", capacity_blocks=64))
             want_q = run_query(store, "prefix_runs")
@@ -117,7 +117,7 @@ class TestVerbs:
             got = ws.sweep_prefix("conv", [16, None], workers=1)
             res = ws.sweep(grid, workers=1)
             got_q = ws.sweep_query("sweep_cells", res.sweep_id)
-        with toolkit.open_store(tmp_path / "b") as store:
+        with toolkit.open_store(tmp_path / "b", create=True) as store:
             ingest_file(store, "mooncake", MOONCAKE, "conv")
             want = sweep_prefix(store, "conv", [16, None], workers=1)
             want_res = run(store, grid, workers=1)

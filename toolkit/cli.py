@@ -17,10 +17,12 @@ from toolkit.commands.common import (
     field_default,
     guard,
 )
+from toolkit.commands.oneline import OneLineErrors
 from toolkit.commands.output import PREFIX_TABLE, FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.replay.config import PrefixReplayConfig
 
 app = typer.Typer(
+    cls=OneLineErrors,  # one-line usage errors, a one-line Ctrl-C (exit 130)
     help="Trace-replay toolkit for KV-cache tiering in sparse-attention LLM serving.",
     no_args_is_help=True,
     add_completion=False,

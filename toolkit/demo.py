@@ -153,7 +153,7 @@ def run_demo(
         raise ToolkitError(f"no bundled trace at {', '.join(missing)}; --traces must be the "
                            "repository's traces/ directory")
     t0 = time.perf_counter()
-    with open_store(store_dir) as store, pl.Config(
+    with open_store(store_dir, create=True) as store, pl.Config(
         tbl_rows=-1, tbl_cols=-1, tbl_width_chars=200, tbl_hide_column_data_types=True,
         tbl_hide_dataframe_shape=True,
     ):

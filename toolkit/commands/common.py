@@ -97,8 +97,9 @@ def choices(family: str) -> str:
         from toolkit.hardware import hardware_names
 
         names = hardware_names()
-    else:
-        from toolkit.models import model_names
+    else:  # every name the registry accepts: canonical names with their aliases
+        from toolkit.models import MODELS, model_names
 
-        names = model_names()
+        names = [n + (f" (alias {', '.join(MODELS.get(n).aliases)})"
+                      if MODELS.get(n).aliases else "") for n in model_names()]
     return ", ".join(names)

@@ -134,3 +134,8 @@ def replay_engram_cmd(
     with cli_store(store) as s, compile_notice(quiet), status(f"replay engram {trace}", quiet):
         row = guard(run_engram, s, cfg)
     out.emit(row)
+    if row["capacity_rows"] >= row["distinct_rows"]:
+        typer.echo(f"warning: the HBM cache ({row['capacity_rows']:,} rows) holds all "
+                   f"{row['distinct_rows']:,} distinct rows of {trace!r}: every miss is a "
+                   "first touch, so the hit ratio reflects the trace's length, not the cache "
+                   "size; give a smaller --hbm-cache-gb or a longer trace", err=True)

@@ -403,7 +403,18 @@ def kept(cache: dict, key: tuple, load: Callable[[], T], limit: int) -> T:
     return hit
 
 
-def open_store(path: str | Path, *, create: bool = True) -> Store:
-    """Open the trace store at ``path``; with ``create=False`` a missing store is an
-    error instead of a new empty directory (read-only commands)."""
+def open_store(path: str | Path, *, create: bool = False) -> Store:
+    """Open the trace store at ``path``.
+
+    Args:
+        path: the store directory.
+        create: make an empty store when ``path`` does not exist; without it a missing
+            path is an error, as on the command line, so a mistyped path never silently
+            starts a new, empty store.
+
+    Raises:
+        StoreError: ``path`` does not exist (and ``create`` is false) or is not a directory.
+    """
+    if not create and not Path(path).exists():
+        raise StoreError(f"no store at {Path(path).resolve()}; pass create=True to make one")
     return Store(path, create=create)
