@@ -182,6 +182,7 @@ def replay_prefix_cmd(
         extra = [{}] * len(blocks) + [{"capacity_gb": g, "model": model} for g in sizes_gb]
         for c in caps:
             guard(PrefixReplayConfig, trace, policy, c)
+        load_s, block_tokens = guard(_kernel_load_s, s, trace, policy)
         if len(caps) > 1:
             rows = guard(sweep_prefix, s, trace, caps, policy, workers=workers, progress=quiet)
         else:
@@ -190,7 +191,26 @@ def replay_prefix_cmd(
                     trace, policy, caps[0] if caps else None))]
     if extra:  # the sizes as given, next to the blocks they became
         rows = [{**r, **e} for r, e in zip(rows, extra, strict=True)]
-    out.emit(rows[0] if len(rows) == 1 else rows, None if len(rows) == 1 else PREFIX_TABLE)
+    if len(rows) == 1:
+        out.emit(rows[0])
+    else:
+        out.emit([{**r, "capacity_tokens": r["capacity_blocks"] and block_tokens
+                   and r["capacity_blocks"] * block_tokens} for r in rows]
+                 if out.fmt == "table" else rows, PREFIX_TABLE)
+    if out.fmt == "table" and out.path is None:
+        typer.echo(f"(elapsed_s times each replay alone; loading the kernels took "
+                   f"{load_s:.2f} s before them, compiling them on a first run)")
+
+
+def _kernel_load_s(store, trace: str, policy: str) -> tuple[float, int | None]:
+    """Seconds to load (or compile) the replay's kernels, kept out of every run's
+    elapsed_s, and the trace's tokens per block."""
+    from toolkit.policies import policies
+    from toolkit.replay.prefix import load_kernels, load_stream
+
+    stream = load_stream(store, trace)
+    bt = stream.block_tokens
+    return load_kernels(policies.get(policy), stream), int(bt.max()) if bt.size else None
 
 
 @app.command("sql")

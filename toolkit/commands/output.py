@@ -34,7 +34,7 @@ CELL_CHARS = 80  # longest value shown in a grid or a record
 #: What ``replay prefix`` shows per capacity when it replays several: one row each.
 PREFIX_TABLE = ("policy", "capacity_blocks", "capacity_tokens", "capacity_gb", "model",
                 "token_hit_ratio", "block_hit_ratio", "prefix_token_hit_ratio", "evictions",
-                "elapsed_s", "compile_s")
+                "elapsed_s")
 
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", help=f"Output format: {', '.join(FORMATS)} (default table).")]

@@ -449,19 +449,11 @@ def load_stream(store: Store, trace: str, workers: int | None = None, *,
     return stream
 
 
-def _capacity_tokens(stream: BlockStream, blocks: int | None) -> int | None:
-    """Tokens ``blocks`` prefix blocks hold when every request uses one block size."""
-    bt = stream.block_tokens
-    if blocks is None or not bt.size or not bool((bt == bt[0]).all()):
-        return None
-    return blocks * int(bt[0])
-
-
 def load_kernels(policy: Any, stream: BlockStream) -> float:
     """Load (or, on a first run, compile) the policy's kernel and the summary's for
     ``stream``'s types on a one-key input, so ``elapsed_s`` times the replay alone and
-    every capacity of a sweep is timed alike; returns the seconds it took (~0 once
-    loaded)."""
+    every capacity of a sweep is timed alike (the command reports the load apart);
+    returns the seconds it took (~0 once loaded)."""
     t0 = time.perf_counter()
     policy.simulate(np.zeros(1, stream.keys.dtype), 1, 1)
     summarize(stream, np.zeros(stream.keys.size, np.bool_))
@@ -482,7 +474,7 @@ def replay_prefix(
     policy = policies.get(cfg.policy)
     stream = stream or load_stream(store, cfg.trace)
     capacity = stream.n_keys if cfg.capacity_blocks is None else cfg.capacity_blocks
-    compile_s = load_kernels(policy, stream)
+    load_kernels(policy, stream)
     t0 = time.perf_counter()
     sim = policy.simulate(stream.keys, stream.n_keys, min(capacity, stream.n_keys))
     summary = summarize(stream, sim.hits)
@@ -494,12 +486,10 @@ def replay_prefix(
         "trace": cfg.trace,
         "policy": cfg.policy,
         "capacity_blocks": cfg.capacity_blocks,
-        "capacity_tokens": _capacity_tokens(stream, cfg.capacity_blocks),  # returned only
         "config_json": config_json(cfg),
         **summary,
         "evictions": sim.evictions,
         "elapsed_s": elapsed,
-        "compile_s": compile_s,  # not a replay_runs column: returned, not stored
         "toolkit_version": __version__,
     }
     if save:
@@ -519,7 +509,8 @@ def sweep_prefix(
     lookups replayed (``None`` = on a terminal or in a notebook, after 2 s).
     """
     stream = load_stream(store, trace)
-    compile_s = load_kernels(policies.get(policy), stream) if capacities else 0.0
+    if capacities:  # once, before the threads: each row then times its replay alone
+        load_kernels(policies.get(policy), stream)
     cfgs = [PrefixReplayConfig(trace, policy, c) for c in capacities]
     work = [functools.partial(replay_prefix, store, c, stream=stream, save=False) for c in cfgs]
     rows = []
@@ -528,8 +519,6 @@ def sweep_prefix(
         for row in ordered_results(work, resolve_workers(workers)):
             rows.append(row)
             bar.update(stream.keys.size)
-    if rows:  # the load before the threads started is this call's, shown on its first row
-        rows[0]["compile_s"] += compile_s
     if save:
         for cfg, row in zip(cfgs, rows, strict=True):
             store.write_row("replay_runs", cfg.run_id, row, replace=True)

@@ -30,12 +30,6 @@ def _long_columns(table: str) -> str:
             "WHERE run_id IN ($run_a, $run_b)")
 
 
-def _text(num: str) -> str:
-    """A number as text: whole values without a trailing ``.0`` (``1000``, not ``1000.0``)."""
-    return (f"CASE WHEN {num} = trunc({num}) AND abs({num}) < 1e15 "
-            f"THEN {num}::BIGINT::VARCHAR ELSE {num}::VARCHAR END")
-
-
 _RUNS_SQL = " UNION ALL ".join([
     "SELECT 'prefix' AS kind, run_id, trace, policy || ' ' || coalesce("
     "capacity_blocks::VARCHAR || ' blocks', 'unbounded') AS label FROM replay_runs",
@@ -80,7 +74,7 @@ NAMED: tuple[NamedQuery, ...] = (
         a AS (SELECT * FROM l WHERE run_id = $run_a),
         b AS (SELECT * FROM l WHERE run_id = $run_b)
         SELECT coalesce(a.metric, b.metric) AS metric,
-               coalesce(a.txt, {_text('a.num')}) AS a, coalesce(b.txt, {_text('b.num')}) AS b,
+               coalesce(a.txt, a.num::VARCHAR) AS a, coalesce(b.txt, b.num::VARCHAR) AS b,
                b.num - a.num AS b_minus_a, b.num / nullif(a.num, 0) AS b_over_a
         FROM a FULL OUTER JOIN b ON a.metric = b.metric
         ORDER BY coalesce(a.ord, 1000 + b.ord)
