@@ -51,6 +51,13 @@ class TestTierReuse:
         assert enc["y"]["stack"] == "zero" and enc["order"]["field"] == "source_rank"
         assert spec["facet"]["column"]["sort"] == ["gb200", "mi355x"]
 
+    def test_upright_labels_and_no_empty_slots(self, analysis_store):
+        """Load labels stay upright (a lone "8" on its side reads as ∞) and each panel has
+        only the loads replayed on its hardware."""
+        spec = ch.tier_reuse_bars(run_query(analysis_store, "tier_reuse")).to_dict()
+        assert spec["spec"]["encoding"]["x"]["axis"]["labelAngle"] == 0
+        assert spec["resolve"]["scale"]["x"] == "independent"
+
     def test_numeric_sort_beyond_single_digits(self):
         """4, 8, 16, 32 sort as numbers (not 16, 32, 4, 8)."""
         rows = [{"run_id": f"r{c}", "hardware": "gb200", "concurrency": c, "source": s,
@@ -72,14 +79,49 @@ class TestSelections:
         assert enc["x"]["scale"]["type"] == "log"
 
     def test_miss_latency_cdf(self, analysis_store):
-        """One line per run ordered by buffer size; latency in µs, fraction on [0, 1]."""
-        spec = ch.miss_latency_cdf(run_query(analysis_store, "miss_latency_cdf")).to_dict()
+        """Colour is the policy and the dash the buffer, so no two runs look alike; latency
+        in µs on an axis zoomed to the non-zero latencies; fraction on [0, 1]."""
+        cdf = run_query(analysis_store, "miss_latency_cdf")
+        spec = ch.miss_latency_cdf(cdf).to_dict()
         enc = spec["encoding"]
-        assert spec["mark"]["type"] == "line"
+        assert spec["mark"]["type"] == "line" and spec["mark"]["clip"] is True
         assert enc["x"]["field"] == "miss_latency_us"
-        assert enc["color"]["sort"] == ["lru buffer 64", "opt buffer 64", "lru buffer 128",
-                                        "opt buffer 128"]
+        assert enc["color"]["field"] == "policy" and enc["color"]["sort"] == ["lru", "opt"]
+        assert enc["strokeDash"]["field"] == "buffer" and enc["strokeDash"]["sort"] == [
+            "64", "128"]
         assert enc["y"]["scale"]["domain"] == [0, 1]
+        busy = cdf.filter(pl.col("miss_latency_s") > 0)["miss_latency_s"] * 1e6
+        lo, hi = enc["x"]["scale"]["domain"]
+        assert 0 < lo < busy.min() and busy.max() < hi
+        assert (hi - lo) < 1.2 * (busy.max() - busy.min())  # the data fill the axis
+
+    def test_miss_latency_cdf_names_the_assumed_round_trip(self, analysis_store):
+        """Given the assumed fixed cost, the chart draws it as a rule and says in its
+        subtitle that it is an assumption that dominates the curves."""
+        spec = ch.miss_latency_cdf(run_query(analysis_store, "miss_latency_cdf"),
+                                   fixed_s=1.3e-6).to_dict()
+        rule, line = spec["layer"]
+        assert rule["mark"]["type"] == "rule"
+        assert rule["encoding"]["x"]["scale"] == line["encoding"]["x"]["scale"]
+        assert spec["title"]["subtitle"].startswith("assumed fixed cost per transfer 1.30 µs")
+        assert "assumption" in spec["title"]["subtitle"]
+
+    def test_capacity_labels_exact_tokens_and_mb(self, analysis_store):
+        """Buffer ticks read as exact tokens (128, not 130) and sizes below 0.1 GB in MB."""
+        spec = ch.miss_ratio_curves(run_query(analysis_store, "miss_ratio_curve")).to_dict()
+        expr = spec["encoding"]["x"]["axis"]["labelExpr"]
+        assert "format(datum.value, ',')" in expr and "'.2~s'" not in expr
+        assert "< 0.1 ?" in expr and "' MB'" in expr and "' GB'" in expr
+
+    def test_misses_vs_buffer_axis_spans_the_data(self, analysis_store):
+        """The log axis spans the replayed buffer sizes only, ticked at each of them."""
+        runs = run_query(analysis_store, "selection_runs")
+        spec = ch.misses_vs_buffer(runs, "t").to_dict()
+        x = spec["encoding"]["x"]
+        sizes = sorted(set(runs["buffer_tokens"]))
+        assert x["axis"]["values"] == sizes and x["scale"]["type"] == "log"
+        lo, hi = x["scale"]["domain"]
+        assert sizes[0] / 1.2 < lo < sizes[0] and sizes[-1] < hi < sizes[-1] * 1.2
 
     def test_heatmap(self, analysis_store):
         """Heat map of step x position bin, coloured by count."""

@@ -33,10 +33,12 @@ def _capacity_axis(df: pl.DataFrame, tokens: str, gb: str, model: str, what: str
     per token / 1e9, the ratio read from the query's own columns)."""
     both = df.filter(pl.col(tokens).is_not_null() & (pl.col(tokens) > 0))
     per_token_gb = float((both[gb] / both[tokens]).first()) if both.height else 0.0
-    return alt.Axis(
+    gb_expr = f"datum.value * {per_token_gb!r}"
+    return alt.Axis(  # exact token counts; sizes below 0.1 GB in MB
         title=what.format(model=model), values=_numeric_order(both[tokens]),
-        labelExpr=f"format(datum.value, '.2~s') + ' / ' + "
-                  f"format(datum.value * {per_token_gb!r}, ',.3~r') + ' GB'",
+        labelExpr=f"format(datum.value, ',') + ' / ' + ({gb_expr} < 0.1 ? "
+                  f"format({gb_expr} * 1000, ',.3~r') + ' MB' : "
+                  f"format({gb_expr}, ',.3~r') + ' GB')",
         labelAngle=-30, labelOverlap=True)
 
 
@@ -87,7 +89,8 @@ def tier_reuse_bars(reuse: pl.DataFrame, title: str | None = None) -> alt.Chart:
     loads += [str(c) for c in _numeric_order(df["concurrency"])]
     sources = df.sort("source_rank")["source"].unique(maintain_order=True).to_list()
     chart = alt.Chart(df).mark_bar().encode(
-        x=alt.X("load:O", title="concurrent users", sort=loads),
+        x=alt.X("load:O", title="concurrent users", sort=loads,
+                axis=alt.Axis(labelAngle=0)),  # a lone "8" turned on its side reads as ∞
         y=alt.Y("share:Q", title="share of prompt tokens", stack="zero",
                 scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
         color=alt.Color("source:N", title="served from", sort=sources),
@@ -96,28 +99,55 @@ def tier_reuse_bars(reuse: pl.DataFrame, title: str | None = None) -> alt.Chart:
                  alt.Tooltip("tokens:Q", format=","), "run_id"],
     ).properties(width=max(90, 45 * len(loads)), height=240)
     hws = _numeric_order(df["hardware"])
-    return chart.facet(column=alt.Column("hardware:N", title=None, sort=hws)).properties(
+    # each panel shows only the loads replayed on its hardware (no empty slots)
+    return chart.facet(column=alt.Column("hardware:N", title=None, sort=hws)).resolve_scale(
+        x="independent").properties(
         title=title or "Where prompt tokens come from, by concurrency")
 
 
-def miss_latency_cdf(cdf: pl.DataFrame, title: str | None = None) -> alt.Chart:
+def miss_latency_cdf(cdf: pl.DataFrame, title: str | None = None,
+                     fixed_s: float | None = None) -> alt.Chart:
     """CDF of per-(request, step, layer) miss latency, one line per run (the
-    ``miss_latency_cdf`` query), latency in microseconds."""
+    ``miss_latency_cdf`` query), latency in microseconds.
+
+    The x axis spans the non-zero latencies (samples without a miss sit at 0, off the
+    axis: the curve's height at its left edge); colour is the policy and the dash the
+    buffer size, so no two runs look alike. ``fixed_s``: the assumed fixed cost of one
+    transfer, drawn as a rule and named in the subtitle, since it dominates the curve.
+    """
     df = cdf.with_columns(
         (pl.col("miss_latency_s") * 1e6).alias("miss_latency_us"),
-        pl.format("{} buffer {}", "policy", "buffer_tokens").alias("run"))
-    order = [f"{p} buffer {b}" for b, p in sorted(
-        set(zip(df["buffer_tokens"].to_list(), df["policy"].to_list(), strict=True)))]
+        pl.format("{} buffer {}", "policy", "buffer_tokens").alias("run"),
+        pl.col("buffer_tokens").cast(pl.String).alias("buffer"))
     hw = str(df["hardware"].first()) if df.height else ""
-    return alt.Chart(df).mark_line(interpolate="step-after").encode(
+    busy = df.filter(pl.col("miss_latency_us") > 0)["miss_latency_us"]
+    lo = float(busy.min()) if busy.len() else 0.0
+    hi = float(busy.max()) if busy.len() else 1.0
+    if fixed_s is not None:
+        lo = min(lo, fixed_s * 1e6)
+    pad = max(hi - lo, 1e-3) * 0.05
+    buffers = [str(b) for b in _numeric_order(df["buffer_tokens"])]
+    scale = alt.Scale(domain=[max(lo - pad, 0.0), hi + pad], nice=False, zero=False)
+    line = alt.Chart(df).mark_line(interpolate="step-after", clip=True).encode(
         x=alt.X("miss_latency_us:Q", title=f"miss latency per (request, layer, step) on {hw} "
-                "(µs)", scale=_fit(df["miss_latency_us"])),
+                "(µs)", scale=scale),
         y=alt.Y("fraction:Q", title="fraction of samples", scale=alt.Scale(domain=[0, 1]),
                 axis=alt.Axis(format="%")),
-        color=alt.Color("run:N", title="policy, buffer (tokens)", sort=order),
+        color=alt.Color("policy:N", title="policy", sort=_numeric_order(df["policy"])),
+        strokeDash=alt.StrokeDash("buffer:N", title="buffer (tokens)", sort=buffers),
+        detail="run:N",
         tooltip=["run", alt.Tooltip("miss_latency_us:Q", format=".3f"),
                  alt.Tooltip("fraction:Q", format=".0%")],
-    ).properties(title=title or "Miss-latency CDF", width=520, height=280)
+    )
+    head = title or "Miss-latency CDF"
+    if fixed_s is None:
+        return line.properties(title=head, width=520, height=280)
+    note = (f"assumed fixed cost per transfer {fixed_s * 1e6:.2f} µs (grey rule; a model "
+            "assumption, not measured) dominates every curve")
+    rule = alt.Chart(pl.DataFrame({"fixed_us": [fixed_s * 1e6]})).mark_rule(
+        color="grey", strokeDash=[2, 2]).encode(x=alt.X("fixed_us:Q", scale=scale))
+    return (rule + line).properties(title=alt.Title(head, subtitle=note), width=520,
+                                    height=280)
 
 
 def cost_pareto(cost: pl.DataFrame, published: pl.DataFrame | None = None,
@@ -306,9 +336,12 @@ def selection_heatmap(df: pl.DataFrame, title: str) -> alt.Chart:
 
 
 def misses_vs_buffer(df: pl.DataFrame, title: str) -> alt.Chart:
-    """Miss ratio against buffer size, one line per policy (``selection_runs`` query)."""
+    """Miss ratio against buffer size, one line per policy (``selection_runs`` query); the
+    log axis spans the buffer sizes replayed, ticked at each of them."""
     return alt.Chart(df).mark_line(point=True).encode(
-        x=alt.X("buffer_tokens:Q", scale=alt.Scale(type="log"), title="device buffer (tokens)"),
+        x=alt.X("buffer_tokens:Q", scale=_fit(df["buffer_tokens"], log=True),
+                axis=alt.Axis(values=_numeric_order(df["buffer_tokens"]), format=","),
+                title="device buffer (tokens)"),
         y=alt.Y("miss_ratio:Q", title="miss ratio"),
         color=alt.Color("policy:N"),
         tooltip=["policy", "buffer_tokens", alt.Tooltip("miss_ratio", format=".4f"), "misses"],

@@ -117,14 +117,22 @@ def _selections(store: Store) -> Section | None:
                        ch.miss_ratio_curves(mrc)))
     cdf = run_query(store, "miss_latency_cdf")
     if cdf.height:
+        from toolkit.hardware import get_hardware
+        from toolkit.serving.transfer import transfer_path
+
         p99 = run_query(store, "miss_latency", per="layer")["p99_miss_latency_s"].max()
+        fixed_s = transfer_path(get_hardware("gb200"), "sm_kernel", concurrent=True).t_fixed_s
+        busy = cdf.filter(pl.col("miss_latency_s") > 0)["miss_latency_s"]
+        share = fixed_s / float(busy.median()) if busy.len() else 0.0
         figs.append(Figure(
             "miss_latency_cdf", "miss_latency_cdf",
             "Distribution of the time to fetch one request's missed rows of one layer over "
             "GB200's host link (SM gather kernel, all GPUs loading): one round trip plus bytes "
-            "over bandwidth, for the trace's own misses (not scaled to a model's k). The worst "
-            f"per-layer p99 is {1e6 * p99:.2f} µs.",
-            ch.miss_latency_cdf(cdf)))
+            "over bandwidth, for the trace's own misses (not scaled to a model's k). The "
+            f"assumed {1e6 * fixed_s:.2f} µs round trip is {_pct(share)} of the median "
+            "non-zero latency, so the curves measure that assumption more than the policies; "
+            f"the worst per-layer p99 is {1e6 * p99:.2f} µs.",
+            ch.miss_latency_cdf(cdf, fixed_s=fixed_s)))
     loc = run_query(store, "selection_locality")
     if loc.height:
         tr = loc["trace"].first()
@@ -153,11 +161,35 @@ def _tiers(store: Store) -> Section | None:
     best = wide.sort("overall", descending=True).row(0, named=True)
     text = (f"Share of each run's prompt tokens served from GPU, host DRAM and storage, or "
             f"recomputed. Highest overall reuse: {_pct(best['overall'])} ({best['hardware']}, "
-            f"{best['load']}; GPU {_pct(best['GPU (L1)'])}, host {_pct(best['host (L2)'])}).")
+            f"{best['load']}; GPU {_pct(best['GPU (L1)'])}, host {_pct(best['host (L2)'])}). "
+            + _concurrency_effect(wide))
     return Section("tiers", "Prefix tiers (GPU / host / storage)",
                    "Timeline replays of the prefix cache across memory tiers with service "
                    "times from the hardware specs.", (),
                    (Figure("tier_reuse", "tier_reuse", text, ch.tier_reuse_bars(reuse)),))
+
+
+def _concurrency_effect(wide: pl.DataFrame) -> str:
+    """One sentence on how overall reuse moves with the number of users, from the data."""
+    closed = wide.filter(pl.col("concurrency").is_not_null())
+    if closed["concurrency"].n_unique() < 2:
+        return ""
+    spread = closed.group_by("hardware").agg(
+        (pl.col("overall").max() - pl.col("overall").min()).alias("spread"))
+    top = float(spread["spread"].max())
+    users = "/".join(str(c) for c in _numeric_order(closed["concurrency"]))
+    if top < 0.02:
+        lo, hi = float(closed["overall"].min()), float(closed["overall"].max())
+        return (f"Across {users} users overall reuse moves by at most {100 * top:.2f} "
+                "points on any hardware, so in these runs the load does not change where "
+                f"prompt tokens come from: the spread ({_pct(lo)} to {_pct(hi)}) is between "
+                "hardware (their pool sizes), not between loads.")
+    return (f"Across {users} users overall reuse moves by up to {100 * top:.1f} points: "
+            "more concurrent users compete for the same pools.")
+
+
+def _numeric_order(values: pl.Series) -> list:
+    return sorted(set(values.drop_nulls().to_list()))
 
 
 def _tier_rates(reuse: pl.DataFrame) -> pl.DataFrame:
@@ -228,10 +260,27 @@ def _engram(store: Store) -> Section | None:
         figs.append(Figure(
             "engram_bytes_per_token", "engram_bytes_per_token",
             "Bytes each token reads from HBM and from the backing store (useful row bytes, and "
-            "bytes actually read: an SSD moves a whole block per row), per cache size.",
+            "bytes actually read: an SSD moves a whole block per row), per cache size. "
+            + _read_amplification(per_token),
             ch.engram_bytes_per_token(per_token)))
     return Section("engram", "Engram table offload", "Hashed N-gram table lookups of real "
                    "text replayed through an HBM row cache over DRAM or SSD.", (), tuple(figs))
+
+
+def _read_amplification(per_token: pl.DataFrame) -> str:
+    """The largest ratio of bytes read to useful bytes from the backing store, if any."""
+    cols = set(per_token.columns)
+    if not {"tier", "bytes_per_token"} <= cols:
+        return ""
+    tiers = per_token.group_by("tier").agg(pl.col("bytes_per_token").sum())
+    by = dict(zip(tiers["tier"].to_list(), tiers["bytes_per_token"].to_list(), strict=True))
+    useful = next((v for k, v in by.items() if "useful" in str(k) and "backing" in str(k)),
+                  None)
+    read = next((v for k, v in by.items() if "read" in str(k) and "backing" in str(k)), None)
+    if not useful or not read:
+        return ""
+    return (f"Over these runs the backing store reads {read / useful:.1f}x the bytes the "
+            "lookups use: the block size, not the row size, sets its traffic.")
 
 
 def _model_vs_measured(store: Store) -> Section:
@@ -267,7 +316,12 @@ def _headline(store: Store) -> tuple[tuple[str, pl.DataFrame], ...]:
     out = []
     best = run_query(store, "best_policy")
     if best.height:
-        out.append(("Best online policy per buffer size", best.select(
+        online = store.query("SELECT DISTINCT policy FROM selection_runs WHERE policy NOT IN "
+                             "('opt', 'opt-bypass') ORDER BY policy")["policy"].to_list()
+        compared = (f"of the {len(online)} online policies replayed: {', '.join(online)}"
+                    if len(online) > 1 else f"only {online[0]} was replayed, so nothing was "
+                    "compared" if online else "no online policy replayed")
+        out.append((f"Best online policy per buffer size ({compared})", best.select(
             "trace", "mode", "buffer_tokens", "best_policy",
             pl.col("best_miss_ratio").round(4), pl.col("opt_miss_ratio").round(4), "run_id")))
     if _has(store, "tier_runs"):
@@ -288,6 +342,32 @@ def _headline(store: Store) -> tuple[tuple[str, pl.DataFrame], ...]:
     return tuple(out)
 
 
+def _with_unit(field: str, value: object) -> str:
+    """A spec value in the unit its field name carries (``8000000000000.0`` B/s reads
+    ``8,000 GB/s``); names, counts and flags as they are."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+
+    def num(x: float) -> str:
+        return f"{x:,.0f}" if abs(x) >= 100 or float(x).is_integer() else f"{x:.3g}"
+
+    if "_bytes_per_s" in field:
+        return f"{num(value / 1e9)} GB/s"
+    if field.endswith("_bytes") or "_bytes_" in field:
+        if value >= 1e9:
+            return f"{num(value / 1e9)} GB ({num(value / 2**30)} GiB)"
+        return f"{num(value / 2**10)} KiB" if value >= 1024 else f"{num(value)} B"
+    if field.endswith("_s"):
+        return f"{num(value * 1e6)} µs" if value < 1e-3 else f"{num(value)} s"
+    if field.endswith("_tflops"):
+        return f"{num(value)} TFLOP/s"
+    if field.endswith("_w"):
+        return f"{num(value)} W"
+    if field.endswith("_usd_per_gpu_hour"):
+        return f"${value:.2f} per GPU-hour"
+    return num(value)
+
+
 def _provenance(store: Store) -> pl.DataFrame:
     from toolkit.hardware import get_hardware
 
@@ -298,8 +378,8 @@ def _provenance(store: Store) -> pl.DataFrame:
     for n in sorted(names):
         spec = get_hardware(n)
         for f, src in spec.provenance.items():
-            rows.append({"hardware": n, "field": f, "value": str(src.value), "kind": src.kind,
-                         "source": src.source, "vintage": src.vintage})
+            rows.append({"hardware": n, "field": f, "value": _with_unit(f, src.value),
+                         "kind": src.kind, "source": src.source, "vintage": src.vintage})
     return pl.DataFrame(rows, schema=dict.fromkeys(
         ("hardware", "field", "value", "kind", "source", "vintage"), pl.String))
 
@@ -318,18 +398,34 @@ def build_report(store: Store, title: str = "KV-cache tiering report") -> Report
 # --- rendering -------------------------------------------------------------------------------
 
 _CSS = """
-body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; color: #222; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
 th { background: #f3f3f3; } .fig { margin: 1em 0 2em; } .muted { color: #666; }
-details { margin: 0.5em 0; }
+details { margin: 0.5em 0; } summary { cursor: pointer; }
+table { display: block; max-width: 100%; overflow-x: auto; }
+td { white-space: nowrap; } td.num { text-align: right; }
 """
 
 
+def _cell_html(v: object) -> str:
+    """A table cell: whole numbers with thousands separators, others to four significant
+    digits (run ids and names as they are, wrapping rather than widening the page)."""
+    if isinstance(v, bool) or v is None or not isinstance(v, int | float):
+        return f"<td>{html.escape('' if v is None else str(v))}</td>"
+    if isinstance(v, int) or (v == v and float(v).is_integer() and abs(v) < 1e15):
+        text = f"{v:,.0f}"
+    else:
+        text = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return f"<td class='num'>{text}</td>"
+
+
 def _table_html(df: pl.DataFrame, limit: int = 200) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in df.columns)
+    # headers break between words (usd per mtok total), never inside one; cells never break
+    head = "".join(f"<th title='{html.escape(c)}'>{html.escape(c.replace('_', ' '))}</th>"
+                   for c in df.columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in r)
+        "<tr>" + "".join(_cell_html(v) for v in r)
         + "</tr>" for r in df.head(limit).iter_rows())
     more = (f"<p class='muted'>{df.height - limit} more rows: run the named query.</p>"
             if df.height > limit else "")
@@ -364,9 +460,11 @@ def render_html(report: Report, js_bundle: str) -> str:
         for cap, df in s.tables:
             out += [f"<details><summary>{html.escape(cap)} ({df.height} rows)</summary>",
                     _table_html(df), "</details>"]
+    n_hw = report.provenance["hardware"].n_unique()
     out += ["<h2 id='provenance'>Hardware figures and their provenance</h2>",
-            "<p>Every field of every hardware spec used by a run in this store.</p>",
-            _table_html(report.provenance, limit=10_000),
+            f"<details><summary>Every field of the {n_hw} hardware spec(s) used by a run in "
+            f"this store ({report.provenance.height} values, each with its kind and source)"
+            "</summary>", _table_html(report.provenance, limit=10_000), "</details>",
             "<h2 id='runs'>Runs</h2>", _table_html(report.runs, limit=10_000)]
     calls = "\n".join(
         f"vegaEmbed('#{div}', {_script_json(spec)}, {{renderer: 'svg', actions: false}})"

@@ -254,7 +254,7 @@ NAMED: tuple[NamedQuery, ...] = (
                         arg_min(policy, miss_ratio) AS best_policy,
                         min(miss_ratio) AS best_miss_ratio,
                         arg_min(run_id, miss_ratio) AS run_id, count(*) AS policies
-                 FROM r WHERE policy <> 'opt' GROUP BY ALL),
+                 FROM r WHERE policy NOT IN ('opt', 'opt-bypass') GROUP BY ALL),
         o AS (SELECT trace, mode, indexshare, buffer_tokens, miss_ratio AS opt_miss_ratio
               FROM r WHERE policy = 'opt')
         SELECT best.*, o.opt_miss_ratio
