@@ -203,6 +203,38 @@ def test_run_blocks_execute(workdir, monkeypatch):
     assert misses == [("lru", 311_045), ("opt", 182_094)]
 
 
+def test_questions_use_real_names(workdir):
+    """The questions table names the quickstart's store and the bundled traces' real names
+    (or one its own row records), never a placeholder such as S, T or N."""
+    made = {"smollm2_gpl", "engram_texts"}
+    bundled = {"mooncake_conversation", "azure_code_2023", "smollm2"}
+    for _, args in _questions():
+        opts = dict(zip(args, args[1:], strict=False))
+        assert opts.get("--store", "build/store") == "build/store", args
+        assert opts.get("--trace", "smollm2") in bundled | made, args
+
+
+def test_hisparse_row_gives_an_opt_comparison(workdir, monkeypatch):
+    """The questions table's HiSparse-buffer commands, run after the quickstart, leave runs
+    that ``policy_vs_opt`` pairs (same trace, mode and buffer), as the row promises."""
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("TOOLKIT_PROGRESS", "0")
+    text = (ROOT / "README.md").read_text()
+    row = next(line for line in text.splitlines()
+               if line.startswith("| How large must the HiSparse device buffer be"))
+    runner = CliRunner()
+    for c in re.findall(r"`(toolkit replay selections [^`]+)`", row):
+        res = runner.invoke(app, shlex.split(c)[1:])
+        assert res.exit_code == 0, f"{c}\n{res.output}"
+    with toolkit.open_store(workdir / "build" / "store") as store:
+        from toolkit.analysis import run_query
+
+        vs = run_query(store, "policy_vs_opt", trace="smollm2")
+    arc = vs.filter((vs["policy"] == "arc") & (vs["buffer_tokens"] == 256))
+    assert arc.height == 1 and arc["mode"].item() == "hisparse"
+    assert arc["misses_over_opt"].item() > 1
+
+
 def _python_example() -> str:
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## From Python"):]
