@@ -97,6 +97,12 @@ charts.engram_hit_curve(ws.query("engram_hit_curve", trace="bundled", step=500),
 # benchmark's 1M-token corpus (Python standard library) reaches 0.71 at 100 MB and 0.86 at
 # 1 GB with LRU (`benchmarks/engram_bench.py`).
 #
+# Where `capacity_rows` in the table above reaches the trace's distinct rows, the cache
+# holds the whole working set: every miss is then a first touch, the curve is flat from
+# there on, and the hit ratio says how long the corpus is, not how large a cache must be.
+# `toolkit replay engram` prints a warning in that case; sizes below the working set are the
+# ones that answer the sizing question.
+#
 # ## 3. Bytes per token from each tier
 
 # %%
