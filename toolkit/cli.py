@@ -74,13 +74,15 @@ def _make_ingest_command(fmt: str, description: str) -> None:
 
 
 def _register_ingest_commands() -> None:
+    from toolkit.commands import ingest
     from toolkit.commands.timelines import COMMANDS
     from toolkit.ingest import readers
 
+    commands = {**COMMANDS, **ingest.COMMANDS}
     for fmt in readers.names():
         reader = readers.get(fmt)
-        if fmt in COMMANDS:  # formats with options of their own
-            ingest_app.command(fmt)(COMMANDS[fmt])
+        if fmt in commands:  # formats with options of their own
+            ingest_app.command(fmt)(commands[fmt])
         elif reader.table == "requests":
             _make_ingest_command(fmt, reader.description)
 
