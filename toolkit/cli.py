@@ -315,6 +315,9 @@ def _mount_commands() -> None:
     app.add_typer(cost.cost_app, name="cost")
     app.add_typer(serving.serving_app, name="serving")
     app.command("cost-at-interactivity")(cost.cost_at_interactivity_cmd)
+    from toolkit.commands.export import export_app  # issue 38
+
+    app.add_typer(export_app, name="export")
     from toolkit.commands import sweep  # issue 12
 
     app.command("sweep")(sweep.sweep_cmd)
