@@ -50,6 +50,23 @@ SECONDS = {"median_tpot", "median_ttft", "p90_ttft", "p99_ttft", "median_e2el", 
            "median_itl"}
 
 
+#: Meanings of the columns many tables share, where the schema has no comment beside them.
+COMMON = {
+    "run_id": "the run's key: a fingerprint of its normalised config",
+    "trace": "name of the request, selection or lookup trace",
+    "request_id": "0-based position of the request in its trace file",
+    "hardware": "accelerator spec name (toolkit hardware list)",
+    "model": "model spec name (toolkit models list)",
+    "policy": "cache eviction policy",
+    "config_json": "the run's full config as canonical JSON",
+    "toolkit_version": "toolkit version that wrote the row",
+    "elapsed_s": "wall time of the run",
+    "requests": "requests in the run",
+    "prompt_tokens": "prompt (input) tokens",
+    "output_tokens": "output tokens",
+}
+
+
 def unit_of(column: str) -> str:
     if column in SECONDS:
         return "seconds"
@@ -122,7 +139,7 @@ def readme(store: Store, rows: dict[str, int]) -> str:
         out += [f"{n:,} rows.", "", "| column | type | nullable | unit | meaning |",
                 "| --- | --- | --- | --- | --- |"]
         for f in schema.TABLES[t]:
-            meaning = notes.get(f.name, "").replace("|", "\\|")
+            meaning = notes.get(f.name, COMMON.get(f.name, "")).replace("|", "\\|")
             out.append(f"| `{f.name}` | {_type(f.type)} | {'yes' if f.nullable else 'no'} | "
                        f"{unit_of(f.name)} | {meaning} |")
     return "\n".join(out) + "\n"
@@ -149,7 +166,7 @@ def export_store(store: Store, out: str | Path, *, replace: bool = False,
         for t in sorted(schema.TABLES):
             target = schema.TABLES[t]
             sql = f'SELECT * FROM "{t}"'  # a table name of toolkit.schema, not user input
-            reader = store.con.sql(sql).fetch_record_batch(BATCH_ROWS)
+            reader = store.con.sql(sql).to_arrow_reader(BATCH_ROWS)
             n = 0
             with pq.ParquetWriter(tmp / f"{t}.parquet", target) as w:
                 for batch in reader:
