@@ -202,6 +202,16 @@ def classify(rec: dict) -> str | None:
     return None
 
 
+def _finite(v: object) -> bool:
+    """A JSON number a float64 holds (an integer of 400 digits is not one)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def _num(rec: dict, key: str, where: _Where, at: int, *, required: bool = False,
          positive: bool = False) -> float | None:
     v = rec.get(key)
@@ -209,7 +219,7 @@ def _num(rec: dict, key: str, where: _Where, at: int, *, required: bool = False,
         if required:
             raise where.err(at, key, "missing")
         return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+    if not _finite(v):
         raise where.err(at, key, f"expected a finite number, got {v!r}"[:120])
     if v < 0 or (positive and v == 0):
         raise where.err(at, key, f"must be {'> 0' if positive else '>= 0'}, got {v}")
@@ -252,8 +262,7 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
     p90_ttft = ms("p90_ttft_ms")
     ttfts = rec.get("ttfts")
     if p90_ttft is None and isinstance(ttfts, list) and ttfts and all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            for x in ttfts):
+            _finite(x) and x >= 0 for x in ttfts):
         p90_ttft = float(np.percentile(np.asarray(ttfts, np.float64), 90))
     conc = rec.get("max_concurrency")
     if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
@@ -326,8 +335,7 @@ def _cast_rows(rows: list[dict], where: _Where) -> pl.DataFrame:
             if dtype == INT and (isinstance(v, bool) or not isinstance(v, int)
                                  or not -(1 << 63) <= v < 1 << 63):
                 raise where.err(r["source_row"], c, f"expected an integer, got {v!r}"[:120])
-            if dtype == FLOAT and (isinstance(v, bool) or not isinstance(v, int | float)
-                                   or not math.isfinite(float(v))):
+            if dtype == FLOAT and not _finite(v):
                 raise where.err(r["source_row"], c, f"expected a finite number, got {v!r}"
                                 [:120])
     df = pl.DataFrame([pl.Series(c, data[c], dtype=t, strict=False)
@@ -429,7 +437,7 @@ def _timeline(path: Path, trace: str, rec: dict) -> pa.Table:
     ids = np.arange(n)
     if isinstance(starts, list) and len(starts) == n:
         for i, x in enumerate(starts):
-            if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            if not _finite(x):
                 raise where.err(at, f"start_times[{i}]", f"expected a time in s, got {x!r}")
         t = np.asarray(starts, np.float64)
         ids = np.argsort(t, kind="stable")
