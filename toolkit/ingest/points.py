@@ -305,12 +305,13 @@ def _from_frame(df: pl.DataFrame, where: _Where) -> pl.DataFrame:
     """A frame with InferenceX columns (strings or typed; or the renamed layout)."""
     renames = {old: new for old, new in RENAMED.items()
                if old in df.columns and new not in df.columns}
+    given = df.columns
     df = df.rename(renames)
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise where.err(None, missing[0], f"missing column; need InferenceX columns "
                         f"{list(REQUIRED)} (and hardware, framework, conc, ...); the table "
-                        f"has {df.columns[:15]}")
+                        f"has {given[:15]}{' ...' if len(given) > 15 else ''}")
     if "source_format" not in df.columns:
         df = df.with_columns(pl.lit("inferencex").alias("source_format"))
     if "source_row" not in df.columns:
