@@ -146,8 +146,8 @@ def _counter(name: str, times: np.ndarray, values: np.ndarray) -> list[dict]:
     order = np.argsort(times, kind="stable")
     t, v = times[order], values[order]
     last = np.append(t[1:] != t[:-1], True)
-    return [{"name": name, "ph": "C", "pid": PID, "tid": 0, "ts": float(a) * US,
-             "args": {"value": float(b)}} for a, b in zip(t[last], v[last], strict=True)]
+    return [{"name": name, "ph": "C", "pid": PID, "tid": 0, "ts": a * US, "args": {"value": b}}
+            for a, b in zip(t[last].tolist(), v[last].astype(np.float64).tolist(), strict=True)]
 
 
 def tier_trace(store: Store, run_id: str) -> dict[str, Any]:
@@ -213,6 +213,14 @@ def tier_trace(store: Store, run_id: str) -> dict[str, Any]:
     }
 
 
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_perfetto(store: Store, run_id: str, out: str | Path) -> dict[str, Any]:
     """Write :func:`tier_trace` to ``out`` (``.json``, or ``.json.gz`` compressed) atomically;
     returns a summary (path, events, slices per name)."""
@@ -232,6 +240,7 @@ def write_perfetto(store: Store, run_id: str, out: str | Path) -> dict[str, Any]
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary name only
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -177,6 +177,9 @@ def export_store(store: Store, out: str | Path, *, replace: bool = False,
             if progress is not None:
                 progress(t, n)
         (tmp / "README.md").write_text(readme(store, rows))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o777 & ~mask)  # mkdtemp's 0700 is for the temporary name only
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
