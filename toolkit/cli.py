@@ -76,13 +76,15 @@ def _make_ingest_command(fmt: str, description: str) -> None:
 
 
 def _register_ingest_commands() -> None:
+    from toolkit.commands import ingest
     from toolkit.commands.timelines import COMMANDS
     from toolkit.ingest import readers
 
+    commands = {**COMMANDS, **ingest.COMMANDS}
     for fmt in readers.names():
         reader = readers.get(fmt)
-        if fmt in COMMANDS:  # formats with options of their own
-            ingest_app.command(fmt)(COMMANDS[fmt])
+        if fmt in commands:  # formats with options of their own
+            ingest_app.command(fmt)(commands[fmt])
         elif reader.table == "requests":
             _make_ingest_command(fmt, reader.description)
 
@@ -335,6 +337,9 @@ def _mount_commands() -> None:
     app.add_typer(cost.cost_app, name="cost")
     app.add_typer(serving.serving_app, name="serving")
     app.command("cost-at-interactivity")(cost.cost_at_interactivity_cmd)
+    from toolkit.commands.export import export_app  # issue 38
+
+    app.add_typer(export_app, name="export")
     from toolkit.commands import sweep  # issue 12
 
     app.command("sweep")(sweep.sweep_cmd)

@@ -410,6 +410,32 @@ SERVING_FRONTS = pa.schema([
     pa.field("config_json", pa.string(), nullable=False),
 ])
 
+#: Measured serving points in InferenceX's columns and units (``toolkit ingest points``:
+#: InferenceX exports, sglang.bench_serving and vllm bench serve results; docs/ingest.md).
+#: Latencies in seconds, throughputs in tokens/s per GPU, interactivity = 1000 / TPOT_ms.
+MEASURED_POINTS = pa.schema([
+    pa.field("name", pa.string(), nullable=False),  # the ingest name (the key)
+    pa.field("source", pa.string(), nullable=False),  # file it was read from
+    pa.field("source_format", pa.string(), nullable=False),  # inferencex | sglang-bench | ...
+    pa.field("source_row", pa.int64(), nullable=False),  # 1-based row / line in the file
+    *[pa.field(c, t, nullable=c not in ("tput_per_gpu", "median_intvty")) for c, t in (
+        ("hardware", pa.string()), ("framework", pa.string()), ("model", pa.string()),
+        ("precision", pa.string()), ("spec_method", pa.string()), ("disagg", pa.bool_()),
+        ("is_multinode", pa.bool_()), ("isl", pa.int64()), ("osl", pa.int64()),
+        ("conc", pa.int64()), ("num_prefill_gpu", pa.int64()), ("num_decode_gpu", pa.int64()),
+        ("prefill_tp", pa.int64()), ("prefill_ep", pa.int64()),
+        ("prefill_dp_attention", pa.bool_()), ("decode_tp", pa.int64()),
+        ("decode_ep", pa.int64()), ("decode_dp_attention", pa.bool_()),
+        ("date", pa.string()), ("image", pa.string()), ("run_url", pa.string()),
+        ("tput_per_gpu", pa.float64()), ("output_tput_per_gpu", pa.float64()),
+        ("input_tput_per_gpu", pa.float64()), ("median_intvty", pa.float64()),
+        ("p90_intvty", pa.float64()), ("median_tpot", pa.float64()),
+        ("median_ttft", pa.float64()), ("p90_ttft", pa.float64()), ("p99_ttft", pa.float64()),
+        ("median_e2el", pa.float64()), ("p90_e2el", pa.float64()),
+        ("median_itl", pa.float64()), ("avg_power_w", pa.float64()),
+        ("joules_per_total_token", pa.float64()), ("joules_per_output_token", pa.float64()))],
+])
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -431,6 +457,7 @@ TABLES: dict[str, pa.Schema] = {
     "compare_runs": COMPARE_RUNS,
     "decode_costs": DECODE_COSTS,
     "serving_fronts": SERVING_FRONTS,
+    "measured_points": MEASURED_POINTS,
 }
 
 

@@ -131,13 +131,14 @@ def cost_cmd(
 
 
 def cost_at_interactivity_cmd(
-    measurements: Annotated[
-        Path, typer.Option("--measurements", help="CSV/Parquet: hardware, engine, concurrency, "
-                           "tput_per_gpu, median_interactivity, p90_ttft_s.")
-    ],
     interactivity: Annotated[
         float, typer.Option("--interactivity", min=0.0, help="Target tok/s/user.")
     ],
+    measurements: Annotated[
+        Path | None, typer.Option("--measurements", help="InferenceX CSV/JSON/Parquet as "
+                                  "exported (hardware, framework, conc, tput_per_gpu, "
+                                  "median_intvty, p90_ttft), or the renamed layout.")
+    ] = None,
     price_tier: Annotated[
         str, typer.Option("--price-tier", help="hyperscaler, neocloud or rental.")
     ] = "hyperscaler",
@@ -147,12 +148,25 @@ def cost_at_interactivity_cmd(
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
+    store: Annotated[Path | None, typer.Option("--store", help="Store holding "
+                                               "--measured-points.")] = None,
+    measured_points: Annotated[str | None, typer.Option(
+        "--measured-points", help="Name of a measured_points table (toolkit ingest points) "
+        "in --store, instead of --measurements.")] = None,
 ) -> None:
     """$/M tokens per (hardware, engine) at a target interactivity: Steffen spline on each
     series' throughput-vs-interactivity Pareto front, as InferenceX does."""
+    from toolkit.commands.common import cli_store, guard
     from toolkit.cost.interpolate import cost_at_interactivity, read_measurements
 
     out = Output.from_options(fmt, as_json, output)
+    if (measurements is None) == (measured_points is None) or (measured_points and not store):
+        fail("give --measurements FILE, or --store S --measured-points NAME")
+    if measured_points is not None:
+        import polars as pl
+
+        with cli_store(store) as s:
+            measurements = pl.from_arrow(guard(s.read, "measured_points", measured_points))
     try:
         df = cost_at_interactivity(read_measurements(measurements), interactivity, price_tier,
                                    max_p90_ttft_s=max_p90_ttft_s)

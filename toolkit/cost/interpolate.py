@@ -107,29 +107,57 @@ def pareto_front(interactivity: npt.ArrayLike, tput: npt.ArrayLike) -> np.ndarra
     return np.array(keep[::-1], dtype=np.int64)
 
 
-def read_measurements(path: str | Path) -> pl.DataFrame:
-    """Read measured points (CSV or Parquet) with the columns in ``MEASUREMENT_COLUMNS``.
+def read_measurements(source: str | Path | pl.DataFrame) -> pl.DataFrame:
+    """Measured points with the columns in ``MEASUREMENT_COLUMNS``, from any file
+    ``toolkit ingest points`` reads (InferenceX CSV/JSON/Parquet as exported, e.g. the
+    bundled ``dsr1_serving_points.csv``; a ``measured_points`` table; the renamed layout of
+    ``MEASUREMENT_COLUMNS``) or from such a frame.
+
+    InferenceX's ``framework``, ``conc``, ``median_intvty`` and ``p90_ttft`` (seconds)
+    become ``engine``, ``concurrency``, ``median_interactivity`` and ``p90_ttft_s``.
+    Bench results (sglang, vllm) need a GPU count and a hardware name: ingest them with
+    ``toolkit ingest points FILE --gpus N --hardware H`` and pass the stored table.
 
     Raises:
-        MeasurementError: a column is missing or a value is null/non-positive.
+        MeasurementError: unreadable file, a missing column or an unusable value (the
+            message names the file, row and column).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise MeasurementError(f"{path}: " + ("is a directory; expected a CSV or Parquet file"
-                                      if path.is_dir() else "no such file"))
+    from toolkit.errors import TraceFormatError
+    from toolkit.ingest.points import read_measured_points
+
+    if not isinstance(source, pl.DataFrame):
+        source = Path(source)
+        if not source.is_file():
+            raise MeasurementError(f"{source}: " + (
+                "is a directory; expected a CSV, JSON or Parquet file"
+                if source.is_dir() else "no such file"))
+    where = "<frame>" if isinstance(source, pl.DataFrame) else str(source)
     try:
-        df = pl.read_parquet(path) if path.suffix == ".parquet" else pl.read_csv(path)
-    except (pl.exceptions.PolarsError, OSError) as e:
-        raise MeasurementError(f"{path}: not a readable CSV/Parquet file: {e}") from None
-    return validate_measurements(df, str(path))
+        points = read_measured_points(source)
+    except TraceFormatError as e:
+        raise MeasurementError(str(e)) from None
+    return validate_measurements(points, where)
+
+
+def _measurement_layout(df: pl.DataFrame) -> pl.DataFrame:
+    """InferenceX / ``measured_points`` columns -> the ``MEASUREMENT_COLUMNS`` names."""
+    renames = {new: old for old, new in (("engine", "framework"), ("concurrency", "conc"),
+                                         ("median_interactivity", "median_intvty"),
+                                         ("p90_ttft_s", "p90_ttft"))
+               if old not in df.columns and new in df.columns}
+    return df.rename(renames)
 
 
 def validate_measurements(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFrame:
-    """Check columns and cast them to their types; the error names the file and column."""
+    """Check columns and cast them to their types; the error names the file and column.
+
+    Takes InferenceX's column names as well (see :func:`read_measurements`)."""
+    df = _measurement_layout(df)
     missing = [c for c in MEASUREMENT_COLUMNS if c not in df.columns]
     if missing:
         raise MeasurementError(
-            f"{where}: missing column(s) {missing}; need {list(MEASUREMENT_COLUMNS)}"
+            f"{where}: missing column(s) {missing}; need {list(MEASUREMENT_COLUMNS)} "
+            "or InferenceX's hardware, framework, conc, tput_per_gpu, median_intvty, p90_ttft"
         )
     df = df.select([pl.col(c).cast(t) for c, t in MEASUREMENT_COLUMNS.items()])
     for c in ("tput_per_gpu", "median_interactivity"):
@@ -137,6 +165,12 @@ def validate_measurements(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFr
         if bad.height:
             row = int(bad["row"][0]) + 1
             raise MeasurementError(f"{where}: row {row} column {c!r} must be a positive number")
+    for c in ("hardware", "engine"):
+        bad = df[c].is_null().arg_true()
+        if bad.len():
+            raise MeasurementError(f"{where}: row {int(bad[0]) + 1} column {c!r} is empty; "
+                                   "every point needs one (ingest bench results with "
+                                   "--hardware / --framework)")
     return df
 
 

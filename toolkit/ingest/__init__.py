@@ -131,6 +131,10 @@ def _register_builtins() -> None:
 
     for mod in (mooncake, azure, bailian, burstgpt, agentic, dsa_jsonl, npz, parquet, bundle):
         readers.register(mod.READER.name, mod.READER)
+    from toolkit.ingest import points, table  # any table of requests; measured points
+
+    for mod in (table, points):
+        readers.register(mod.READER.name, mod.READER)
 
 
 _register_builtins()

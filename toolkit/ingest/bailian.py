@@ -28,7 +28,8 @@ from toolkit.ingest.fields import (
     labels_table,
     requests_table,
 )
-from toolkit.ingest.sniff import extra_note, require_fields
+from toolkit.ingest.hints import bailian_fields
+from toolkit.ingest.sniff import extra_note
 
 BLOCK_TOKENS = 16
 FIELDS = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "type",
@@ -61,7 +62,7 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
     extra: set[str] = set()
     clock = MonotonicClock(path, "timestamp")
     for lineno, rec in jsonl_objects(path):
-        require_fields(rec, FIELDS, path, lineno, "bailian", extra)
+        bailian_fields(rec, FIELDS, path, lineno, extra)
         chat = _chat_id(rec["chat_id"], path, lineno, "chat_id", root_ok=False)
         if chat in seen_at:
             raise TraceFormatError(path, lineno, "chat_id",

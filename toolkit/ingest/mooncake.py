@@ -22,12 +22,12 @@ from toolkit.ingest import Reader, note
 from toolkit.ingest.fields import (
     MonotonicClock,
     as_count,
-    as_hash_list,
     as_time,
     jsonl_objects,
     requests_table,
 )
-from toolkit.ingest.sniff import extra_note, hint, looks_like, require_fields
+from toolkit.ingest.hints import mooncake_geometry, mooncake_hash_list
+from toolkit.ingest.sniff import extra_note, looks_like, require_fields
 
 BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -39,23 +39,10 @@ def blocks_for(tokens: int, block_tokens: int) -> int:
     return -(-tokens // block_tokens)
 
 
-def _geometry_hint(rec: dict, n_ids: int, tokens: int, block_tokens: int, ts: float,
+def _geometry_hint(path: Path, rec: dict, n_ids: int, tokens: int, block_tokens: int,
                    time_unit: str) -> str:
-    """Name the reader or option a row with the wrong id count fits."""
-    if tokens and block_tokens != 16 and n_ids == blocks_for(tokens, 16):
-        if looks_like(rec, not_="mooncake") == "bailian" or (
-                time_unit == "ms" and ts != int(ts)):
-            return ("; 16-token blocks and second timestamps look like the bailian format: "
-                    "use `toolkit ingest bailian`")
-        return ("; 16-token blocks look like the bailian format (`toolkit ingest bailian`) "
-                "or `--block-tokens 16`")
-    other = looks_like(rec, not_="mooncake")
-    if other:
-        return hint(other)
-    for bt in (16, 32, 64, 128, 256, 512, 1024):
-        if bt != block_tokens and tokens and n_ids == blocks_for(tokens, bt):
-            return f"; the ids fit {bt}-token blocks: pass `--block-tokens {bt}`"
-    return ""
+    """Name the reader or the flags a row with the wrong id count fits."""
+    return mooncake_geometry(path, rec, n_ids, tokens, block_tokens, time_unit)
 
 
 def read(path: Path, trace: str, *, block_tokens: int = BLOCK_TOKENS,
@@ -78,14 +65,14 @@ def read(path: Path, trace: str, *, block_tokens: int = BLOCK_TOKENS,
         ts = as_time(rec["timestamp"], path, lineno, "timestamp")
         clock.check(ts, lineno, str(rec["timestamp"]))
         n_in = as_count(rec["input_length"], path, lineno, "input_length")
-        ids = as_hash_list(rec["hash_ids"], path, lineno, "hash_ids")
+        ids = mooncake_hash_list(rec, path, lineno, block_tokens)
         want = blocks_for(n_in, block_tokens)
         if len(ids) != want:
             raise TraceFormatError(
                 path, lineno, "hash_ids",
                 f"{len(ids)} block ids for input_length {n_in}, expected {want} "
                 f"(ceil(input_length / {block_tokens}))"
-                + _geometry_hint(rec, len(ids), n_in, block_tokens, ts, time_unit))
+                + _geometry_hint(path, rec, len(ids), n_in, block_tokens, time_unit))
         arrival.append(ts)
         inp.append(n_in)
         out.append(as_count(rec["output_length"], path, lineno, "output_length"))

@@ -1,0 +1,50 @@
+"""CLI: ``toolkit export perfetto`` (a tier replay's timeline) and ``toolkit export store``
+(every table as Parquet); mounted by cli.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolkit.commands.common import StoreOpt, cli_store, guard
+
+export_app = typer.Typer(help="Export a run's timeline (Perfetto) or a whole store (Parquet).",
+                         no_args_is_help=True)
+
+
+@export_app.command("perfetto")
+def export_perfetto_cmd(
+    store: StoreOpt,
+    run: Annotated[str, typer.Option("--run", help="run_id of a tier replay (tier_runs).")],
+    out: Annotated[Path, typer.Option("--out", help="Trace-event JSON file (.json, or "
+                                      ".json.gz) for ui.perfetto.dev / chrome://tracing.")],
+) -> None:
+    """A tier replay's per-request timeline as Chrome trace-event JSON: tracks for the GPU's
+    prefill lane, host and storage tier loads; queue, prefill-wait and decode slices per
+    request; counters of running and waiting requests and host tier use (docs/formats.md)."""
+    from toolkit.export import write_perfetto
+
+    with cli_store(store) as s:
+        res = guard(write_perfetto, s, run, out)
+    slices = ", ".join(f"{n:,} {k}" for k, n in res["slices"].items())
+    typer.echo(f"wrote {res['events']:,} events ({slices}) of {run} to {res['path']}")
+
+
+@export_app.command("store")
+def export_store_cmd(
+    store: StoreOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory to write (<table>.parquet "
+                                      "and README.md).")],
+    replace: Annotated[bool, typer.Option("--replace", help="Overwrite a non-empty "
+                                          "directory.")] = False,
+) -> None:
+    """Every table of a store as one Parquet file each, with a README.md of the schemas
+    (types, units, meanings), for anyone with only DuckDB."""
+    from toolkit.export import export_store
+
+    with cli_store(store) as s:
+        res = guard(export_store, s, out, replace=replace)
+    typer.echo(f"wrote {res['tables']} tables ({res['rows']:,} rows) and README.md to "
+               f"{res['path']}")
