@@ -108,14 +108,14 @@ charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: wher
 # of idle sessions first, and the next turn finds its prefix's head on the GPU and its tail
 # on the host. The overall hit rate does not move (94.5%, set by the workload: the new
 # tokens of each turn) because write-through keeps every evicted page on the host. With the
-# default 1.59M-token pool the host share appears only at 32 users (GPU 85.3%, host 9.2%);
-# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.4% → 45.0%, host
-# 0.1% → 49.5% (SGLang semantics; 49.6% / 44.9% page-granular, section 5) against the
+# default 1.59M-token pool the host share appears only at 32 users (GPU 85.8%, host 8.7%);
+# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.3% → 51.7%, host
+# 0.2% → 42.8% (SGLang semantics; 56.9% / 37.6% page-granular, section 5) against the
 # published 90.3% → 54.8% and 6.0% → 40.3%. The parameter that matters is the ratio of concurrent
 # session contexts to the device pool (here ~8 sessions × ~60-150K tokens vs 600K), not the
 # absolute numbers; the published run's workload and pool sizes are not public. At 32 users
 # on the small pool even the host (2 × device) overflows and the overall rate collapses,
-# with p90 TTFT near 9 s: the next cliff a larger `--hicache-ratio` would move.
+# with p90 TTFT near 48 s: the next cliff a larger `--hicache-ratio` would move.
 
 # %%
 ws.sql("""
@@ -235,12 +235,13 @@ shares_both = (ws.query("tier_shares")
 charts.tier_share_bars(shares_both, "600K-token device pool: page-granular ideal (left) vs SGLang radix cache (right)")
 
 # %% [markdown]
-# **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.5% / 94.4% either
-# way). At 16 users SGLang's whole-leaf eviction costs 4.6 points of GPU share (page-granular
-# 49.6% → SGLang 45.0%) and 8.9% more evicted pages (2.39M → 2.60M): a leaf is a whole idle
-# session's tail, so evicting one to make room for a turn frees far more than the turn needs.
-# Write-through catches all of it on the host (44.9% → 49.5%), so the overall rate (94.5%)
-# and p90 TTFT (0.96 s vs 0.97 s) barely move. At 32 users the host overflows under both.
+# **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.5% and 94.3-94.4%
+# either way). At 16 users SGLang's whole-leaf eviction costs 5.2 points of GPU share
+# (page-granular 56.9% → SGLang 51.7%) and 12% more evicted pages (2.04M → 2.28M): a leaf
+# is a whole idle session's tail, so evicting one to make room for a turn frees far more
+# than the turn needs.
+# Write-through catches all of it on the host (37.6% → 42.8%), so the overall rate (94.5%)
+# and p90 TTFT (0.50 s vs 0.51 s) barely move. At 32 users the host overflows under both.
 
 # %% [markdown]
 # ## 6. Against measured agentic serving: B200, vLLM, DeepSeek-R1 (InferenceX)

@@ -17,8 +17,9 @@
 # GPL-3, `heapq.py`; SmolLM2 tokenizer) with the reference implementation's addressing
 # (`deepseek-ai/Engram` `engram_demo_v1.py`, commit `11a020e5`; deviations in
 # `toolkit/engram/hashing.py`), replays the lookups through an HBM row cache, and prices
-# the table in HBM, in host DRAM and on NVMe with the decode-step model
-# (`toolkit/cost/engram.py` lists every assumption). Every figure below is a DuckDB query
+# the table in HBM, in host DRAM and on NVMe with the serving model's decode step (specs of
+# the backbone, efficiencies fitted on InferenceX DeepSeek-R1 points; `toolkit/cost/engram.py`
+# lists every assumption). Every figure below is a DuckDB query
 # over the store's `engram_lookups`, `engram_runs` and `miss_curves` tables.
 
 # %%
@@ -150,7 +151,7 @@ charts.engram_tokens_per_usd(placements)
 # %% [markdown]
 # ## 5. The published 121 M vs 52 M tokens per dollar
 # The seeds report DRAM offload at 121 M and SSD at 52 M tokens per dollar (DeepSeek-V4.1-
-# Flash replication, configuration not stated). The decode-step model above gives the same
+# Flash replication, configuration not stated). The serving model above gives the same
 # direction (DRAM >= SSD; HBM lowest where the table costs batch) but a much smaller gap.
 # The throughput-level inversion below asks what SSD traffic the published gap implies:
 # missed rows per token, and with the measured miss ratio at 10 MB how many lookups per
@@ -178,12 +179,14 @@ pl.DataFrame(gap)
 # %% [markdown]
 # Reading: with 2 Engram layers x 2 orders x 8 heads = 32 lookups per token (the reference
 # configuration) the SSD tier costs a few percent, because a decode step at batch ~240 takes
-# ~19 ms and its Engram misses are ~1-2 ms of NVMe time. The published 2.3x needs ~36
+# ~37 ms and its Engram misses are ~3 ms of NVMe time. The published 2.3x needs ~36
 # (sync) to ~64 (fully overlapped) missed 4 KiB reads per token on GB200's 7 GB/s per GPU,
-# i.e. roughly 3-6 Engram layers at this corpus's miss ratio, or the throughput regime the
-# seeds price (121 M tokens/$ at $1.86 is 62.5 K tokens/s/GPU, total tokens, 2.5x what
-# this decode-only model gives DeepSeek-V3.2). The toolkit cannot pin the seeds'
-# configuration: the V4.1-Flash Engram layout and table size are not public to us.
+# i.e. roughly 4-7 Engram layers at this corpus's miss ratio, or the throughput regime the
+# seeds price (121 M tokens/$ at $1.86 is 62.5 K tokens/s/GPU, total tokens, ~10x the
+# ~6.5 K decode tokens/s/GPU the serving model gives DeepSeek-V3.2 here: its specs with the
+# efficiencies fitted on DeepSeek-R1, not a DeepSeek-V3.2 measurement). The toolkit cannot
+# pin the seeds' configuration: the V4.1-Flash Engram layout and table size are not public
+# to us.
 
 # %%
 ws.close()

@@ -1,5 +1,5 @@
 """Cost layer: transfer model vs published measurements, InferenceX arithmetic, Steffen
-interpolation on a Pareto front, the decode-step model, and the CLI commands."""
+interpolation on a Pareto front, and the CLI commands (the decode step: test_scenario.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from toolkit.cost import (
     cost_matrix,
     cost_ratio,
     pareto_front,
-    price_decode,
     quote,
     read_measurements,
     steffen_interpolate,
@@ -29,8 +28,6 @@ from toolkit.cost import (
     usd_per_million_tokens,
 )
 from toolkit.hardware import get_hardware
-from toolkit.models import get_model
-from toolkit.serving.step import DecodeScenario, decode_step
 from toolkit.serving.transfer import bw_eff, sm_kernel_bandwidth_bytes_per_s, transfer_path
 
 
@@ -251,58 +248,6 @@ class TestCostAtInteractivity:
         pl.DataFrame({"hardware": ["gb200"], "engine": ["x"]}).write_csv(path)
         with pytest.raises(MeasurementError, match="bad.csv.*tput_per_gpu"):
             read_measurements(path)
-
-
-class TestDecode:
-    def _sc(self, **kw):
-        base = dict(
-            model=get_model("glm-5.2"),
-            hardware=get_hardware("gb200"),
-            batch_per_gpu=1,
-            context_tokens=32_768,
-        )
-        return DecodeScenario(**(base | kw))
-
-    def test_per_term_bytes(self):
-        """Indexer reads 132 x L only on the 21 Full layers; sparse KV reads 2048 x 656."""
-        r = decode_step(self._sc())
-        t = r.totals()
-        assert t["indexer_bytes"] == 21 * 132 * 32_768
-        assert t["sparse_kv_bytes"] == 78 * 2048 * 656
-        assert t["miss_bytes"] == 0.0
-        shared = r.layers.filter(~pl.col("indexer_layer"))
-        assert shared.height == 57 and shared["indexer_bytes"].sum() == 0
-
-    def test_attention_flops(self):
-        """2 x heads x k x (576 + 512) per layer: 570 MFLOP for 128 heads."""
-        r = decode_step(self._sc(model=get_model("deepseek-v3.2")))
-        assert r.layers["attention_flops"][0] == 2 * 128 * 2048 * 1088 == 570_425_344
-
-    def test_short_context_reads_all(self):
-        """Below top-k the whole context is read."""
-        r = decode_step(self._sc(context_tokens=1000))
-        assert r.layers["sparse_kv_bytes"][0] == 1000 * 656
-
-    def test_misses_sync_vs_overlap(self):
-        """Misses through the gather kernel add time; overlap hides some of it."""
-        kw = dict(batch_per_gpu=32, misses_per_layer=512)
-        base = decode_step(self._sc(batch_per_gpu=32))
-        sync = decode_step(self._sc(**kw))
-        over = decode_step(self._sc(**kw, overlap=True))
-        path = transfer_path(get_hardware("gb200"), "sm_kernel", concurrent=True)
-        assert sync.layers["t_miss_s"][0] == pytest.approx(path.time_s(512 * 32, 656))
-        assert base.tpot_s <= over.tpot_s < sync.tpot_s
-        assert sync.tpot_s == pytest.approx(base.tpot_s + sync.totals()["t_miss_s"])
-
-    def test_derived_figures(self):
-        """interactivity = 1000 / TPOT_ms; tok/s/GPU = batch / TPOT; $/M from the price."""
-        r = decode_step(self._sc(batch_per_gpu=16))
-        assert r.interactivity_tok_s_user == pytest.approx(1000 / (r.tpot_s * 1000))
-        assert r.tokens_per_s_per_gpu == pytest.approx(16 / r.tpot_s)
-        usd = price_decode(r, get_hardware("gb200")).usd_per_million_output_tokens
-        assert usd == pytest.approx(
-            1.86 / (r.tokens_per_s_per_gpu * 3600 / 1e6)
-        )
 
 
 @pytest.fixture

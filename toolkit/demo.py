@@ -3,8 +3,10 @@
 1. Request timelines (Mooncake conversation, Azure code): ingest, LRU prefix-block replay
    over capacities, and GPU/host prefix tiers with GB200 defaults.
 2. Top-k selections (SmolLM2 recording): HiSparse device-buffer replay over buffer sizes
-   and policies, then GLM-5.2 decode cost on GB200, GB300 and MI355X.
-3. The report (``toolkit report``) to ``build/report/``: ``index.html`` with inlined JS,
+   and policies.
+3. Cost, all from the fitted serving model: its held-out error, ``cost compare`` for
+   GLM-5.2, and the HiSparse replay's misses priced on GB200, GB300 and MI355X.
+4. The report (``toolkit report``) to ``build/report/``: ``index.html`` with inlined JS,
    plus SVG and PNG of every chart.
 """
 
@@ -58,7 +60,8 @@ def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) 
     echo("Mooncake FAST'25 Table 2 reports a 40% cache ratio for this trace; see docs/prefix.md.")
     tiers = run_tiers(store, TierReplayConfig("mooncake_conversation", "gb200", "glm-5.2"))
     s = tiers.summary
-    echo(f"\nGPU/host prefix tiers, GB200 + GLM-5.2 default pools, trace arrivals: GPU hit "
+    echo(f"\nGPU/host prefix tiers, GB200 + GLM-5.2 default pools, trace arrivals, times from "
+         f"the serving model: GPU hit "
          f"{s['gpu_hit_rate']:.4f}, host hit {s['host_hit_rate']:.4f}, overall "
          f"{s['overall_hit_rate']:.4f}, p90 TTFT {s['p90_ttft_s']:.3f} s")
     for hw in HARDWARE:
@@ -69,7 +72,8 @@ def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) 
          f"{', '.join(HARDWARE)}: see the report's tier section")
 
 
-def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) -> None:
+def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
+                     ) -> tuple[str, int]:
     name, select = SELECTION_TRACE
     ingest_file(store, "bundle", traces_dir / name, name, replace=True, select=select)
     rows = load_rows(store, name)
@@ -84,44 +88,57 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
     runs = run_query(store, "selection_runs", trace=name)
     echo(str(runs.drop("trace", "indexshare")))
     glm = get_model("glm-5.2")
-    lru_2k = runs.filter((pl.col("policy") == "lru") & (pl.col("buffer_tokens") == 2 * rows.k))
     run_id = store.query(
         "SELECT run_id FROM selection_runs WHERE trace = 'smollm2' AND policy = 'lru' "
         "AND buffer_tokens = $n", {"n": 2 * rows.k}).item()
-    costs = []
-    for hw in HARDWARE:
-        for overlap in (False, True):
-            s = cost_of_replay(store, run_id, glm, get_hardware(hw), batch_per_gpu=64,
-                               overlap=overlap, miss_scale=glm.index_topk / rows.k,
-                               isl_tokens=32_768, osl_tokens=8_192).summary
-            costs.append({"hardware": hw, "overlap": overlap,
-                          "p50_tpot_ms": round(s["p50_tpot_s"] * 1e3, 2),
-                          "p99_tpot_ms": round(s["p99_tpot_s"] * 1e3, 2),
-                          "miss_share": round(s["miss_share_of_step"], 3),
-                          "tok_s_gpu": round(s["total_tokens_per_s_per_gpu"]),
-                          "usd_per_m_total": round(s["usd_per_million_total_tokens_hyperscaler"],
-                                                   4)})
-    echo(f"\nGLM-5.2 decode with HiSparse (LRU, buffer 2k, miss ratio "
-         f"{lru_2k['miss_ratio'].item():.4f} scaled to k = 2048), batch 64/GPU, 32K in / 8K "
-         "out, hyperscaler prices (model: computed from sourced specs + labelled assumptions):")
-    echo(str(pl.DataFrame(costs)))
     for hw in HARDWARE:
         for batch in DEMO_BATCHES:
             for overlap in (False, True):
                 record_replay_cost(store, DecodeCostConfig(
                     run_id, "glm-5.2", hw, batch, overlap, miss_scale=glm.index_topk / rows.k,
                     isl_tokens=32_768, osl_tokens=8_192))
+    return run_id, rows.k
 
 
-def _serving_part(store: Store, echo: Callable[[str], None]) -> None:
+def _hisparse_costs(store: Store, run_id: str, k: int, echo: Callable[[str], None]) -> None:
+    """The serving model's step with the selection replay's misses, against the same step
+    without offload: what HiSparse's host fetches cost."""
+    glm = get_model("glm-5.2")
+    miss_ratio = store.query("SELECT miss_ratio FROM selection_runs WHERE run_id = $r",
+                             {"r": run_id}).item()
+    costs = []
+    for hw in HARDWARE:
+        for mode, scale, overlap in (("no offload", 0.0, False), ("sync", 1.0, False),
+                                     ("overlapped", 1.0, True)):
+            s = cost_of_replay(store, run_id, glm, get_hardware(hw), batch_per_gpu=64,
+                               overlap=overlap, miss_scale=scale * glm.index_topk / k,
+                               isl_tokens=32_768, osl_tokens=8_192).summary
+            costs.append({"hardware": hw, "misses": mode,
+                          "p50_tpot_ms": round(s["p50_tpot_s"] * 1e3, 2),
+                          "p99_tpot_ms": round(s["p99_tpot_s"] * 1e3, 2),
+                          "miss_share": round(s["miss_share_of_step"], 3),
+                          "tok_s_gpu": round(s["total_tokens_per_s_per_gpu"]),
+                          "usd_per_m_total": round(s["usd_per_million_total_tokens_hyperscaler"],
+                                                   4)})
+    echo(f"\nThe same model with HiSparse offload: GLM-5.2 decode at the SmolLM2 replay's "
+         f"misses (LRU, buffer 2k, miss ratio {miss_ratio:.4f}, scaled to k = 2048: an "
+         "assumption), batch 64/GPU, 32K in / 8K out, hyperscaler prices; 'no offload' is the "
+         "same step without host fetches:")
+    echo(str(pl.DataFrame(costs)))
+
+
+def _serving_part(store: Store, hisparse: tuple[str, int],
+                  echo: Callable[[str], None]) -> None:
     from toolkit.cost.compare import CompareConfig, compare
     from toolkit.serving import bundled_points_path, predict, read_points
     from toolkit.serving.params import bundled_params
 
     cv = Path(str(files("toolkit.serving").joinpath("fitted", "cv")))
     errors = pl.read_csv(cv / "errors_hardware.csv")
-    echo("\nServing model vs 300 measured InferenceX DeepSeek-R1 points (SemiAnalysis "
-         "InferenceX, Apache-2.0), leave-one-hardware-out (held-out rows only):")
+    echo("\nCost: every time below (and the tier replays' service times above) comes from one "
+         "model, the serving model: model and hardware specs, efficiencies fitted on 300 "
+         "measured InferenceX DeepSeek-R1 points (SemiAnalysis InferenceX, Apache-2.0). Its "
+         "error on rows it did not see, leave-one-hardware-out:")
     echo(str(errors.select(
         "hardware", "rows",
         *[pl.col(c).round(3) for c in ("tput_per_gpu_median_err", "tput_per_gpu_spearman",
@@ -142,6 +159,7 @@ def _serving_part(store: Store, echo: Callable[[str], None]) -> None:
     echo(str(cmp.select("hardware", "engine", "interactivity", "clamped",
                         pl.col("tput_per_gpu").round(0), pl.col("usd_per_mtok_total").round(4),
                         pl.col("cost_ratio_total_vs_first").round(3), "layout")))
+    _hisparse_costs(store, *hisparse, echo)
 
 
 def run_demo(
@@ -161,8 +179,8 @@ def run_demo(
         tbl_hide_dataframe_shape=True,
     ):
         _requests_part(store, traces_dir, echo)
-        _selections_part(store, traces_dir, echo)
-        _serving_part(store, echo)
+        hisparse = _selections_part(store, traces_dir, echo)
+        _serving_part(store, hisparse, echo)
         html = write_report(store, report_dir, "KV-cache tiering on the bundled real traces")
     elapsed_s = time.perf_counter() - t0
     echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png per chart)   [{elapsed_s:.1f} s]")

@@ -208,9 +208,10 @@ def _cost(store: Store) -> Section | None:
     if not cost.height:
         return None
     pub = run_query(store, "published_costs")
-    what = {"decode": "priced selection replays (decode-step model, one row of decode_costs "
-                      "per hardware, batch and overlap)",
-            "tiers": "prefix-tier replays (one tier run per hardware and concurrency)"}
+    what = {"decode": "priced selection replays (the serving model's decode step, one row of "
+                      "decode_costs per hardware, batch and overlap)",
+            "tiers": "prefix-tier replays timed by the serving model (one tier run per "
+                     "hardware and concurrency)"}
     figs = []
     for source in sorted(set(cost["source"])):
         one = cost.filter(pl.col("source") == source)
@@ -231,8 +232,10 @@ def _cost(store: Store) -> Section | None:
         worst = exposed.sort("time_s", descending=True).row(0, named=True)
         figs.append(Figure(
             "step_time", "step_time",
-            "Mean decode-step time of each priced selection replay, split into HBM/compute "
-            "work and the miss I/O it does not hide. Most exposed I/O: "
+            "Mean decode-step time of each priced selection replay (the serving model, "
+            "efficiencies fitted on InferenceX DeepSeek-R1 points), split into the step's "
+            "work (GEMMs, attention, communication, overhead) and the miss I/O it does not "
+            "hide. Most exposed I/O: "
             f"{worst['config']}, {1e3 * worst['time_s']:.2f} of {1e3 * worst['mean_tpot_s']:.2f}"
             " ms.", ch.step_time_breakdown(steps)))
     return Section("cost", "Cost", "Prices are survey values per GPU-hour (vintage in the "

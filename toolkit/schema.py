@@ -359,8 +359,8 @@ COMPARE_RUNS = pa.schema([
     pa.field("toolkit_version", pa.string(), nullable=False),
 ])
 
-#: One row per priced selection replay: the decode-step model on one hardware at one batch
-#: (toolkit.cost.records), so cost figures are rows a report can query like any other run.
+#: One row per priced selection replay: the serving model's decode step on one hardware at one
+#: batch (toolkit.cost.records), so cost figures are rows a report can query like any other run.
 DECODE_COSTS = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),  # fingerprint of the cost config
     pa.field("selection_run_id", pa.string(), nullable=False),

@@ -280,7 +280,7 @@ class Workspace:
         return record_serving_fronts(self.store, _compare_config(model, hardware, config))
 
     def record_replay_cost(self, selection_run_id: str, **config: Any) -> dict[str, Any]:
-        """Price a stored selection replay with the decode-step model and store its
+        """Price a stored selection replay with the serving model's decode step and store its
         ``decode_costs`` row; returns the row.
 
         ``config``: the other fields of :class:`toolkit.cost.records.DecodeCostConfig`

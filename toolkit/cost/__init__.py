@@ -1,8 +1,8 @@
-"""Cost layer: $/M tokens, interpolation at a target interactivity, prices of modelled steps.
+"""Cost layer: $/M tokens, interpolation at a target interactivity, prices of replays.
 
 Reads specs (``toolkit.hardware``, ``toolkit.models``), the serving model's times and
-replay results; never replays. Times (transfer paths, decode steps) are
-:mod:`toolkit.serving`'s.
+replay results; never replays itself. Every time (decode and prefill steps, transfer paths)
+is :mod:`toolkit.serving`'s, the decode step through :mod:`toolkit.serving.scenario`.
 """
 
 from typing import Any
@@ -11,7 +11,6 @@ from typing import Any
 # config (``toolkit.cost.config``, which the CLI imports for its option defaults) does not
 # load the pricing modules, the serving model or the Engram replay's kernels.
 _LAZY = {
-    "DecodePrice": "decode", "price_decode": "decode",
     "MeasurementError": "interpolate", "cost_at_interactivity": "interpolate",
     "pareto_front": "interpolate", "read_measurements": "interpolate",
     "steffen_interpolate": "interpolate", "steffen_slopes": "interpolate",

@@ -1,8 +1,9 @@
 """Price an Engram table placement: in HBM, in host DRAM or on NVMe, behind an HBM row cache.
 
-The backbone step comes from the first-order decode-step model (:mod:`toolkit.serving.step`,
-every term sourced or labelled there; the serving model's fitted terms need a validated
-deployment row, which no Engram model has). Engram adds, per decode step:
+The backbone step comes from the serving model (:func:`toolkit.serving.scenario.decode`: the
+backbone's specs, efficiencies fitted on the bundled InferenceX DeepSeek-R1 points, one
+instance of ``gpus_per_replica`` GPUs with DP attention and expert-parallel MoE; its layers
+are taken as equal, the step model being step-level). Engram adds, per decode step:
 
 * **Capacity.** Table in HBM: each GPU holds ``table_bytes / gpus_per_replica`` (sharded
   over the replica; assumed), which comes out of the KV budget and lowers the batch.
@@ -35,7 +36,7 @@ from toolkit.cost.capacity import hbm_budget
 from toolkit.hardware import HardwareSpec, get_hardware
 from toolkit.models import ModelSpec, get_model
 from toolkit.replay.engram import EngramReplayConfig, replay_engram
-from toolkit.serving.step import DecodeScenario, decode_step
+from toolkit.serving.scenario import Deployment, decode
 from toolkit.serving.transfer import transfer_path
 from toolkit.store import Store
 
@@ -57,6 +58,7 @@ class EngramPlacement:
         hit_ratio: HBM row-cache hit ratio (measured by an Engram replay).
         table_bytes: all Engram tables of the model (assumed size; see module docstring).
         max_batch_per_gpu: batch cap (latency target; assumed 256).
+        engine: engine whose fitted serving-model terms time the backbone step.
     """
 
     model: ModelSpec
@@ -70,6 +72,7 @@ class EngramPlacement:
     context_tokens: int = 8192
     gpus_per_replica: int = 8
     max_batch_per_gpu: int = 256
+    engine: str = "sglang"
     price_tier: str = "hyperscaler"
     ssd_iops_per_gpu: float = SSD_IOPS_PER_GPU
     ssd_latency_s: float = SSD_LATENCY_S
@@ -103,22 +106,27 @@ def _fetch_s(p: EngramPlacement, backing: str, rows: float) -> float:
 
 
 def _step(p: EngramPlacement, batch: int, backing: str | None) -> dict[str, float]:
-    base = decode_step(DecodeScenario(p.model, p.hardware, batch, p.context_tokens,
-                                      gpus_per_replica=p.gpus_per_replica))
-    layer_s = base.layers["t_layer_s"].to_list()
+    dep = Deployment(p.model.name, p.hardware.name, engine=p.engine,
+                     gpus_per_instance=p.gpus_per_replica)
+    base = decode(dep, batch_per_gpu=batch, context_tokens=p.context_tokens)
+    t_step, tpot = float(base.t_step_s[0]), float(base.tpot_s[0])
+    tokens_per_step = t_step / tpot  # accepted tokens per step (1 without MTP)
+    layer_s = float(base.t_layer_s[0])
     rows = batch * p.lookups_per_token_layer * (1.0 - p.hit_ratio)
     f = _fetch_s(p, backing, rows) if backing else 0.0
-    sync = base.tpot_s + f * len(p.engram_layers)
-    # overlapped: every fetch issued at step start on one queue; layer e waits for fetch e
+    sync = (t_step + f * len(p.engram_layers)) / tokens_per_step
+    # overlapped: every fetch issued at step start on one queue; layer e waits for fetch e;
+    # the step's fixed overhead (sampling, scheduling) follows the last layer
     clock = queue = 0.0
     engram = set(p.engram_layers)
-    for i, t in enumerate(layer_s):
+    for i in range(p.model.num_layers):
         if i in engram:
             queue += f
             clock = max(clock, queue)
-        clock += t
+        clock += layer_s
+    clock = (clock + t_step - layer_s * p.model.num_layers) / tokens_per_step
     price = p.hardware.price_usd_per_gpu_hour(p.price_tier)
-    out = {"batch_per_gpu": float(batch), "base_tpot_s": base.tpot_s,
+    out = {"batch_per_gpu": float(batch), "base_tpot_s": tpot,
            "fetch_s_per_layer": f, "usd_per_gpu_hour": price}
     for name, tpot in (("sync", sync), ("overlapped", clock)):
         tps = batch / tpot if batch else 0.0

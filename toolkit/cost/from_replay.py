@@ -3,17 +3,18 @@ replay: misses per (request, step, layer) in, latency distribution, tokens/s/GPU
 $/M tokens out. :func:`price_tier_run` and :func:`run_tiers`: $/M tokens of a tier
 replay from its measured throughput.
 
-Labelled assumptions, beyond those of :mod:`toolkit.serving.step`:
+Step and prefill times are the fitted serving model's (:mod:`toolkit.serving.scenario`).
+Labelled assumptions on top:
 
 * Every request in a batch of ``batch_per_gpu`` behaves like the replayed (request, step)
-  sample: same context length, same misses per layer.
+  sample: same context length, same misses per layer (DP attention, expert-parallel MoE
+  over ``gpus_per_replica`` GPUs).
 * A trace with fewer layers than the model (e.g. a 30-layer SmolLM2 recording priced as
   78-layer GLM-5.2) maps model layer ``j`` to trace layer ``floor(j * n_trace / n_model)``,
-  keeping the depth profile of the misses.
+  keeping the depth profile of the misses; the step model takes their mean per layer.
 * Throughput counts input + output tokens (InferenceX's definition). A request costs
-  ``OSL x mean TPOT / batch`` GPU-seconds of decode plus ``2 x active params x ISL /
-  (dense FP8 FLOP/s x compute efficiency)`` GPU-seconds of prefill (linear FLOPs only;
-  prefill attention and prefix-cache hits ignored). ISL and OSL default to the trace's
+  ``OSL x mean TPOT / batch`` GPU-seconds of decode plus the serving model's prefill of
+  ``ISL`` tokens on one instance (no prefix-cache hits). ISL and OSL default to the trace's
   mean prompt length and decode steps; pass the workload's own to price a real mix.
 """
 
@@ -35,9 +36,8 @@ from toolkit.replay.tiers import (
     replay_tiers,
     save_result,
 )
-from toolkit.serving.step import DecodeScenario, decode_step
+from toolkit.serving.scenario import Deployment, decode, label, prefill
 from toolkit.serving.tier_service import TierServiceModel
-from toolkit.serving.transfer import transfer_path
 from toolkit.store import Store
 
 PRICE_TIERS = ("hyperscaler", "neocloud", "rental")
@@ -70,16 +70,17 @@ def cost_of_replay(
     *,
     batch_per_gpu: int = 32,
     overlap: bool = False,
-    mechanism: str = "sm_kernel",
+    engine: str = "sglang",
     gpus_per_replica: int = 8,
     kv_dtype: str = "fp8",
     isl_tokens: float | None = None,
     osl_tokens: float | None = None,
-    compute_efficiency: float = 0.5,
     miss_scale: float = 1.0,
 ) -> ReplayCost:
     """Price a selection replay run on ``hardware`` with ``model``'s geometry.
 
+    Every (request, step) sample becomes one point of the serving model's decode step
+    (:func:`toolkit.serving.scenario.decode`) at its context and its misses per layer.
     ``miss_scale`` multiplies every replayed miss count; pricing a small-k recording at a
     model's k (e.g. k = 64 -> 2048) with ``miss_scale = 2048 / 64`` keeps the trace's miss
     ratio per row, which is an assumption, not a measurement.
@@ -94,31 +95,25 @@ def cost_of_replay(
         "request_id", "step")
     miss = np.column_stack([wide[str(j)].fill_null(0).to_numpy() for j in range(n_t)])
     miss_m = miss[:, layer_map].astype(np.float64) * miss_scale  # [samples, model layers]
-    row_bytes = model.mla_row_bytes(kv_dtype)
-    path = transfer_path(hardware, mechanism, concurrent=True)
-    t_miss = np.asarray(path.time_s(miss_m * batch_per_gpu, row_bytes), dtype=np.float64)
-    t_miss = np.where(miss_m > 0, t_miss, 0.0)
-    # work time per layer depends on context only: one decode_step per distinct context
     seq = ctx["seq_len"].to_numpy()
-    work = {}
-    for L in np.unique(seq):
-        res = decode_step(DecodeScenario(model, hardware, batch_per_gpu, int(L),
-                                         kv_dtype=kv_dtype, gpus_per_replica=gpus_per_replica,
-                                         mechanism=mechanism))
-        work[int(L)] = np.maximum(res.layers["t_hbm_s"].to_numpy(),
-                                  res.layers["t_compute_s"].to_numpy())
-    t_work = np.stack([work[int(L)] for L in seq])
-    t_layer = np.maximum(t_work, t_miss) if overlap else t_work + t_miss
-    tpot = t_layer.sum(axis=1)
+    dep = Deployment(model.name, hardware.name, engine=engine, kv_dtype=kv_dtype,
+                     gpus_per_instance=gpus_per_replica)
+    step = decode(dep, batch_per_gpu=batch_per_gpu, context_tokens=np.maximum(seq, 2),
+                  misses_per_layer=miss_m, overlap=overlap,
+                  device_buffer_tokens=float(run["buffer_tokens"]) * miss_scale)
+    sync = step if not overlap else decode(
+        dep, batch_per_gpu=batch_per_gpu, context_tokens=np.maximum(seq, 2),
+        misses_per_layer=miss_m)
+    tpot = step.tpot_s
+    t_work = step.t_work_s
     steps = pl.DataFrame({
         "request_id": wide["request_id"], "step": wide["step"], "seq_len": seq,
-        "misses_per_layer": miss_m.mean(axis=1), "t_work_s": t_work.sum(axis=1),
-        "t_miss_s": t_miss.sum(axis=1), "tpot_s": tpot,
+        "misses_per_layer": miss_m.mean(axis=1), "t_work_s": t_work,
+        "t_miss_s": sync.t_miss_s, "t_miss_exposed_s": step.t_miss_s, "tpot_s": tpot,
     })
     layers = pl.DataFrame({
         "layer": np.arange(n_m), "trace_layer": layer_map,
-        "mean_misses": miss_m.mean(axis=0), "mean_miss_latency_s": t_miss.mean(axis=0),
-        "p99_miss_latency_s": np.percentile(t_miss, 99, axis=0),
+        "mean_misses": miss_m.mean(axis=0), "p99_misses": np.percentile(miss_m, 99, axis=0),
     })
     if isl_tokens is None:
         isl_tokens = float(store.query(
@@ -127,21 +122,21 @@ def cost_of_replay(
     if osl_tokens is None:
         osl_tokens = float(steps.group_by("request_id").len()["len"].mean())
     decode_gpu_s = osl_tokens * float(tpot.mean()) / batch_per_gpu
-    prefill_gpu_s = 2 * model.active_params * isl_tokens / (
-        hardware.dense_fp8_tflops * 1e12 * compute_efficiency)
+    prefill_gpu_s = float(prefill(dep, new_tokens=max(isl_tokens, 1.0)).gpu_s[0])
     per_request_gpu_s = decode_gpu_s + prefill_gpu_s
     out_tput = osl_tokens / per_request_gpu_s
     total_tput = (isl_tokens + osl_tokens) / per_request_gpu_s
     summary: dict[str, float | int | str | bool] = {
         "run_id": run_id, "model": model.name, "hardware": hardware.name,
-        "batch_per_gpu": batch_per_gpu, "overlap": overlap, "mechanism": mechanism,
-        "miss_scale": miss_scale,
+        "engine": engine, "batch_per_gpu": batch_per_gpu, "overlap": overlap,
+        "mechanism": "sm_kernel", "miss_scale": miss_scale, "times": label(),
+        "max_batch_per_gpu": float(step.max_batch_per_gpu.min()),
         "p50_tpot_s": float(np.percentile(tpot, 50)),
         "p90_tpot_s": float(np.percentile(tpot, 90)),
         "p99_tpot_s": float(np.percentile(tpot, 99)),
         "mean_tpot_s": float(tpot.mean()),
         "interactivity_tok_s_user": 1.0 / float(np.percentile(tpot, 50)),
-        "miss_share_of_step": float(t_miss.sum() / t_layer.sum()),
+        "miss_share_of_step": float(step.t_miss_s.sum() / step.t_step_s.sum()),
         "isl_tokens": isl_tokens, "osl_tokens": osl_tokens,
         "prefill_share_of_gpu_time": prefill_gpu_s / per_request_gpu_s,
         "output_tokens_per_s_per_gpu": out_tput,

@@ -1,7 +1,9 @@
 """Serving layer: how long things take. A step-level model of one deployment, fitted to and
-validated on measured InferenceX points; the first-order decode step (:mod:`.step`), the
-host-to-device transfer paths (:mod:`.transfer`) and the tier replay's service times
-(:mod:`.tier_service`). Reads specs and measured points; never replays and never prices.
+validated on measured InferenceX points, and the only source of step times: other layers ask
+it through :mod:`.scenario` (decode step, TPOT, tokens/s/GPU, prefill of one deployment);
+the host-to-device transfer paths (:mod:`.transfer`) and the tier replay's service times
+(:mod:`.tier_service`) live here too. Reads specs and measured points; never replays and
+never prices.
 
 ``validate`` checks a table of measured points; ``cross_validate`` (:mod:`.crossval`) judges
 the fitted model on points it did not see."""

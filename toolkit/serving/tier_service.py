@@ -1,28 +1,29 @@
-"""Service times and default capacities of the tier replay, from the hardware and model specs.
+"""Service times and default capacities of the tier replay, from the serving model.
 
-Every number comes from :mod:`toolkit.hardware`, :mod:`toolkit.models` or the serving
-step and transfer models (:mod:`toolkit.serving.step`, :mod:`toolkit.serving.transfer`);
-what is assumed on top is a field of :class:`~toolkit.replay.tiers.ServiceAssumptions`.
+Decode and prefill times come from the fitted serving model (:mod:`toolkit.serving.scenario`:
+model and hardware specs, efficiencies fitted on the bundled InferenceX DeepSeek-R1 points),
+host and storage loads from the transfer model (:mod:`toolkit.serving.transfer`); what is
+assumed on top is a field of :class:`~toolkit.replay.tiers.ServiceAssumptions`.
 :class:`TierServiceModel` hands them to :func:`toolkit.replay.tiers.replay_tiers`.
 Labelled simplifications:
 
-* **One serving instance** of ``gpus_per_replica`` GPUs with attention tensor-parallel:
-  the MLA latent row has a single head, so every GPU holds every token's KV and the KV
-  pool is one GPU's free HBM: ``hbm_usable x mem_fraction - weights / gpus``.
+* **One serving instance** of ``gpus_per_replica`` GPUs with attention and MoE
+  tensor-parallel (SGLang's TP8 DeepSeek layout, ``engine``'s fitted terms): the MLA
+  latent row has a single head, so every GPU holds every token's KV and the KV pool is one
+  GPU's free HBM: ``hbm_usable x mem_fraction - weights / gpus``.
 * **KV bytes per token** = MLA rows of all layers + indexer keys of the indexer layers
   (HiCache moves both).
-* **Prefill** of the computed (uncached) tokens runs FCFS on one prefill lane at
-  ``compute_efficiency`` of dense peak: weight GEMMs (2 x active params per token, at
-  the weight precision), sparse MLA over ``index_topk`` keys per token (BF16; applied
-  even when the context is shorter than top-k), and the indexer over the whole context
-  on indexer layers (FP8; the context of a computed token is taken as the mean of the
-  cached and the full prompt length). Split evenly over the GPUs.
+* **Prefill** of the computed (uncached) tokens runs FCFS on one prefill lane. The replay's
+  loop times it as ``n c_tok + n c_ctx (cached + prompt) / 2`` for ``n`` computed tokens;
+  both coefficients are read off the serving model's prefill time (one 8K chunk with
+  nothing cached, and after the trace's mean prompt cached: :func:`prefill_coefficients`),
+  so the chunk overheads and weight reads are spread per token.
 * **Host hits** load over the host link with the ``sm_kernel`` transfer path (all GPUs of
   a tray loading: the concurrent figure), overlapped layer by layer with the prefill
   compute (HiCache's layer-wise overlap), so prefill takes ``max(compute, host load)``.
 * **Storage hits** are read at the NVMe bandwidth per GPU before the prefill starts
   (HiCache prefetches L3 into host first), no fixed cost.
-* **Decode** time per output token is :func:`toolkit.serving.step.decode_step`'s TPOT at
+* **Decode** time per output token is the serving model's decode-only TPOT at
   ``batch = requests running when the request is admitted`` and ``context`` = the
   trace's mean prompt length, with no host misses (prefix tiers do not touch the decode
   path); one TPOT per request, fixed at admission. Prefill and decode do not slow each
@@ -40,8 +41,11 @@ import numpy as np
 from toolkit.hardware import HardwareSpec
 from toolkit.models import ModelSpec
 from toolkit.replay.tiers.config import ServiceAssumptions, ServiceTimes
-from toolkit.serving.step import DecodeScenario, decode_step
+from toolkit.serving.scenario import Deployment, decode, prefill
 from toolkit.serving.transfer import transfer_path
+
+PROBE_TOKENS = 8192.0
+"""New tokens of a prefill probe: one chunk of SGLang's default chunked prefill."""
 
 
 @dataclass(frozen=True)
@@ -83,31 +87,42 @@ def default_device_tokens(hw: HardwareSpec, model: ModelSpec, a: ServiceAssumpti
     return int(free // kv_bytes_per_token(model, a.kv_dtype))
 
 
+def deployment(hw: HardwareSpec, model: ModelSpec, a: ServiceAssumptions) -> Deployment:
+    """The one instance the tier replay times: ``a.gpus_per_replica`` GPUs, tensor-parallel
+    attention and MoE (SGLang's TP8 DeepSeek layout), ``a.engine``'s fitted terms."""
+    return Deployment(model.name, hw.name, engine=a.engine, precision=a.weight_precision,
+                      kv_dtype=a.kv_dtype, gpus_per_instance=a.gpus_per_replica,
+                      dp_attention=False, expert_parallel=False)
+
+
 def tpot_table(
     hw: HardwareSpec, model: ModelSpec, a: ServiceAssumptions, context_tokens: int, max_batch: int
 ) -> np.ndarray:
-    """TPOT for batch 0..max_batch: decode_step on a power-of-two grid, linear in between."""
+    """TPOT for batch 0..max_batch running requests of the instance: the serving model's
+    decode step on a power-of-two grid, linear in between."""
     grid = [1]
     while grid[-1] < max_batch:
         grid.append(grid[-1] * 2)
-    tp = [
-        decode_step(
-            DecodeScenario(
-                model=model,
-                hardware=hw,
-                batch_per_gpu=b,
-                context_tokens=max(1, context_tokens),
-                kv_dtype=a.kv_dtype,
-                weight_precision=a.weight_precision,
-                gpus_per_replica=a.gpus_per_replica,
-            )
-        ).tpot_s
-        for b in grid
-    ]
+    tp = decode(deployment(hw, model, a), batch_per_instance=np.asarray(grid, np.float64),
+                context_tokens=max(2, context_tokens)).tpot_s
     b = np.arange(max_batch + 1, dtype=np.float64)
     out = np.interp(b, np.asarray(grid, np.float64), np.asarray(tp))
     out[0] = out[1] if max_batch >= 1 else 0.0
     return out
+
+
+def prefill_coefficients(hw: HardwareSpec, model: ModelSpec, a: ServiceAssumptions,
+                         context_tokens: int) -> tuple[float, float]:
+    """``(s per computed token, s per computed token per context token)`` of the replay's
+    linear prefill time ``n c_tok + n c_ctx (cached + prompt) / 2``, read off the serving
+    model: one chunk of new tokens with nothing cached, and the same chunk after
+    ``context_tokens`` cached tokens (both probes are reproduced exactly)."""
+    n = PROBE_TOKENS
+    c = float(max(context_tokens, n))
+    t0, t1 = prefill(deployment(hw, model, a), new_tokens=[n, n], cached_tokens=[0.0, c]).t_s
+    per_ctx = max(float(t1 - t0), 0.0) / (n * c)
+    per_tok = float(t0) / n - per_ctx * n / 2.0
+    return per_tok, per_ctx
 
 
 def service_model(
@@ -118,18 +133,7 @@ def service_model(
     max_batch: int,
 ) -> ServiceTimes:
     """Build the coefficients for one (hardware, model, assumptions) at a mean context."""
-    g, eff = a.gpus_per_replica, a.compute_efficiency
-    w_peak = _tflops(hw, a.weight_precision)
-    attn = (
-        model.num_layers
-        * 2
-        * model.num_query_heads
-        * model.index_topk
-        * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
-    )
-    per_tok = (2 * model.active_params / w_peak + attn / _tflops(hw, "bf16")) / (g * eff)
-    idx = len(model.indexer_layers) * 2 * model.index_n_heads * model.index_head_dim
-    per_ctx = idx / _tflops(hw, "fp8") / (g * eff)
+    per_tok, per_ctx = prefill_coefficients(hw, model, a, context_tokens)
     kvb = kv_bytes_per_token(model, a.kv_dtype)
     path = transfer_path(hw, a.mechanism, concurrent=True)
     return ServiceTimes(
@@ -143,10 +147,3 @@ def service_model(
         tpot_by_batch_s=tpot_table(hw, model, a, context_tokens, max(1, max_batch)),
         context_tokens=int(context_tokens),
     )
-
-
-def _tflops(hw: HardwareSpec, precision: str) -> float:
-    value = getattr(hw, f"dense_{precision}_tflops", None)
-    if value is None:  # e.g. FP4 on Hopper: FP8 units
-        value = hw.dense_fp8_tflops
-    return float(value) * 1e12

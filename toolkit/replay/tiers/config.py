@@ -34,7 +34,7 @@ class ServiceAssumptions:
         weight_precision: fp8 | bf16 | fp4, for weight bytes and GEMM peak.
         mem_fraction: share of usable HBM for weights + KV (sglang ``mem_fraction_static``-like;
             assumed 0.9).
-        compute_efficiency: fraction of dense peak reached by prefill (assumed 0.5).
+        engine: engine whose fitted serving-model terms time the instance (``sglang``).
         mechanism: host-load transfer path (``toolkit.serving.transfer.transfer_path``).
     """
 
@@ -42,7 +42,7 @@ class ServiceAssumptions:
     kv_dtype: str = "fp8"
     weight_precision: str = "fp8"
     mem_fraction: float = 0.9
-    compute_efficiency: float = 0.5
+    engine: str = "sglang"
     mechanism: str = "sm_kernel"
 
 
