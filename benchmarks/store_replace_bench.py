@@ -2,8 +2,9 @@
 
 Synthetic rows (one ``replay_runs`` row per key, required columns filled with blanks): the
 cost measured is the store's, not a replay's. Builds a store of ``--keys`` one-row runs,
-compacts it, then ``--repeats`` times replaces one key (timed) and compacts again, and prints
-the median time of a replacement and the deepest ``.compacted`` nesting seen.
+compacts it, then replaces ``--repeats`` of its keys one by one (each rewrites the part
+without that key), and prints the median time of a replacement and the deepest
+``.compacted`` nesting of a part seen.
 
     PYTHONPATH=. python benchmarks/store_replace_bench.py --keys 1946 --repeats 20
 """
@@ -41,11 +42,11 @@ def main() -> None:
         s.compact(["replay_runs"])
         compact_s = time.perf_counter() - t0
         times, depth = [], 0
-        for j in range(args.repeats):
+        for j in range(args.repeats):  # a re-run sweep replacing runs one by one
+            key = f"r{j:05d}"
             t0 = time.perf_counter()
-            s.write("replay_runs", "r00007", run_row("r00007", j), replace=True)
+            s.write("replay_runs", key, run_row(key, -j), replace=True)
             times.append(time.perf_counter() - t0)
-            s.compact(["replay_runs"])  # back into the part, as after a re-run sweep
             depth = max(depth, *(str(p).count(".compacted") for p in
                                  (s.root / "replay_runs").rglob("*.parquet")))
         n = s.query("SELECT count(*) AS n FROM replay_runs")["n"][0]

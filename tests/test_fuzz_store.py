@@ -99,6 +99,7 @@ STORE_CASES = {
     "part-truncated": "a compacted part is cut short",
     "part-orphan": "a part that no manifest lists (a stray copy): its rows would show twice",
     "key-file-garbage": "a key file of an uncompacted table is not Parquet",
+    "run-file-garbage": "a run file that is not Parquet, met by `store compact`",
     "catalog-garbage": "`catalog.duckdb` holds garbage",
 }
 
@@ -224,6 +225,20 @@ class TestOtherDamage:
             assert not bad.exists() and s.check() == []
             assert len(list((s.root / DAMAGED_DIR / "decode_costs").iterdir())) == 1
             others_work(s, damaged="decode_costs")
+
+    def test_compaction_moves_a_garbage_run_file_aside(self, tmp_path):
+        """A run file that does not read no longer stops compaction for good: it is
+        moved to .damaged/ (noted by name) and the rest is merged."""
+        with build(tmp_path / "s") as s:
+            s.write("replay_runs", "new", rows("replay_runs", "new", 2))
+            bad = s.root / "replay_runs" / "bad.parquet"
+            bad.write_bytes(b"PAR1 garbage")
+        with toolkit.open_store(tmp_path / "s") as s:
+            assert s.compact()["replay_runs"] == 1
+            assert any(p.startswith(f"{bad}: unreadable") for p in s.problems)
+            assert not bad.exists() and s.check() == []
+            assert count(s, "replay_runs") == 20
+            others_work(s)
 
     def test_garbage_catalog_is_rebuilt(self, tmp_path):
         """The catalog is a cache of views: garbage in it is noted by name and rebuilt."""

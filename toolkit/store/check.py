@@ -73,7 +73,8 @@ class TablePlan:
     manifest: dict | None  # {"parts": ..., "bytes": ...} after the rewrites' renames
 
 
-def plan_table(store: StoreState, table: str) -> TablePlan:
+def plan_table(store: StoreState, table: str, *, key_files: bool = True) -> TablePlan:
+    """``key_files=False``: leave key files unread (compaction reads them anyway)."""
     d = store._table_dir(table)
     found: list[Finding] = []
     aside: list[str] = []
@@ -81,7 +82,7 @@ def plan_table(store: StoreState, table: str) -> TablePlan:
     for name, key, is_file in views.scan(store, table)[0]:
         files = [d / name] if is_file else sorted((d / name).rglob("*.parquet"))
         for f in files:
-            why = unreadable(f)
+            why = unreadable(f) if key_files else None
             if why:
                 found.append(Finding(f, f"unreadable Parquet file ({why})",
                                      "moved to .damaged/ (out of every view)"))
@@ -155,14 +156,15 @@ def check(store: StoreState, tables: list[str] | None = None) -> list[Finding]:
 
 
 def repair(store: StoreState, tables: list[str] | None = None, *,
-           dry_run: bool = False) -> list[Finding]:
+           dry_run: bool = False, key_files: bool = True) -> list[Finding]:
     """Fix what :func:`check` finds (see the module docstring), in one transaction;
-    ``dry_run``: only say what would be done. Returns the findings."""
+    ``dry_run``: only say what would be done; ``key_files=False``: only manifests and
+    parts. Returns the findings."""
     if dry_run:
         return check(store, tables)
     todo = tables or list(schema.TABLES)
     with store._lock(exclusive=False):  # most stores need nothing: no staging, no lock
-        if not any(plan_table(store, t).findings for t in todo):
+        if not any(plan_table(store, t, key_files=key_files).findings for t in todo):
             return []
     found: list[Finding] = []
     tx = transaction.Transaction(store)
@@ -172,7 +174,7 @@ def repair(store: StoreState, tables: list[str] | None = None, *,
             moves: list[tuple[str, str]] = []
             deletes: list[str] = []
             for table in todo:
-                plan = plan_table(store, table)
+                plan = plan_table(store, table, key_files=key_files)
                 found += plan.findings
                 for rel in plan.quarantine:
                     parts.quarantine(store, table, rel)

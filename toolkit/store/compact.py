@@ -16,7 +16,7 @@ from toolkit import schema
 from toolkit.errors import StoreError
 from toolkit.store import check, transaction, views
 from toolkit.store.layout import COMPACTABLE, KEY_RE, PART_ROWS
-from toolkit.store.parts import PartReader, read_manifest, stage_manifest, write_part
+from toolkit.store.parts import PartReader, quarantine, read_manifest, stage_manifest, write_part
 
 if TYPE_CHECKING:
     from toolkit.store.state import StoreState
@@ -30,8 +30,9 @@ def compact(store: StoreState, tables: list[str] | None = None) -> dict[str, int
     under the exclusive lock: a killed compaction changes nothing.
 
     A damaged store is repaired first (:func:`toolkit.store.check.repair`: a manifest
-    rebuilt from its parts' footers, parts or files that do not read moved aside, each
-    noted), so compaction goes on from what remains.
+    rebuilt from its parts' footers, parts that do not read dropped), and a key file
+    that does not read is moved to ``.damaged/``, each noted, so compaction goes on from
+    what remains.
 
     Returns:
         table -> number of per-run files merged.
@@ -41,8 +42,8 @@ def compact(store: StoreState, tables: list[str] | None = None) -> dict[str, int
         if t not in COMPACTABLE:
             raise StoreError(f"table {t!r} cannot be compacted (replays read its files "
                              f"directly); compactable: {', '.join(COMPACTABLE)}")
-    for finding in check.repair(store, tables):
-        store._note(str(finding))
+    for finding in check.repair(store, tables, key_files=False):  # key files: below
+        store._note(f"{finding}; {finding.fix}")
     merged: dict[str, int] = {}
     tx = transaction.Transaction(store)
     try:
@@ -84,12 +85,16 @@ def compact_table(store: StoreState, tx_dir: Path, table: str, files: dict[str, 
             if k not in files:  # else a file of the same key replaced it
                 sources.setdefault(Path(part).parent.name, {})[k] = (
                     functools.partial(from_part, part, off, n), n)
-    for k, p in files.items():
+    for k, p in list(files.items()):
         try:
             n = pq.ParquetFile(p).metadata.num_rows
             first = pq.read_table(p, columns=[col]).column(0)
         except (OSError, pa.ArrowException) as e:
-            raise StoreError(f"{p}: unreadable Parquet file, not compacted: {e}") from None
+            moved = quarantine(store, table, p.name)
+            store._note(f"{p}: unreadable Parquet file ({check.first_line(e)}); not "
+                        f"compacted, moved to {moved}")
+            del files[k]  # not deleted by the commit: it is gone from the table already
+            continue
         value = str(first[0].as_py()) if len(first) else "empty"
         part = value if KEY_RE.fullmatch(value) else "other"
         sources.setdefault(part, {})[k] = (functools.partial(
