@@ -232,11 +232,18 @@ def sql_cmd(
     list_queries: Annotated[
         bool, typer.Option("--list-queries", help="List the named queries and exit.")
     ] = False,
+    allow_write: Annotated[
+        bool, typer.Option("--allow-write", help="Also run statements that write (COPY, "
+                           "ATTACH, CREATE, SET, INSTALL/LOAD...) or touch files outside "
+                           "the store; without it the SQL is read-only.")
+    ] = False,
 ) -> None:
-    """Run SQL, or a named query, against a store (views: requests, replay_runs, ...)."""
+    """Run SQL, or a named query, against a store (views: requests, replay_runs, ...).
+    Read-only unless --allow-write; --output FILE exports the rows."""
     import duckdb
 
     from toolkit.commands.queries import list_named, run_named
+    from toolkit.store.readonly import WriteRefused
 
     if list_queries:
         typer.echo(list_named())
@@ -254,10 +261,11 @@ def sql_cmd(
             if named is not None:
                 df = run_named(s, named, param or [])
             else:
-                rel = s.con.sql(query)
-                if rel is None:  # a statement without a result (SET, CREATE on the session)
+                df = s.query(query, allow_write=allow_write)
+                if df.width == 0:  # a statement without a result (SET, CREATE, COPY)
                     return
-                df = rel.pl()
+        except WriteRefused as e:
+            fail(str(e))
         except duckdb.Error as e:
             fail(str(e).splitlines()[0], code=1)
     out.emit(df)

@@ -313,9 +313,13 @@ class Workspace:
 
         return run_query(self.store, name, **params)
 
-    def sql(self, text: str, params: dict[str, object] | None = None) -> pl.DataFrame:
-        """Run DuckDB SQL over the store's tables; pass values as ``params`` (``$name``)."""
-        return self.store.query(text, params)
+    def sql(self, text: str, params: dict[str, object] | None = None, *,
+            allow_write: bool = False) -> pl.DataFrame:
+        """Run DuckDB SQL over the store's tables; pass values as ``params`` (``$name``).
+        Read-only unless ``allow_write``: a statement that writes (COPY, ATTACH, CREATE,
+        SET, ...) or a file outside the store is refused with
+        :class:`toolkit.store.readonly.WriteRefused`."""
+        return self.store.query(text, params, allow_write=allow_write)
 
 
 def _compare_config(model: str, hardware: Sequence[str], config: dict[str, Any]

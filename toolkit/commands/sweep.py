@@ -1,5 +1,6 @@
-"""CLI: ``toolkit sweep`` and ``toolkit store compact``; thin layers over
-:func:`toolkit.sweep.run` and :meth:`toolkit.store.Store.compact`."""
+"""CLI: ``toolkit sweep`` and ``toolkit store compact|check|repair``; thin layers over
+:func:`toolkit.sweep.run` and :meth:`toolkit.store.Store.compact`, ``check`` and
+``repair``."""
 
 from __future__ import annotations
 
@@ -90,3 +91,48 @@ def compact_cmd(
             typer.echo(f"{t}: merged {n} file(s)")
     else:
         out.emit([{"table": t, "files_merged": n} for t, n in res.items()])
+
+
+@store_app.command("check")
+def check_cmd(
+    store: StoreOpt,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Report what in the store cannot be read, one line per file (exit 1 if anything;
+    changes nothing). toolkit store repair fixes it."""
+    out = Output.from_options(fmt, as_json, output)
+    with cli_store(store) as s:
+        found = guard(s.check)
+    _report(out, found, "ok: nothing damaged", "problem")
+    if found:
+        raise typer.Exit(1)
+
+
+@store_app.command("repair")
+def repair_cmd(
+    store: StoreOpt,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be done; "
+                                          "change nothing.")] = False,
+    fmt: FormatOpt = None,
+    as_json: JsonOpt = False,
+    output: OutputOpt = None,
+) -> None:
+    """Fix what toolkit store check reports: damaged files are moved to .damaged/ (never
+    deleted), a damaged manifest is rebuilt from its parts, lost runs are dropped from it
+    (a sweep makes them again). One line per file."""
+    out = Output.from_options(fmt, as_json, output)
+    with cli_store(store) as s:
+        found = guard(s.repair, dry_run=dry_run)
+    _report(out, found, "ok: nothing to repair", "would fix" if dry_run else "fixed")
+
+
+def _report(out: Output, found: list, none: str, verb: str) -> None:
+    if out.fmt == "table" and out.path is None:
+        for f in found:
+            typer.echo(f"{f}" if verb == "problem" else f"{verb}: {f}; {f.fix}")
+        if not found:
+            typer.echo(none)
+        return
+    out.emit([{"path": str(f.path), "problem": f.problem, "fix": f.fix} for f in found])

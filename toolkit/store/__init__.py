@@ -7,6 +7,8 @@ Layout of a store directory::
     replay_runs/<run>.parquet one file per replay run, keyed by its config fingerprint
     .staging/tx-<id>/         a write in progress: its files, then a COMMIT marker
     .staging/one-<id>.<table>.<key>.parquet   a lone small write in progress
+    <run table>/.compacted/   compacted parts and their manifest (see ``parts``)
+    .damaged/<table>/         files ``toolkit store repair`` moved out of the views
 
 Only this package knows that layout. Every write is a transaction: all its files (a trace
 and its metadata, a run summary and its per-row results) are written completely under
@@ -27,6 +29,7 @@ from toolkit.store.layout import (
     COMMIT_MARKER,
     COMPACT_DIR,
     COMPACTABLE,
+    DAMAGED_DIR,
     KEY_MAX_CHARS,
     MANIFEST_FILE,
     OLD_PREFIX,
@@ -36,11 +39,12 @@ from toolkit.store.layout import (
     check_key,
 )
 from toolkit.store.parquet.sink import ParquetSink, parquet_options, row_group_rows, sink_schema
+from toolkit.store.readonly import WriteRefused
 from toolkit.store.trash import drain_trash
 
 __all__ = [
-    "CACHE_DIR", "CATALOG_FILE", "COMMIT_MARKER", "COMPACTABLE", "COMPACT_DIR",
+    "CACHE_DIR", "CATALOG_FILE", "COMMIT_MARKER", "COMPACTABLE", "COMPACT_DIR", "DAMAGED_DIR",
     "KEY_MAX_CHARS", "MANIFEST_FILE", "OLD_PREFIX", "STAGING_DIR", "STALE_STAGING_S",
     "ParquetSink", "Store", "bounded_key", "check_key", "drain_trash", "kept", "open_store",
-    "parquet_options", "row_group_rows", "sink_schema",
+    "WriteRefused", "parquet_options", "row_group_rows", "sink_schema",
 ]

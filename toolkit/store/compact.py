@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 
 from toolkit import schema
 from toolkit.errors import StoreError
-from toolkit.store import transaction, views
+from toolkit.store import check, transaction, views
 from toolkit.store.layout import COMPACTABLE, KEY_RE, PART_ROWS
-from toolkit.store.parts import manifest, read_compacted, stage_manifest, write_part
+from toolkit.store.parts import PartReader, quarantine, read_manifest, stage_manifest, write_part
 
 if TYPE_CHECKING:
     from toolkit.store.state import StoreState
@@ -29,6 +29,11 @@ def compact(store: StoreState, tables: list[str] | None = None) -> dict[str, int
     rows and every key stays readable, replaceable and deletable. One transaction
     under the exclusive lock: a killed compaction changes nothing.
 
+    A damaged store is repaired first (:func:`toolkit.store.check.repair`: a manifest
+    rebuilt from its parts' footers, parts that do not read dropped), and a key file
+    that does not read is moved to ``.damaged/``, each noted, so compaction goes on from
+    what remains.
+
     Returns:
         table -> number of per-run files merged.
     """
@@ -37,6 +42,8 @@ def compact(store: StoreState, tables: list[str] | None = None) -> dict[str, int
         if t not in COMPACTABLE:
             raise StoreError(f"table {t!r} cannot be compacted (replays read its files "
                              f"directly); compactable: {', '.join(COMPACTABLE)}")
+    for finding in check.repair(store, tables, key_files=False):  # key files: below
+        store._note(f"{finding}; {finding.fix}")
     merged: dict[str, int] = {}
     tx = transaction.Transaction(store)
     try:
@@ -46,11 +53,10 @@ def compact(store: StoreState, tables: list[str] | None = None) -> dict[str, int
             deletes: list[str] = []
             for table in tables:
                 files = {k: p for k, p in views.entries(store, table).items() if p.is_file()}
-                old = manifest(store, table)
                 if not files:
                     merged[table] = 0
                     continue
-                m, d = compact_table(store, tx.dir, table, files, old)
+                m, d = compact_table(store, tx.dir, table, files, read_manifest(store, table))
                 moves += m
                 deletes += d
                 merged[table] = len(files)
@@ -63,26 +69,38 @@ def compact(store: StoreState, tables: list[str] | None = None) -> dict[str, int
 
 
 def compact_table(store: StoreState, tx_dir: Path, table: str, files: dict[str, Path],
-                  old: dict[str, list[list]]) -> tuple[list[tuple[str, str]], list[str]]:
+                  old: dict) -> tuple[list[tuple[str, str]], list[str]]:
     col = "sweep_id" if table == "sweeps" else "trace"
     # partition -> key -> (loader, rows)
     sources: dict[str, dict[str, tuple[Callable[[], pa.Table], int]]] = {}
-    for part, keys in old.items():
-        for k, _, n in keys:
+    readers: dict[str, PartReader] = {}
+
+    def from_part(part: str, off: int, n: int) -> pa.Table:
+        if part not in readers:  # each old part opened once, its groups read once
+            readers[part] = PartReader(store._table_dir(table) / part)
+        return readers[part].rows(off, n)
+
+    for part, keys in old["parts"].items():
+        for k, off, n in keys:
             if k not in files:  # else a file of the same key replaced it
                 sources.setdefault(Path(part).parent.name, {})[k] = (
-                    functools.partial(read_compacted, store, table, k), n)
-    for k, p in files.items():
+                    functools.partial(from_part, part, off, n), n)
+    for k, p in list(files.items()):
         try:
             n = pq.ParquetFile(p).metadata.num_rows
             first = pq.read_table(p, columns=[col]).column(0)
         except (OSError, pa.ArrowException) as e:
-            raise StoreError(f"{p}: unreadable Parquet file, not compacted: {e}") from None
+            moved = quarantine(store, table, p.name)
+            store._note(f"{p}: unreadable Parquet file ({check.first_line(e)}); not "
+                        f"compacted, moved to {moved}")
+            del files[k]  # not deleted by the commit: it is gone from the table already
+            continue
         value = str(first[0].as_py()) if len(first) else "empty"
         part = value if KEY_RE.fullmatch(value) else "other"
         sources.setdefault(part, {})[k] = (functools.partial(
             pq.read_table, p, schema=schema.TABLES[table]), n)
     parts: dict[str, list[list]] = {}
+    sizes: dict[str, int] = {}
     moves = []
     for partition in sorted(sources):
         src = sources[partition]
@@ -95,10 +113,10 @@ def compact_table(store: StoreState, tx_dir: Path, table: str, files: dict[str, 
             batches[-1].append(k)
             rows += src[k][1]
         for batch in batches:
-            name, entries = write_part(store, tx_dir, table, partition,
-                                       ((k, src[k][0]()) for k in batch))
-            parts[name] = entries
+            name, entries, nbytes = write_part(tx_dir, table, partition,
+                                               ((k, src[k][0]()) for k in batch))
+            parts[name], sizes[name] = entries, nbytes
             moves.append((f"{table}/{name}", f"{table}/{name}"))
-    moves.append(stage_manifest(store, tx_dir, table, parts))
-    deletes = [f"{table}/{p}" for p in old] + [f"{table}/{k}.parquet" for k in files]
+    moves.insert(0, stage_manifest(tx_dir, table, parts, sizes))
+    deletes = [f"{table}/{p}" for p in old["parts"]] + [f"{table}/{k}.parquet" for k in files]
     return moves, deletes

@@ -25,8 +25,16 @@ import pyarrow.parquet as pq
 from toolkit import schema
 from toolkit.errors import StoreError
 from toolkit.runtime.progress import turned_off
-from toolkit.store import compact, parts, transaction, trash, views
-from toolkit.store.layout import CACHE_DIR, COMPACT_DIR, MANIFEST_FILE, SMALL_WRITE_BYTES, check_key
+from toolkit.store import check, compact, parts, readonly, transaction, trash, views
+from toolkit.store.layout import (
+    CACHE_DIR,
+    COMPACT_DIR,
+    COMPACTABLE,
+    MANIFEST_FILE,
+    SMALL_WRITE_BYTES,
+    STAGING_DIR,
+    check_key,
+)
 from toolkit.store.parquet.row import encode_row
 from toolkit.store.parquet.sink import (
     FAST_CODEC_TABLES,
@@ -66,15 +74,24 @@ class Store:
         self._table_index = {t: i for i, t in enumerate(schema.TABLES)}
         self._manifests = {t: os.path.join(d, COMPACT_DIR, MANIFEST_FILE)
                            for t, d in zip(schema.TABLES, self._dir_names, strict=True)}
+        self._manifest_cache: dict[str, tuple] = {}
+        self._sig_names = [*self._dir_names, *(os.path.join(self._dir_names[i], COMPACT_DIR)
+                                               for i, t in enumerate(schema.TABLES)
+                                               if t in COMPACTABLE),
+                           str(self.root / STAGING_DIR)]
+        self._sig_tables = [*schema.TABLES, *(t for t in schema.TABLES if t in COMPACTABLE), ""]
         self._tx: transaction.Transaction | None = None
         self._seen: tuple[int, ...] | None = None
         self._tried: dict[str, str] = {}  # table -> view statement last attempted
         self._made: dict[str, str] = {}  # table -> view statement in force
         self._catalog_ddl: list[str] | None = None  # the view statements last on disk
         self._con: duckdb.DuckDBPyConnection | None = duckdb.connect()
+        self._open_con: duckdb.DuckDBPyConnection | None = None  # for allow_write
+        self._open_made: dict[str, str] = {}
         if turned_off():  # DuckDB draws its own bar in a notebook for a query over ~2 s,
             # so an executed notebook's outputs would depend on the machine's speed
             self._con.execute("SET enable_progress_bar = false")
+        readonly.confine(self._con, self.root)
         transaction.recover(self)
         views.refresh_views(self)
 
@@ -87,40 +104,118 @@ class Store:
 
     def close(self) -> None:
         trash.drain_trash()  # replaced files this process still has to unlink
+        if self._open_con is not None:
+            self._open_con.close()
+            self._open_con = None
         if self._con is not None:
             self._con.close()
             self._con = None
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
+        """The store's DuckDB connection: its views, reading only files inside the store
+        (see :mod:`toolkit.store.readonly`)."""
         if self._con is None:
             raise StoreError(f"store {self.root} is closed")
         if self._tx is None and views.signature(self) != self._seen:
+            # another process changed the store: if it died inside a commit, complete
+            # that first, so no query sees the files it replaced next to their
+            # replacements (a compaction's parts and the per-run files they merged)
+            transaction.complete_dead_commits(self)
             views.refresh_views(self, set())  # the tables whose directories changed
         return self._con
 
     # -- reading --------------------------------------------------------------------
-    def query(self, sql: str, params: dict[str, object] | None = None) -> pl.DataFrame:
+    def query(self, sql: str, params: dict[str, object] | None = None, *,
+              allow_write: bool = False) -> pl.DataFrame:
         """Run DuckDB SQL against the store's views and return a Polars frame.
 
         Pass values (names, run ids) as ``params`` (``$name`` in the SQL), never by
-        formatting them into the text.
-        """
-        return self.con.sql(sql, params=params).pl()
+        formatting them into the text. Read-only unless ``allow_write``: statements
+        other than queries, and any file outside the store, are refused
+        (:mod:`toolkit.store.readonly`). The query runs under the store's shared lock,
+        so it never sees half of another process's commit (a compaction's new parts
+        next to the files they replace).
 
-    def query_arrow(self, sql: str, params: dict[str, object] | None = None) -> pa.Table:
+        Raises:
+            readonly.WriteRefused: a statement that writes, or reads outside the store.
+        """
+        rel = self._run(sql, params, allow_write, lambda r: r.pl())
+        return pl.DataFrame() if rel is None else rel
+
+    def query_arrow(self, sql: str, params: dict[str, object] | None = None, *,
+                    allow_write: bool = False) -> pa.Table:
         """Like :meth:`query` but returns an Arrow table (keeps exact Arrow types)."""
-        return self.con.sql(sql, params=params).to_arrow_table()
+        t = self._run(sql, params, allow_write, lambda r: r.to_arrow_table())
+        return pa.table({}) if t is None else t
+
+    def _run(self, sql: str, params: dict[str, object] | None, allow_write: bool,
+             fetch: Callable[[duckdb.DuckDBPyRelation], T]) -> T | None:
+        if allow_write:
+            con = self._writable_con()
+        else:
+            readonly.check_statements(sql)
+            con = self.con
+        with self._lock(exclusive=False):
+            try:
+                rel = con.sql(sql, params=params)
+                return None if rel is None else fetch(rel)
+            except duckdb.Error as e:
+                if not allow_write:
+                    readonly.refused_by_duckdb(e)
+                raise
+
+    def _writable_con(self) -> duckdb.DuckDBPyConnection:
+        """A second connection with the same views and DuckDB's defaults (files
+        anywhere, any statement), for ``allow_write``."""
+        self.con  # noqa: B018 - brings the views up to date
+        if self._open_con is None:
+            self._open_con, self._open_made = duckdb.connect(), {}
+            if turned_off():
+                self._open_con.execute("SET enable_progress_bar = false")
+        for t, stmt in self._made.items():
+            if self._open_made.get(t) != stmt:
+                self._open_con.execute(stmt)
+                self._open_made[t] = stmt
+        return self._open_con
+
+    def check(self, tables: list[str] | None = None) -> list[check.Finding]:
+        """What in the store cannot be read, one finding per file; changes nothing
+        (``toolkit store check``; see :mod:`toolkit.store.check`)."""
+        return check.check(self, tables)
+
+    def repair(self, tables: list[str] | None = None, *,
+               dry_run: bool = False) -> list[check.Finding]:
+        """Fix what :meth:`check` finds, losing nothing that still reads (``toolkit store
+        repair``); ``dry_run`` only says what it would do."""
+        return check.repair(self, tables, dry_run=dry_run)
 
     def tables(self) -> list[str]:
         """Names of the views a query can use."""
         return sorted(schema.TABLES)
 
     def keys(self, table: str) -> list[str]:
-        """Keys (trace names, run ids) present in ``table``; invalid names are left out
-        and noted in :attr:`problems`."""
-        return sorted({key for _, key, _ in views.scan(self, table)[0]}
-                      | set(parts.compacted(self, table)))
+        """Keys (trace names, run ids) present in ``table`` whose rows can be read:
+        invalid names, keys in a compacted part that is missing or truncated, and (while
+        the table's manifest is damaged) keys of compacted parts are left out, each noted
+        in :attr:`problems` by file name. A sweep makes what is left out again."""
+        if self._tx is None and views.signature(self) != self._seen:
+            transaction.complete_dead_commits(self)  # another process died in a commit
+        keys = {key for _, key, _ in views.scan(self, table)[0]}
+        if table not in COMPACTABLE:
+            return sorted(keys)
+        try:
+            doc = parts.read_manifest(self, table)
+        except parts.ManifestError as e:
+            self._note(str(e))
+            return sorted(keys)
+        damaged = parts.damaged_parts(self, table, doc)
+        for part, why in damaged.items():
+            self._note(f"{self._table_dir(table) / part}: compacted part {why}; its "
+                       f"{len(doc['parts'][part])} key(s) are left out (toolkit store "
+                       f"repair --store {self.root})")
+        return sorted(keys | {k for part, entries in doc["parts"].items()
+                              if part not in damaged for k, _, _ in entries})
 
     def traces(self) -> list[str]:
         """Names of the ingested request timelines."""

@@ -26,6 +26,10 @@ STALE_STAGING_S = 300.0
 #: manifest mapping each key to its rows (see :meth:`toolkit.store.Store.compact`).
 COMPACT_DIR = ".compacted"
 MANIFEST_FILE = "manifest.json"
+#: Where ``toolkit store repair`` (and a rewrite that meets one) moves a damaged file: a
+#: part that does not read, a key file that is not Parquet. Out of every view; the
+#: toolkit never deletes it.
+DAMAGED_DIR = ".damaged"
 #: Tables whose keys are runs; compaction merges them. Input tables (traces) stay one
 #: file per key, since replays read those files directly.
 COMPACTABLE = ("replay_runs", "selection_runs", "selection_replay", "tier_runs",

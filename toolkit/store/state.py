@@ -24,8 +24,11 @@ class StoreState(Protocol):
     _made: dict[str, str]  # table -> view statement in force
     _catalog_ddl: list[str] | None  # the view statements last written to the catalog
     _dir_names: list[str]
+    _sig_names: list[str]  # the directories whose times tell that the store changed
+    _sig_tables: list[str]  # the table each of those belongs to ('' for staging)
     _table_index: dict[str, int]
     _manifests: dict[str, str]  # table -> path of its compacted parts' manifest
+    _manifest_cache: dict[str, tuple]  # table -> (file stamp, manifest, key map)
 
     def _table_dir(self, table: str) -> Path: ...
 

@@ -256,3 +256,29 @@ def recover_entry(store: StoreState, entry: Path, now: float) -> None:
         else:
             entry.unlink(missing_ok=True)
         store._note(f"removed stale {entry.relative_to(store.root)}")
+
+
+def dead_commit(store: StoreState) -> bool:
+    """Whether staging holds a committed transaction whose writer died before finishing
+    it (its marker there, its directory unlocked): until someone completes it, a table
+    may show both the files it replaced and their replacements."""
+    staging = store.root / STAGING_DIR
+    try:
+        with os.scandir(staging) as it:
+            txs = [e.path for e in it if e.name.startswith("tx-")]
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    for tx in txs:
+        try:
+            if os.path.exists(os.path.join(tx, COMMIT_MARKER)) and not locked(Path(tx)):
+                return True
+        except FileNotFoundError:  # finished meanwhile
+            continue
+    return False
+
+
+def complete_dead_commits(store: StoreState) -> None:
+    """Complete what :func:`dead_commit` finds, so an open store never queries half of
+    another process's commit (reopening is not needed)."""
+    if dead_commit(store):
+        recover(store)

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import os
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ import pyarrow.parquet as pq
 
 from toolkit import schema
 from toolkit.store import parts
-from toolkit.store.layout import CATALOG_FILE, COMPACTABLE, KEY_RE
+from toolkit.store.layout import CATALOG_FILE, COMPACT_DIR, COMPACTABLE, KEY_RE
 
 if TYPE_CHECKING:
     from toolkit.store.state import StoreState
@@ -115,11 +116,14 @@ def entries(store: StoreState, table: str) -> dict[str, Path]:
 
 
 def signature(store: StoreState) -> tuple[int, ...]:
+    """The times of every table directory, then of each run table's compacted directory
+    and of the staging directory: a compaction (which may leave a table directory's own
+    time alone) and a commit that another process left half done both show."""
     sig = []
-    for d in store._dir_names:  # strings: a Path per table was half of this
+    for d in store._sig_names:  # strings: a Path per table was half of this
         try:
             sig.append(os.stat(d).st_mtime_ns)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             sig.append(0)
     return tuple(sig)
 
@@ -149,7 +153,14 @@ def view(store: StoreState, table: str) -> tuple[str, Callable[[], list[Path]]]:
     """
     d = store._table_dir(table)
     valid, strangers = scan(store, table)
-    compacted = list(parts.manifest(store, table)) if table in COMPACTABLE else []
+    compacted: list[str] = []
+    if table in COMPACTABLE:
+        try:
+            compacted = list(parts.manifest(store, table))
+        except parts.ManifestError as e:  # the parts on disk still read by glob
+            store._note(str(e))
+            compacted = sorted(p.relative_to(d).as_posix()
+                               for p in (d / COMPACT_DIR).rglob("*.parquet"))
 
     def files() -> list[Path]:
         out: list[Path] = []
@@ -205,8 +216,8 @@ def refresh_views(store: StoreState, touched: set[str] | None = None) -> None:
         if touched is None or store._seen is None or len(store._made) < len(schema.TABLES):
             todo = set(schema.TABLES)
         else:
-            todo = touched | {t for t, a, b in zip(schema.TABLES, seen, store._seen,
-                                                   strict=True) if a != b}
+            todo = touched | {t for t, a, b in zip(store._sig_tables, seen, store._seen,
+                                                   strict=True) if a != b and t}
             for i, t in enumerate(schema.TABLES):
                 if t in touched and moved_glob(store, t, seen[i]):
                     # our own write into a table read by glob leaves its view as it
@@ -240,26 +251,41 @@ def glob_view(store: StoreState, table: str) -> str:
 
 def write_catalog(store: StoreState, ddl: list[str]) -> None:
     """Rewrite ``catalog.duckdb`` only when its views would change, so commands that
-    change nothing leave the store byte-identical."""
+    change nothing leave the store byte-identical. The catalog is a cache of views: one
+    that does not open (garbage, truncated, another program's file) is rebuilt from the
+    Parquet files and noted. A new catalog is written beside it and renamed over it, so
+    a reader (the DuckDB CLI) never sees half of one."""
     if ddl == store._catalog_ddl:  # the same statements (mostly the same objects):
         return  # no hash of every view's text after each write (0.2-0.3 ms)
     sha = hashlib.sha256("\n".join(ddl).encode()).hexdigest()
     path = store.root / CATALOG_FILE
-    # The on-disk catalog is a convenience for `duckdb store/catalog.duckdb`; if
-    # another process holds it, our in-memory views still work.
-    with contextlib.suppress(duckdb.Error):
-        if path.exists():
+    if path.exists():
+        try:
             with duckdb.connect(str(path), read_only=True) as cat:
                 row = cat.execute("SELECT sha FROM toolkit_catalog").fetchone()
             if row and row[0] == sha:
                 store._catalog_ddl = list(ddl)
                 return
+        except duckdb.CatalogException:  # a DuckDB file without our table: rewrite it
+            pass
+        except duckdb.Error as e:
+            if "conflicting lock" in str(e).lower() or "could not set lock" in str(e).lower():
+                # held by another process (the DuckDB CLI writing to it): our in-memory
+                return  # views still work, and a later command rewrites it
+            store._note(f"{path}: not a catalog DuckDB can open ({str(e).splitlines()[0][:80]}); "
+                        "rebuilt from the Parquet files")
+    tmp = store.root / f".{CATALOG_FILE}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        with duckdb.connect(str(path)) as cat:
+        with duckdb.connect(str(tmp)) as cat:
             for stmt in ddl:
                 cat.execute(stmt)
             cat.execute("CREATE OR REPLACE TABLE toolkit_catalog AS SELECT $sha AS sha",
                         {"sha": sha})
+        os.replace(tmp, path)
         store._catalog_ddl = list(ddl)
-    except duckdb.Error:
+    except (duckdb.Error, OSError):  # e.g. a read-only store: the views still work
         pass
+    finally:
+        for leftover in (tmp, Path(f"{tmp}.wal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()

@@ -80,7 +80,7 @@ class NamedQuery:
         for t in self.bundled:
             con.register(t, _bundled_table(t))
         try:
-            return con.sql(sql, params=args).pl() if args else store.query(sql)
+            return store.query(sql, args or None)  # read-only, under the shared store lock
         finally:
             for t in self.bundled:
                 con.unregister(t)

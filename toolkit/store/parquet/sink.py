@@ -196,6 +196,12 @@ class ParquetSink:
         else:
             self._writer.write_table(data, row_group_size=group)
 
+    def add_metadata(self, metadata: dict[bytes, bytes]) -> None:
+        """Key-value pairs for the file's footer (before :meth:`close`)."""
+        if self._writer is None:
+            raise ValueError("footer metadata needs the Arrow writer (dictionary_strings=False)")
+        self._writer.add_key_value_metadata(metadata)
+
     def close(self, *, flush: bool = True) -> None:
         """Write what is held (unless ``flush`` is false: the file is being discarded)
         and finish the file."""

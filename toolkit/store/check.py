@@ -1,0 +1,204 @@
+"""``toolkit store check`` and ``repair``: find what in a store cannot be read, one line per
+file, and fix it without losing anything that still reads.
+
+What is looked at, per table: every key file's Parquet footer; for a run table, its
+manifest (JSON and shape), each listed part (there, of the size the manifest recorded,
+or a footer that reads when no size was recorded), parts on disk that no manifest lists
+(their rows would show twice in queries) and keys held both by a file and by a part.
+
+What repair does: a file that does not read is moved to ``.damaged/<table>/`` (never
+deleted); a listed part that is missing or does not read is dropped from the manifest
+with its keys (their runs are gone: a sweep makes them again); a damaged manifest is
+rebuilt from its parts' footers, which list their keys (a part without such a footer is
+moved aside, its keys unknown); an unlisted part is adopted the same way; a key both in
+a file and in a part keeps the file. All of it is one transaction under the store lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from toolkit import schema
+from toolkit.errors import StoreError
+from toolkit.store import parts, transaction, views
+from toolkit.store.layout import COMPACT_DIR, COMPACTABLE
+
+if TYPE_CHECKING:
+    from toolkit.store.state import StoreState
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: the file, what is wrong with it, and what repair does about it."""
+
+    path: Path
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+def first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:120]
+
+
+def unreadable(path: Path) -> str | None:
+    try:
+        pq.read_metadata(path)
+        return None
+    except (OSError, pa.ArrowException) as e:
+        return first_line(e)
+
+
+def part_files(store: StoreState, table: str) -> list[str]:
+    """Every Parquet file under ``table``'s compacted directory, relative to the table."""
+    d = store._table_dir(table)
+    return sorted(p.relative_to(d).as_posix() for p in (d / COMPACT_DIR).rglob("*.parquet"))
+
+
+@dataclass
+class TablePlan:
+    """What repair does to one table: files to move aside, parts to rewrite without some
+    keys, and the manifest to write (None: leave it)."""
+
+    findings: list[Finding]
+    quarantine: list[str]  # paths relative to the table
+    rewrite: dict[str, list[list]]  # part -> entries to keep (the rest dropped)
+    manifest: dict | None  # {"parts": ..., "bytes": ...} after the rewrites' renames
+
+
+def plan_table(store: StoreState, table: str, *, key_files: bool = True) -> TablePlan:
+    """``key_files=False``: leave key files unread (compaction reads them anyway)."""
+    d = store._table_dir(table)
+    found: list[Finding] = []
+    aside: list[str] = []
+    file_keys: set[str] = set()
+    for name, key, is_file in views.scan(store, table)[0]:
+        files = [d / name] if is_file else sorted((d / name).rglob("*.parquet"))
+        for f in files:
+            why = unreadable(f) if key_files else None
+            if why:
+                found.append(Finding(f, f"unreadable Parquet file ({why})",
+                                     "moved to .damaged/ (out of every view)"))
+                aside.append(f.relative_to(d).as_posix())
+            elif is_file:
+                file_keys.add(key)
+    if table not in COMPACTABLE:
+        return TablePlan(found, aside, {}, None)
+    mpath = parts.manifest_path(store, table)
+    try:
+        doc = parts.read_manifest(store, table)
+        rebuilt = False
+    except parts.ManifestError as e:
+        doc, rebuilt = {"parts": {}, "bytes": {}}, True
+        reason = str(e).split(": damaged manifest (", 1)[-1].rsplit("); the table", 1)[0]
+        found.append(Finding(mpath, f"damaged manifest ({reason})",
+                             "rebuilt from the footers of the parts on disk"))
+    keep: dict[str, list[list]] = {}
+    sizes: dict[str, int] = {}
+    rewrite: dict[str, list[list]] = {}
+    taken = set(file_keys)
+    for part, entries in doc["parts"].items():
+        why = parts.part_problem(store, table, part, entries, doc["bytes"].get(part))
+        if why:
+            keys = [e[0] for e in entries]
+            found.append(Finding(d / part, f"compacted part {why}; its {len(keys)} key(s) "
+                                 f"are lost ({', '.join(keys[:5])}"
+                                 f"{', ...' if len(keys) > 5 else ''})",
+                                 "dropped from the manifest (a sweep makes those runs again)"
+                                 + ("; moved to .damaged/" if why != "missing" else "")))
+            if why != "missing":
+                aside.append(part)
+            continue
+        keep[part] = entries
+        size = doc["bytes"].get(part)
+        sizes[part] = size if size is not None else (d / part).stat().st_size
+    for part in part_files(store, table):
+        if part in keep or part in aside:
+            continue
+        entries = parts.footer_entries(d / part) if parts.PART_RE.fullmatch(part) else None
+        if entries is None:
+            found.append(Finding(d / part, "compacted part in no manifest (its rows show "
+                                 "twice or its keys are unknown)",
+                                 "moved to .damaged/: its footer does not list its keys"))
+            aside.append(part)
+            continue
+        if not rebuilt:
+            found.append(Finding(d / part, "compacted part in no manifest (its rows show "
+                                 "in queries but its keys do not)",
+                                 f"adopted: its footer lists {len(entries)} key(s)"))
+        keep[part] = entries
+        sizes[part] = (d / part).stat().st_size
+    for part in sorted(keep):  # a key in a file and in a part: the file wins
+        entries = keep[part]
+        dup = [e[0] for e in entries if e[0] in taken]
+        taken.update(e[0] for e in entries)
+        if dup:
+            found.append(Finding(d / part, f"holds {len(dup)} key(s) that another file or "
+                                 f"part also holds ({', '.join(dup[:5])}): their rows show "
+                                 "twice", "rewritten without them"))
+            rewrite[part] = [e for e in entries if e[0] not in dup]
+    changed = rebuilt or keep != doc["parts"] or rewrite
+    new_doc = {"parts": keep, "bytes": sizes} if found and changed else None
+    return TablePlan(found, aside, rewrite, new_doc)
+
+
+def check(store: StoreState, tables: list[str] | None = None) -> list[Finding]:
+    """Every problem found in ``tables`` (None: all), one per file; changes nothing."""
+    with store._lock(exclusive=False):
+        return [f for t in (tables or list(schema.TABLES)) for f in plan_table(store, t).findings]
+
+
+def repair(store: StoreState, tables: list[str] | None = None, *,
+           dry_run: bool = False, key_files: bool = True) -> list[Finding]:
+    """Fix what :func:`check` finds (see the module docstring), in one transaction;
+    ``dry_run``: only say what would be done; ``key_files=False``: only manifests and
+    parts. Returns the findings."""
+    if dry_run:
+        return check(store, tables)
+    todo = tables or list(schema.TABLES)
+    with store._lock(exclusive=False):  # most stores need nothing: no staging, no lock
+        if not any(plan_table(store, t, key_files=key_files).findings for t in todo):
+            return []
+    found: list[Finding] = []
+    tx = transaction.Transaction(store)
+    try:
+        with store._lock(exclusive=True):
+            transaction.recover_locked(store, skip=tx.dir.name)
+            moves: list[tuple[str, str]] = []
+            deletes: list[str] = []
+            for table in todo:
+                plan = plan_table(store, table, key_files=key_files)
+                found += plan.findings
+                for rel in plan.quarantine:
+                    parts.quarantine(store, table, rel)
+                if plan.manifest is None:
+                    continue
+                doc = plan.manifest
+                for part, entries in plan.rewrite.items():
+                    kept = [e for e in doc["parts"].pop(part) if e in entries]
+                    doc["bytes"].pop(part, None)
+                    deletes.append(f"{table}/{part}")
+                    if not kept:
+                        continue
+                    new, new_entries, nbytes = parts.copy_part(
+                        tx.dir, table, parts.partition_of(part),
+                        store._table_dir(table) / part, kept)
+                    doc["parts"][new], doc["bytes"][new] = new_entries, nbytes
+                    moves.append((f"{table}/{new}", f"{table}/{new}"))
+                moves.insert(0, parts.stage_manifest(tx.dir, table, doc["parts"], doc["bytes"]))
+            if moves or deletes:
+                tx.commit_ops(moves, deletes)
+    except (OSError, pa.ArrowException) as e:
+        raise StoreError(f"{store.root}: repair stopped, nothing changed but files moved "
+                         f"to .damaged/: {first_line(e)}") from None
+    finally:
+        tx.close()
+        views.refresh_views(store)
+    return found
