@@ -91,3 +91,14 @@ class TestLazyCommands:
         """A mistyped command still fails with click's usage error."""
         res = _cli("replayy")
         assert res.returncode == 2 and "No such command" in res.stderr
+
+
+def test_concurrent_first_lookups_see_every_policy():
+    """Replay threads that look policies up for the first time at once all find them
+    (the built-ins load once, under a lock)."""
+    out = _python(
+        "import threading\nfrom toolkit.policies import policies\nfound = []\n"
+        "def look(name):\n    found.append(policies.get(name).name)\n"
+        "ts = [threading.Thread(target=look, args=(n,)) for n in ['lru', 'arc', 'fifo', 'opt'] * 4]\n"
+        "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(found))")
+    assert out.strip() == "16"

@@ -421,6 +421,9 @@ def _mount_commands() -> None:
 
     app.command("sweep")(sweep.sweep_cmd)
     app.add_typer(sweep.store_app, name="store")
+    from toolkit.commands import warmup
+
+    app.command("warm-up")(warmup.warm_up_cmd)
 
 
 def _defer_commands() -> None:

@@ -10,6 +10,7 @@ policies start. Third parties register through the ``toolkit.policies`` entry po
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -86,13 +87,26 @@ class _PolicyRegistry(Registry["CachePolicy"]):
 
     def __init__(self) -> None:
         super().__init__("policy", entry_point_group="toolkit.policies")
-        self._builtins_loaded = False
+        self._builtins_loaded = self._loading = False
+        self._lock = threading.RLock()
         self._third_party: set[str] | None = None
 
     def _load_builtins(self) -> None:
-        if not self._builtins_loaded:
+        if self._builtins_loaded:
+            return
+        with self._lock:  # replay threads may look a policy up at the same moment
+            if self._builtins_loaded or self._loading:
+                return  # loaded meanwhile, or a kernel module's import looks one up
+            self._loading = True
+            try:
+                _register_builtins(self)
+            except BaseException:
+                for name in BUILTIN_NAMES:
+                    self._items.pop(name, None)
+                raise
+            finally:
+                self._loading = False
             self._builtins_loaded = True
-            _register_builtins(self)
 
     def _load_entry_points(self) -> None:
         self._load_builtins()
