@@ -99,6 +99,7 @@ def test_concurrent_first_lookups_see_every_policy():
     out = _python(
         "import threading\nfrom toolkit.policies import policies\nfound = []\n"
         "def look(name):\n    found.append(policies.get(name).name)\n"
-        "ts = [threading.Thread(target=look, args=(n,)) for n in ['lru', 'arc', 'fifo', 'opt'] * 4]\n"
+        "names = ['lru', 'arc', 'fifo', 'opt'] * 4\n"
+        "ts = [threading.Thread(target=look, args=(n,)) for n in names]\n"
         "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(found))")
     assert out.strip() == "16"
