@@ -299,14 +299,18 @@ def policy_miss_curve(
         keys = check_keys(st.keys, st.n_keys)
         seg = as_segments(st.segments, keys.size)
         sk, sseg = sample_stream(keys, seg, threshold, salt, base)
+        n_keys = st.n_keys
+        if sk.size < keys.size:  # a mini cache's arrays follow the sample's keys, not all
+            uniq, inv = np.unique(sk, return_inverse=True)
+            sk, n_keys = inv.astype(np.int32), max(int(uniq.size), 1)
         total += keys.size
         sampled += sk.size
         if lru_pass:
             top = int(minis.max(initial=0))
-            misses += lru_miss_curve(sk, st.n_keys, top, sseg, n_workers)[minis]
+            misses += lru_miss_curve(sk, n_keys, top, sseg, n_workers)[minis]
         else:
             def one(c: int, sk: np.ndarray = sk, sseg: np.ndarray = sseg,
-                    n_keys: int = st.n_keys) -> int:
+                    n_keys: int = n_keys) -> int:
                 return sim.simulate(sk, n_keys, c, sseg).miss_count
 
             misses += np.array(thread_map(one, [int(c) for c in minis], n_workers),
