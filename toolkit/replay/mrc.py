@@ -282,7 +282,7 @@ def policy_miss_curve(
         workers: threads over sizes for the per-size replays.
     """
     from toolkit.policies import policies
-    from toolkit.replay.shards import HASH_SPACE, mini_capacity, sample_stream
+    from toolkit.replay.shards import HASH_SPACE, dense_keys, mini_capacity, sample_stream
 
     sizes = np.asarray(list(sizes), dtype=np.int64)
     if sizes.size and sizes.min() < 0:
@@ -300,9 +300,8 @@ def policy_miss_curve(
         seg = as_segments(st.segments, keys.size)
         sk, sseg = sample_stream(keys, seg, threshold, salt, base)
         n_keys = st.n_keys
-        if sk.size < keys.size:  # a mini cache's arrays follow the sample's keys, not all
-            uniq, inv = np.unique(sk, return_inverse=True)
-            sk, n_keys = inv.astype(np.int32), max(int(uniq.size), 1)
+        if sk.size < keys.size:
+            sk, n_keys = dense_keys(sk, n_keys)
         total += keys.size
         sampled += sk.size
         if lru_pass:

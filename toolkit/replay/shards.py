@@ -122,3 +122,25 @@ def sample_stream(keys: np.ndarray, segments: np.ndarray, threshold: int, salt: 
 def mini_capacity(capacity: int, rate: float) -> int:
     """A cache of ``capacity`` slots, scaled to the sampled stream (at least one slot)."""
     return 0 if capacity <= 0 else max(1, round(capacity * rate))
+
+
+@nb.njit(cache=True, nogil=True)
+def _dense(keys, n_keys):  # pragma: no cover - compiled
+    """Renumber keys 0.. in order of first appearance: (keys as int32, distinct count)."""
+    ids = np.full(n_keys, -1, dtype=np.int32)
+    out = np.empty(keys.shape[0], dtype=np.int32)
+    m = 0
+    for i in range(keys.shape[0]):
+        k = keys[i]
+        if ids[k] < 0:
+            ids[k] = m
+            m += 1
+        out[i] = ids[k]
+    return out, m
+
+
+def dense_keys(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, int]:
+    """A sample's keys renumbered densely, so a mini cache's arrays follow the sample's
+    keys, not the whole key space (policies compare keys only for equality)."""
+    out, m = _dense(keys, int(n_keys))
+    return out, max(int(m), 1)
