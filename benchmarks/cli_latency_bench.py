@@ -15,13 +15,16 @@ layers, 32K-token prompt: 16.8M accesses in HiSparse mode at 4,096 slots, LRU).
   compiled; once, it takes minutes on a loaded machine; ``--no-cold`` skips it).
 
 CLI figures are wall times of ``python -m toolkit.cli`` subprocesses (median of
-``--runs``). Run: ``.venv/bin/python benchmarks/cli_latency_bench.py``.
+``--runs``) and that run's CPU seconds: on a machine other processes load, wall time
+stretches with the load while CPU time stays close to what a quiet machine needs.
+Run: ``.venv/bin/python benchmarks/cli_latency_bench.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,12 +39,20 @@ def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+CPU: dict[float, float] = {}  # wall -> CPU seconds of that subprocess
+
+
 def cli_wall(args: list[str], env: dict[str, str] | None = None) -> float:
+    """Wall seconds of one ``python -m toolkit.cli ARGS``; its CPU seconds (user + system,
+    which load from other processes barely changes) are kept in ``CPU``."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "toolkit.cli", *args], capture_output=True,
                          text=True, cwd=ROOT, env={**os.environ, "TOOLKIT_PROGRESS": "0",
                                                    **(env or {})})
     dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[dt] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     if res.returncode != 0:
         raise SystemExit(f"toolkit {' '.join(args)} failed: {res.stderr.strip()}")
     return dt
@@ -49,8 +60,8 @@ def cli_wall(args: list[str], env: dict[str, str] | None = None) -> float:
 
 def median_wall(args: list[str], runs: int, env: dict[str, str] | None = None
                 ) -> tuple[float, str]:
-    walls = [cli_wall(args, env) for _ in range(runs)]
-    return statistics.median(walls), load()
+    walls = sorted(cli_wall(args, env) for _ in range(runs))
+    return walls[len(walls) // 2], load()
 
 
 def main() -> None:
@@ -111,13 +122,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="numba-cold-") as cold:
             rows.append(("CLI replay, empty numba cache (cold)",
                          cli_wall(replay, {"NUMBA_CACHE_DIR": cold}), load()))
-    print("\n| what | wall (s) | / in-process replay | load (1/5/15 min) |")
-    print("|---|---|---|---|")
-    print(f"| in-process replay, 1 worker | {base:.3f} | 1.00 | {inproc[1][1]} |")
+    print("\n| what | wall (s) | / in-process replay | CPU (s) | load (1/5/15 min) |")
+    print("|---|---|---|---|---|")
+    print(f"| in-process replay, 1 worker | {base:.3f} | 1.00 | | {inproc[1][1]} |")
     print(f"| in-process replay, 2 workers | {inproc[2][0]:.3f} | {inproc[2][0] / base:.2f} "
-          f"({base / inproc[2][0]:.2f}x faster) | {inproc[2][1]} |")
+          f"({base / inproc[2][0]:.2f}x faster) | | {inproc[2][1]} |")
     for label, wall, ld in rows:
-        print(f"| {label} | {wall:.2f} | {wall / base:.1f} | {ld} |")
+        print(f"| {label} | {wall:.2f} | {wall / base:.1f} | {CPU.get(wall, 0):.2f} | {ld} |")
 
 
 if __name__ == "__main__":
