@@ -118,8 +118,8 @@ def warm_up_cmd(
     t0 = time.perf_counter()
     total = 0
     with tempfile.TemporaryDirectory(prefix="toolkit-warm-up-") as scratch:
-        # the demo shares the store's kernels with every other item: it goes first, alone
-        # on one process, while the second compiles what only the replays use
+        # the demo is the longest item: it starts first, and the other process works
+        # through the replays meanwhile (both compile the store's kernels they share)
         order = sorted(TASKS, key=lambda t: t != "demo")
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
             futures = [pool.submit(_run_task, t, scratch, str(traces)) for t in order]
