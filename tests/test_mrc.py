@@ -177,3 +177,37 @@ def test_sample_is_a_subsequence(raw, threshold, salt):
     sk, _ = sample_stream(keys, seg, threshold, salt)
     kept = set(sk.tolist())
     assert sk.tolist() == [k for k in raw if k in kept]
+
+
+class TestCli:
+    def _run(self, store, *args):
+        import json
+
+        from typer.testing import CliRunner
+
+        from toolkit.cli import app
+
+        res = CliRunner().invoke(app, ["replay", "mrc", "--store", str(store.root), "--trace",
+                                       "conv", "--kind", "prefix", "--max-capacity", "4096",
+                                       *args])
+        return res, (json.loads(res.stdout) if res.exit_code == 0 else None)
+
+    def test_policy_at_rate_one_is_the_replay(self, mooncake_store):
+        """`replay mrc --policy fifo --sample-rate 1 --json`: one row per printed size with
+        the FIFO replay's misses, method `exact`."""
+        from toolkit.replay.prefix import load_stream
+
+        res, rows = self._run(mooncake_store, "--policy", "fifo", "--sample-rate", "1",
+                              "--json")
+        assert res.exit_code == 0, res.output
+        s = load_stream(mooncake_store, "conv")
+        assert [r["capacity"] for r in rows] == [0] + [1 << i for i in range(13)]
+        for r in rows[-3:]:
+            assert r["method"] == "exact" and r["policy"] == "fifo"
+            assert r["misses"] == policies.get("fifo").simulate(
+                s.keys, s.n_keys, r["capacity"]).miss_count
+
+    def test_sampling_options_exclusive(self, mooncake_store):
+        """Both sampling options: a one-line error, exit 2."""
+        res, _ = self._run(mooncake_store, "--sample-rate", "0.1", "--sample-keys", "100")
+        assert res.exit_code == 2 and "not both" in res.stderr

@@ -71,7 +71,7 @@ class TestLazyCommands:
         res = _cli("--help")
         assert res.returncode == 0, res.stderr
         for name in ("sql", "demo", "ingest", "replay", "synth", "record", "hardware",
-                     "cost", "serving", "sweep", "store", "cost-at-interactivity"):
+                     "cost", "serving", "sweep", "store", "cost-at-interactivity", "warm-up"):
             assert f" {name} " in res.stdout, name
 
     @pytest.mark.parametrize("path,shown", [
@@ -79,6 +79,7 @@ class TestLazyCommands:
         (["ingest", "--help"], ["mooncake", "selections"]),
         (["sql", "--help"], ["--list-queries"]),
         (["replay", "mrc", "--help"], ["--policy", "--sample-rate", "--sample-keys"]),
+        (["warm-up", "--help"], ["--workers", "--traces"]),
     ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
     def test_subcommand_help(self, path, shown):
         """A group or command's --help shows commands from cli.py and the modules alike."""
