@@ -71,15 +71,19 @@ def main() -> None:
     ap.add_argument("--no-cold", action="store_true")
     args = ap.parse_args()
 
+    from toolkit.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as the CLI does
+    with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp:
+        run(args, Path(tmp) / "store")
+
+
+def run(args: argparse.Namespace, root: Path) -> None:
     from toolkit.replay.config import SelectionReplayConfig
     from toolkit.replay.selections import replay_selections
-    from toolkit.runtime import keep_freed_memory
     from toolkit.store import open_store
     from toolkit.synth.selections import SyntheticSelectionConfig, generate
 
-    keep_freed_memory()  # as the CLI does
-    tmp = Path(tempfile.mkdtemp(prefix="cli-latency-"))
-    root = tmp / "store"
     syn = SyntheticSelectionConfig(requests=4, prompt_tokens=32_768, steps=256, layers=8,
                                    k=2048, seed=1)
     cfg = SelectionReplayConfig("syn", "lru", 4096, mode="hisparse")

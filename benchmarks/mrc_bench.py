@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -74,7 +75,7 @@ def selection_stream() -> tuple[list[Stream], int]:
     from toolkit.ingest import ingest_file
     from toolkit.store import open_store
 
-    tmp = Path(tempfile.mkdtemp(prefix="mrc-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"mrc-bench-{os.getpid()}-"))
     with open_store(tmp / "store") as store:
         ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "sm",
                     select="smollm2-softmax-sum")
@@ -176,7 +177,7 @@ def main() -> None:
     print("| stream | policy | method, rate | exact 20 sizes (s) | ours (s) | speed-up | MAE "
           "| libCacheSim sampler: MAE / speed-up | load (1/5/15 min) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    tmp = Path(tempfile.mkdtemp(prefix="mrc-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"mrc-bench-{os.getpid()}-"))
     keys, n_keys = mooncake_stream()
     np.save(tmp / "mooncake.npy", keys.astype(np.int32))
     header = npy_header(tmp / "mooncake.npy")
@@ -199,4 +200,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:  # the scratch stores and .npy copies of the streams
+        for d in Path(tempfile.gettempdir()).glob(f"mrc-bench-{os.getpid()}-*"):
+            shutil.rmtree(d, ignore_errors=True)
