@@ -45,7 +45,7 @@ class Lab:
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="fuzz38-"))
-        self.store = toolkit.open_store(self.dir / "store")
+        self.store = toolkit.open_store(self.dir / "store", create=True)
         seed = self.dir / "seed.csv"
         seed.write_text("t,i,o\n0,5,1\n")
         ingest_file(self.store, "table", seed, "kept", time_col="t", input_tokens_col="i",

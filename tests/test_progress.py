@@ -117,17 +117,31 @@ class TestStatus:
 
 
 class TestCompileNotice:
-    def test_first_compile_is_announced_once(self, capsys):
-        """A compile (numba's event; cache loads raise none) prints the notice once, and
-        how many kernels and seconds it took at the end."""
+    def test_first_compile_is_announced_once(self, capsys, tmp_path, monkeypatch):
+        """A compile (numba's event; cache loads raise none) names the kernel, and how many
+        kernels and seconds it took at the end; a kernel announced once (its marker next
+        to numba's cache) is compiled quietly later, as in a new process."""
         import numba
 
+        monkeypatch.setattr(prog, "_marker_dir", lambda: tmp_path)
+
+        def add_one(x):
+            return x + 1
+
         with prog.compile_notice(True):
-            numba.njit(lambda x: x + 1)(1)
+            numba.njit(add_one)(1)
             numba.njit(lambda x: x * 3)(1)
         err = capsys.readouterr().err.splitlines()
-        assert err[0] == "compiling kernels (first run only; cached for later runs)..."
-        assert err[1].startswith("compiled 2 kernel(s) in ") and len(err) == 2
+        assert err[0] == (f"compiling kernel {__name__}.TestCompileNotice."
+                          "test_first_compile_is_announced_once.<locals>.add_one "
+                          "(first use; cached for later runs)...")
+        assert "<lambda> (first use" in err[1]
+        assert err[2].startswith("compiled 2 kernel(s) in ") and len(err) == 3
+        with prog.compile_notice(True):
+            numba.njit(add_one)(2)  # compiles again (no cache), announced before
+            numba.njit(add_one)(2.5)  # new argument types: a new kernel
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 2 and "add_one" in err[0] and err[1].startswith("compiled 2 ")
 
     def test_nothing_when_already_compiled_or_off(self, capsys):
         """No compile, no notice; enabled=False never listens."""

@@ -362,7 +362,7 @@ def tier_run(tmp_path_factory):
     head = root / "c400.jsonl"
     with open(MOONCAKE) as f:
         head.write_text("".join(next(f) for _ in range(400)))
-    store = toolkit.open_store(root / "store")
+    store = toolkit.open_store(root / "store", create=True)
     ingest_file(store, "mooncake", head, "c400")
     cfg = TierReplayConfig("c400", concurrency=8, device_tokens=4000, host_ratio=4,
                            storage_tokens=-1, write_policy="write_back")

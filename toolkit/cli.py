@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from toolkit.commands.common import (
     MAX_GB,
@@ -21,14 +23,119 @@ from toolkit.commands.oneline import OneLineErrors
 from toolkit.commands.output import PREFIX_TABLE, FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.replay.config import PrefixReplayConfig
 
+
+class _Commands(dict):
+    """The root's commands, each turned into a click command when first looked up.
+
+    Typer converts a command by evaluating every annotation of its function, and the
+    command modules import what their options list (hardware, models, policies): doing that
+    for the whole tree took longer than the rest of start-up, while ``--version``,
+    ``--help`` or ``toolkit sql`` need one command or none. The command modules are mounted
+    when a name defined there is looked up, or the commands are listed.
+    """
+
+    def _build(self, name: str) -> Any:
+        if not dict.__contains__(self, name):
+            if name not in _DEFERRED or hasattr(_DEFERRED[name], "typer_instance"):
+                _mount_once()  # a sub-app gets commands from the command modules too
+            if name not in _DEFERRED:
+                return None
+            dict.__setitem__(self, name, _convert(_DEFERRED[name]))
+        return dict.get(self, name)
+
+    def __getitem__(self, name: str) -> Any:
+        command = self._build(name)
+        if command is None:
+            raise KeyError(name)
+        return command
+
+    def get(self, name: str, default: Any = None) -> Any:
+        command = self._build(name)
+        return default if command is None else command
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        _mount_once()
+        return iter(list(_DEFERRED))
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+    def keys(self) -> list[str]:  # type: ignore[override]
+        return list(iter(self))
+
+    def items(self) -> list[tuple[str, Any]]:  # type: ignore[override]
+        return [(k, self[k]) for k in self]
+
+    def values(self) -> list[Any]:  # type: ignore[override]
+        return [self[k] for k in self]
+
+
+def _convert(info: Any) -> Any:
+    """A Typer command or sub-app -> its click object, as ``typer.main`` builds the tree."""
+    import inspect
+
+    from typer.models import CommandInfo
+
+    fn = (typer.main.get_command_from_info if isinstance(info, CommandInfo)
+          else typer.main.get_group_from_info)
+    options = {"pretty_exceptions_short": app.pretty_exceptions_short,
+               "rich_markup_mode": app.rich_markup_mode,
+               "suggest_commands": getattr(app, "suggest_commands", True)}
+    accepted = inspect.signature(fn).parameters  # the keywords vary across typer versions
+    return fn(info, **{k: v for k, v in options.items() if k in accepted})
+
+
+class _LazyRoot(OneLineErrors):
+    """The root group: its commands are registered on ``app`` as usual, then handed over
+    to :class:`_Commands` at the end of this module (``_defer_commands``); usage errors and
+    Ctrl-C print one line (:class:`~toolkit.commands.oneline.OneLineErrors`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands()  # one per conversion: built commands are not shared
+
+
+_DEFERRED: dict[str, Any] = {}
+
 app = typer.Typer(
-    cls=OneLineErrors,  # one-line usage errors, a one-line Ctrl-C (exit 130)
+    cls=_LazyRoot,  # lazy commands; one-line usage errors and Ctrl-C (OneLineErrors)
     help="Trace-replay toolkit for KV-cache tiering in sparse-attention LLM serving.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-ingest_app = typer.Typer(help="Ingest a trace file into a store.", no_args_is_help=True)
+
+
+class _IngestGroup(TyperGroup):
+    """``toolkit ingest``: one command per registered reader, built when the group is used.
+
+    Listing the readers imports each reader module (Arrow, the store); building their
+    commands on first use keeps that out of every other command's start-up.
+    """
+
+    def _load_readers(self) -> None:
+        if getattr(self, "_readers_loaded", False):
+            return
+        self._readers_loaded = True
+        formats = typer.Typer()
+        _register_ingest_commands(formats)
+        for name, command in typer.main.get_group(formats).commands.items():
+            self.commands.setdefault(name, command)
+
+    def list_commands(self, ctx):
+        self._load_readers()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx, cmd_name):
+        self._load_readers()
+        return super().get_command(ctx, cmd_name)
+
+
+ingest_app = typer.Typer(help="Ingest a trace file into a store.", no_args_is_help=True,
+                         cls=_IngestGroup)
 replay_app = typer.Typer(help="Replay a stored trace through a cache.", no_args_is_help=True)
 synth_app = typer.Typer(help="Generate labelled-SYNTHETIC traces.", no_args_is_help=True)
 app.add_typer(ingest_app, name="ingest")
@@ -56,7 +163,7 @@ def main(
     keep_freed_memory()  # process-wide, so the command applies it and ``import toolkit`` not
 
 
-def _make_ingest_command(fmt: str, description: str) -> None:
+def _make_ingest_command(formats: typer.Typer, fmt: str, description: str) -> None:
     def command(
         path: Annotated[Path, typer.Argument(help="Trace file to read.")],
         store: StoreOpt,
@@ -72,10 +179,10 @@ def _make_ingest_command(fmt: str, description: str) -> None:
         run_ingest(fmt, path, store, name, replace)
 
     command.__doc__ = f"{description}."
-    ingest_app.command(fmt)(command)
+    formats.command(fmt)(command)
 
 
-def _register_ingest_commands() -> None:
+def _register_ingest_commands(formats: typer.Typer) -> None:
     from toolkit.commands import ingest
     from toolkit.commands.timelines import COMMANDS
     from toolkit.ingest import readers
@@ -84,12 +191,9 @@ def _register_ingest_commands() -> None:
     for fmt in readers.names():
         reader = readers.get(fmt)
         if fmt in commands:  # formats with options of their own
-            ingest_app.command(fmt)(commands[fmt])
+            formats.command(fmt)(commands[fmt])
         elif reader.table == "requests":
-            _make_ingest_command(fmt, reader.description)
-
-
-_register_ingest_commands()
+            _make_ingest_command(formats, fmt, reader.description)
 
 
 def _int_list(values: list[str] | None, what: str) -> list[int]:
@@ -352,9 +456,40 @@ def _mount_commands() -> None:
 
     app.command("sweep")(sweep.sweep_cmd)
     app.add_typer(sweep.store_app, name="store")
+    from toolkit.commands import warmup
+
+    app.command("warm-up")(warmup.warm_up_cmd)
 
 
-_mount_commands()
+def _defer_commands() -> None:
+    """Move the root's commands and sub-apps into ``_DEFERRED`` (commands first, then
+    sub-apps, the order typer lists them in): the root group built from ``app`` converts
+    each on first use (see :class:`_Commands`)."""
+    commands = [(info.name or typer.main.get_command_name(info.callback.__name__), info)
+                for info in app.registered_commands]
+    groups = [(info.name, info) for info in app.registered_groups]
+    app.registered_commands = []
+    app.registered_groups = []
+    merged = {**{k: v for k, v in _DEFERRED.items() if not hasattr(v, "typer_instance")},
+              **dict(commands),
+              **{k: v for k, v in _DEFERRED.items() if hasattr(v, "typer_instance")},
+              **dict(groups)}
+    _DEFERRED.clear()
+    _DEFERRED.update(merged)
+
+
+_mounted = False
+
+
+def _mount_once() -> None:
+    global _mounted
+    if not _mounted:
+        _mounted = True
+        _mount_commands()
+        _defer_commands()
+
+
+_defer_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover

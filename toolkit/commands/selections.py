@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands.common import StoreOpt, choices, cli_store, fail, field_default, guard
+from toolkit.commands.mrc import PolicyOpt, SampleKeysOpt, SampleRateOpt, policy_curve_rows
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.commands.timelines import run_ingest
 from toolkit.replay.config import SelectionReplayConfig
@@ -136,8 +137,12 @@ def replay_mrc_cmd(
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
+    policy: PolicyOpt = "lru",
+    sample_rate: SampleRateOpt = None,
+    sample_keys: SampleKeysOpt = None,
 ) -> None:
-    """LRU misses for every size 0..max in one pass (stack distances); stored in miss_curves."""
+    """Miss ratio at every size: LRU exactly in one pass (stack distances; stored in
+    miss_curves), any policy from a spatially sampled stream (SHARDS, mini caches)."""
     import polars as pl
 
     from toolkit.replay.mrc import miss_curve_table
@@ -152,6 +157,15 @@ def replay_mrc_cmd(
         except ValueError:
             fail(f"--sizes must be comma-separated integers, got {sizes!r}")
     quiet = False if out.quiet else None
+    if policy != "lru" or sample_rate is not None or sample_keys is not None:
+        if not sizes:
+            wanted = [0] + [1 << i for i in range(max_capacity.bit_length())]
+            wanted = sorted(set(wanted) | {max_capacity})
+        with cli_store(store) as s, compile_notice(quiet), status(f"miss curve {trace}",
+                                                                   quiet):
+            out.emit(policy_curve_rows(s, trace, kind, wanted, policy, sample_rate,
+                                       sample_keys, workers))
+        return
     with cli_store(store) as s, compile_notice(quiet), status(f"miss curve {trace}", quiet):
         table = guard(miss_curve_table, s, trace, kind, max_capacity, workers=workers)
     df = pl.from_arrow(table)

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from toolkit.commands.common import StoreOpt, cli_store, fail, guard
-from toolkit.store import Store
+
+if TYPE_CHECKING:
+    from toolkit.store import Store
 
 PathArg = Annotated[Path, typer.Argument(help="Trace file to read.")]
 NameOpt = Annotated[

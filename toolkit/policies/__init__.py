@@ -10,13 +10,16 @@ policies start. Third parties register through the ``toolkit.policies`` entry po
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-import numba as nb
-import numpy as np
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from toolkit.registry import Registry
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class SimResult:
 
     @property
     def hit_count(self) -> int:
+        import numpy as np
+
         return int(np.count_nonzero(self.hits))
 
     @property
@@ -72,66 +77,66 @@ class CachePolicy(Protocol):
         ...
 
 
-policies: Registry[CachePolicy] = Registry("policy", entry_point_group="toolkit.policies")
+BUILTIN_NAMES = ("arc", "clock", "fifo", "lfu", "lru", "opt", "opt-bypass", "s3fifo", "slru")
+"""The built-in policies' names, known without importing their kernels (numba)."""
 
 
-def as_segments(segments: np.ndarray | None, n: int) -> np.ndarray:
-    """Normalise segment starts to an int64 array that begins at 0 (empty for n == 0)."""
-    if segments is None:
-        return np.zeros(1 if n else 0, dtype=np.int64)
-    seg = np.asarray(segments, dtype=np.int64)
-    if seg.size and (seg[0] != 0 or np.any(np.diff(seg) < 0) or seg[-1] > n):
-        raise ValueError("segments must be sorted offsets starting at 0 and <= len(keys)")
-    return seg
+class _PolicyRegistry(Registry["CachePolicy"]):
+    """The policy registry loads its built-ins on first lookup, not on import: a CLI that
+    only lists names (``--help``, a config's validation) never starts numba."""
+
+    def __init__(self) -> None:
+        super().__init__("policy", entry_point_group="toolkit.policies")
+        self._builtins_loaded = self._loading = False
+        self._lock = threading.RLock()
+        self._third_party: set[str] | None = None
+
+    def _load_builtins(self) -> None:
+        if self._builtins_loaded:
+            return
+        with self._lock:  # replay threads may look a policy up at the same moment
+            if self._builtins_loaded or self._loading:
+                return  # loaded meanwhile, or a kernel module's import looks one up
+            self._loading = True
+            try:
+                _register_builtins(self)
+            except BaseException:
+                for name in BUILTIN_NAMES:
+                    self._items.pop(name, None)
+                raise
+            finally:
+                self._loading = False
+            self._builtins_loaded = True
+
+    def _load_entry_points(self) -> None:
+        self._load_builtins()
+        super()._load_entry_points()
+
+    def register(self, name: str, obj: CachePolicy) -> CachePolicy:
+        self._load_builtins()  # a third party may not take a built-in's name
+        return super().register(name, obj)
+
+    def names(self) -> list[str]:
+        if self._builtins_loaded:
+            return super().names()
+        if self._third_party is None:  # scanning the installed packages takes ~40 ms
+            self._third_party = {ep.name for ep in entry_points(group="toolkit.policies")}
+        return sorted({*BUILTIN_NAMES, *self._items, *self._third_party})
 
 
-@nb.njit(cache=True, nogil=True)
-def _key_range(keys):  # pragma: no cover - compiled
-    """(min, max) in one pass: validation must not cost a fifth of a fast replay."""
-    lo = keys[0]
-    hi = keys[0]
-    for i in range(1, keys.shape[0]):
-        v = keys[i]
-        lo = min(lo, v)  # branch-free, so LLVM vectorises the loop
-        hi = max(hi, v)
-    return lo, hi
+policies: Registry[CachePolicy] = _PolicyRegistry()
+
+_CHECKS = ("as_segments", "check_keys", "compact_keys", "SPARSE_KEY_FACTOR", "_key_range")
 
 
-def check_keys(keys: np.ndarray, n_keys: int) -> np.ndarray:
-    """Refuse out-of-range keys before a kernel indexes memory with them.
-
-    int32 and int64 keys pass through as they are (int32 halves the bytes a replay
-    streams); anything else is converted to int64.
-    """
-    keys = np.asarray(keys)
-    if keys.dtype not in (np.int32, np.int64):
-        keys = keys.astype(np.int64)
-    keys = np.ascontiguousarray(keys)
-    if keys.size:
-        lo, hi = _key_range(keys)
-        if lo < 0 or hi >= n_keys:
-            raise ValueError(f"keys must lie in [0, {n_keys}); got [{lo}, {hi}]")
-    return keys
+def __getattr__(name: str) -> Any:
+    """The key checks load NumPy and numba, so they are imported on first use."""
+    if name in _CHECKS:
+        return getattr(import_module("toolkit.policies._checks"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-SPARSE_KEY_FACTOR = 2
-"""A key space more than this many times the accesses (plus 64K) is compacted first."""
-
-
-def compact_keys(keys: np.ndarray, n_keys: int) -> tuple[np.ndarray, int]:
-    """Renumber keys densely when the key space dwarfs the accesses.
-
-    Kernels size their state by ``n_keys``; positions up to a ``seq_len`` of 10^9 in a few
-    rows would allocate gigabytes for a handful of keys. Policies only compare keys for
-    equality, so a dense renumbering gives the same hits.
-    """
-    if n_keys <= SPARSE_KEY_FACTOR * keys.size + 65_536:
-        return keys, n_keys
-    uniq, inv = np.unique(keys, return_inverse=True)
-    return inv.astype(np.int32 if uniq.size < 2**31 - 8 else np.int64), int(uniq.size)
-
-
-def _register_builtins() -> None:
+def _register_builtins(registry: Registry[CachePolicy]) -> None:
     from toolkit.policies import arc, clock, fifo, lfu, lru, opt, s3fifo, slru
 
     for policy in (
@@ -145,7 +150,4 @@ def _register_builtins() -> None:
         opt.OPT(),
         opt.OPT(bypass=True),
     ):
-        policies.register(policy.name, policy)
-
-
-_register_builtins()
+        Registry.register(registry, policy.name, policy)

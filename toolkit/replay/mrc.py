@@ -9,6 +9,9 @@ marks the latest access time of every key, so a distance is one prefix-sum query
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numba as nb
 import numpy as np
@@ -18,6 +21,14 @@ from toolkit.policies import as_segments, check_keys, compact_keys
 from toolkit.runtime.memory import check_memory
 from toolkit.runtime.pool import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.store import Store, bounded_key
+
+
+class Stream(NamedTuple):
+    """A dense key stream with its cold-restart offsets (``None``: one segment)."""
+
+    keys: np.ndarray
+    n_keys: int
+    segments: np.ndarray | None
 
 
 @nb.njit(cache=True, nogil=True)
@@ -109,10 +120,10 @@ def lru_miss_curve(
     return curve
 
 
-def _selection_curve(store: Store, trace: str, max_capacity: int,
-                     workers: int | None) -> tuple[np.ndarray, int]:
-    """Plain-mode curve of a stored selection trace, chunk by chunk (bounded memory): every
-    (request, layer) buffer is its own segment, so chunk histograms add up."""
+def _selection_chunks(store: Store, trace: str) -> tuple[list[Any], Callable[[Any], Stream]]:
+    """A stored selection trace's chunks and the function that plans one into its
+    plain-mode stream: every (request, layer) buffer is its own segment, so whatever is
+    measured per chunk adds up over chunks (bounded memory)."""
     from toolkit.replay.selection_plan import fused_plan
     from toolkit.replay.selections import (
         CHUNK_ACCESSES,
@@ -125,16 +136,27 @@ def _selection_curve(store: Store, trace: str, max_capacity: int,
 
     k, path, md = trace_facts(store, trace)
     specs = chunk_specs(path, max(1, CHUNK_ACCESSES // max(k, 1)), md)
-    n_workers = resolve_workers(workers)
-    inner = n_workers if len(specs) == 1 else 1  # one chunk: split its buffers instead
 
-    def curve(spec: object) -> np.ndarray:
+    def plan(spec: Any) -> Stream:
         rows = read_chunk(path, spec, k, thread_scratch(), md)  # planned before the next read
         o = _order(rows, None)
         p = fused_plan(rows.values, rows.offsets, o.src, o.seq_len, o.new_group, 1, "plain",
                        "first")
-        n_keys = int(max(rows.seq_len.max(initial=0), 1))
-        return lru_miss_curve(p.keys, n_keys, max_capacity, p.segments, inner)
+        return Stream(p.keys, int(max(rows.seq_len.max(initial=0), 1)), p.segments)
+
+    return list(specs), plan
+
+
+def _selection_curve(store: Store, trace: str, max_capacity: int,
+                     workers: int | None) -> tuple[np.ndarray, int]:
+    """Plain-mode curve of a stored selection trace, chunk by chunk."""
+    specs, plan = _selection_chunks(store, trace)
+    n_workers = resolve_workers(workers)
+    inner = n_workers if len(specs) == 1 else 1  # one chunk: split its buffers instead
+
+    def curve(spec: object) -> np.ndarray:
+        st = plan(spec)
+        return lru_miss_curve(st.keys, st.n_keys, max_capacity, st.segments, inner)
 
     total = np.zeros(max_capacity + 1, dtype=np.int64)
     work = [functools.partial(curve, spec) for spec in specs]
@@ -179,3 +201,152 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
     if save:
         store.write("miss_curves", bounded_key(f"{kind}-{trace}"), table, replace=True)
     return table
+
+
+DEFAULT_SAMPLE_KEYS = 65_536
+"""Distinct keys a sampled curve keeps when neither rate nor size is given: the fixed-size
+SHARDS default. A trace with fewer distinct (buffer, key) pairs is replayed exactly."""
+
+
+@dataclass(frozen=True)
+class PolicyCurve:
+    """A policy's miss ratio at each size, exact or estimated from a sampled stream.
+
+    Attributes:
+        sizes: cache sizes (slots, blocks or rows), as asked.
+        miss_ratio: per size; exact when ``sample_rate == 1``.
+        misses: per size, estimated misses of the whole stream (``miss_ratio * accesses``).
+        accesses: accesses of the whole stream.
+        sample_rate: keys kept (1.0: every key, the curve is exact).
+        sampled_accesses: accesses of the sampled stream the mini caches replayed.
+        method: ``exact`` (per-size replays), ``stack`` (LRU one pass), ``shards`` (LRU
+            one pass over the sample) or ``minisim`` (per-size mini caches).
+    """
+
+    sizes: np.ndarray
+    miss_ratio: np.ndarray
+    misses: np.ndarray
+    accesses: int
+    sample_rate: float
+    sampled_accesses: int
+    method: str
+
+
+def _threshold(streams: Callable[[], Iterable[tuple[int, Stream]]], sample_rate: float | None,
+               sample_keys: int | None, salt: int) -> int:
+    from toolkit.replay.shards import (
+        HASH_SPACE,
+        smallest_hashes,
+        threshold_for_keys,
+        threshold_for_rate,
+    )
+
+    if sample_rate is not None and sample_keys is not None:
+        raise ValueError("give --sample-rate or --sample-keys, not both")
+    if sample_rate is not None:
+        return threshold_for_rate(sample_rate)
+    count = DEFAULT_SAMPLE_KEYS if sample_keys is None else int(sample_keys)
+    if count < 1:
+        raise ValueError(f"--sample-keys must be >= 1, got {count}")
+    best = np.zeros(0, dtype=np.int64)
+    for base, st in streams():  # a first pass: the ``count`` smallest hashes over chunks
+        seg = as_segments(st.segments, st.keys.size)
+        h = smallest_hashes(check_keys(st.keys, st.n_keys), st.n_keys, seg, count + 1, salt,
+                            base)
+        best = np.sort(np.concatenate([best, h]))[: count + 1]
+    return HASH_SPACE if best.size <= count else threshold_for_keys(best, count)
+
+
+def policy_miss_curve(
+    streams: Callable[[], Iterable[tuple[int, Stream]]],
+    sizes: Iterable[int],
+    policy: str = "lru",
+    *,
+    sample_rate: float | None = None,
+    sample_keys: int | None = None,
+    salt: int = 0,
+    workers: int | None = 1,
+) -> PolicyCurve:
+    """Miss ratios of ``policy`` at ``sizes`` over one or more independent streams.
+
+    Args:
+        streams: called once per pass; yields ``(segment id base, Stream)`` per chunk
+            (chunks restart cold, so their misses add up). The base keeps the sampling hash
+            of one chunk's segments apart from another's.
+        sizes: cache sizes.
+        policy: a registered policy name.
+        sample_rate: keep this share of the keys (``1``: exact replays).
+        sample_keys: keep this many distinct keys (fixed-size SHARDS); the default when
+            neither is given is :data:`DEFAULT_SAMPLE_KEYS`.
+        salt: seeds the key hash (another salt, another sample).
+        workers: threads over sizes for the per-size replays.
+    """
+    from toolkit.policies import policies
+    from toolkit.replay.shards import HASH_SPACE, dense_keys, mini_capacity, sample_stream
+
+    sizes = np.asarray(list(sizes), dtype=np.int64)
+    if sizes.size and sizes.min() < 0:
+        raise ValueError(f"sizes must be >= 0, got {int(sizes.min())}")
+    sim = policies.get(policy)
+    threshold = _threshold(streams, sample_rate, sample_keys, salt)
+    rate = threshold / HASH_SPACE
+    minis = np.array([mini_capacity(int(c), rate) for c in sizes], dtype=np.int64)
+    misses = np.zeros(sizes.size, dtype=np.int64)
+    total = sampled = 0
+    lru_pass = policy == "lru"
+    n_workers = resolve_workers(workers)
+    for base, st in streams():
+        keys = check_keys(st.keys, st.n_keys)
+        seg = as_segments(st.segments, keys.size)
+        sk, sseg = sample_stream(keys, seg, threshold, salt, base)
+        n_keys = st.n_keys
+        if sk.size < keys.size:
+            sk, n_keys = dense_keys(sk, n_keys)
+        total += keys.size
+        sampled += sk.size
+        if lru_pass:
+            top = int(minis.max(initial=0))
+            misses += lru_miss_curve(sk, n_keys, top, sseg, n_workers)[minis]
+        else:
+            def one(c: int, sk: np.ndarray = sk, sseg: np.ndarray = sseg,
+                    n_keys: int = n_keys) -> int:
+                return sim.simulate(sk, n_keys, c, sseg).miss_count
+
+            misses += np.array(thread_map(one, [int(c) for c in minis], n_workers),
+                               dtype=np.int64)
+    expected = rate * total  # SHARDS-adj: the sample's expected size, not its actual one
+    ratio = np.minimum(misses / expected, 1.0) if expected else np.zeros(sizes.size)
+    if threshold >= HASH_SPACE:
+        method = "stack" if lru_pass else "exact"
+    else:
+        method = "shards" if lru_pass else "minisim"
+    return PolicyCurve(sizes, ratio, np.rint(ratio * total).astype(np.int64), total, rate,
+                       sampled, method)
+
+
+def stored_streams(store: Store, trace: str, kind: str,
+                   workers: int | None = None) -> Callable[[], Iterable[tuple[int, Stream]]]:
+    """The stream(s) of a stored trace as :func:`policy_miss_curve` takes them: a
+    selection trace chunk by chunk in plain mode, a timeline's prefix blocks, an Engram
+    trace's rows."""
+    if kind == "selections":
+        specs, plan = _selection_chunks(store, trace)
+
+        def chunks() -> Iterable[tuple[int, Stream]]:
+            for i, spec in enumerate(specs):
+                yield i << 24, plan(spec)  # room for 16M buffers per chunk
+
+        return chunks
+    if kind == "prefix":
+        from toolkit.replay.prefix import load_stream
+
+        stream = load_stream(store, trace, workers)
+        one = Stream(stream.keys, stream.n_keys, None)
+    elif kind == "engram":
+        from toolkit.replay.engram import load_dense
+
+        dense = load_dense(store, trace)
+        one = Stream(dense.keys, dense.n_distinct, None)
+    else:
+        raise ValueError(f"kind must be 'selections', 'prefix' or 'engram', got {kind!r}")
+    return lambda: [(0, one)]

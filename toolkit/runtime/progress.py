@@ -1,5 +1,6 @@
 """Feedback during long work: progress bars, a status line for single long calls, and a
-notice when numba compiles kernels (the first run only; later runs load them from cache).
+notice naming each kernel numba compiles, once per kernel ever (later runs load it from
+the cache; ``toolkit warm-up``, run by ``make setup``, compiles them all up front).
 
 Quiet unless asked for or attached to a terminal or a notebook, and silent for the first
 2 s, so tests, ``--json`` output and short notebook cells never show anything. In a
@@ -11,12 +12,14 @@ bar); ``TOOLKIT_PROGRESS=1`` turns it on even when piped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 DELAY_S = 2.0
@@ -132,23 +135,56 @@ def status(desc: str, enabled: bool | None = None) -> Iterator[Status]:
         bar.close()
 
 
-def _compile_listener() -> Any:
-    """A numba ``numba:compile`` listener: says once that kernels are being compiled, and
-    counts them and the seconds spent. Cache loads raise no such event, so later runs
-    are quiet."""
+def _marker_dir() -> Path | None:
+    """Where the compile notice remembers which kernels it has announced: next to numba's
+    cache (``NUMBA_CACHE_DIR``, else the package's ``__pycache__``), so a wiped cache
+    announces its kernels again; ``None`` when neither place is writable."""
+    from numba.core.config import CACHE_DIR
+
+    base = Path(CACHE_DIR) if CACHE_DIR else Path(__file__).resolve().parents[1] / "__pycache__"
+    d = base / "toolkit-compiled"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return d if os.access(d, os.W_OK) else None
+
+
+def _kernel_id(data: Any) -> tuple[str, str]:
+    """(kernel name, marker file name) of a ``numba:compile`` event: one marker per kernel
+    and argument types, since each new type combination compiles again."""
+    import hashlib
+
+    fn = getattr(data.get("dispatcher"), "py_func", None)
+    name = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else "kernel"
+    sig = hashlib.sha1(f"{name}{data.get('args')}".encode()).hexdigest()[:16]
+    return name, f"{name.rsplit('.', 1)[-1]}-{sig}"
+
+
+def _compile_listener(announce: bool = True) -> Any:
+    """A numba ``numba:compile`` listener: names each kernel being compiled the first time
+    it is ever compiled on this machine (a marker per kernel next to numba's cache), and
+    counts kernels and seconds. Cache loads raise no such event, so later runs are quiet."""
     from numba.core import event
+
+    markers = _marker_dir() if announce else None
 
     class CompileNotice(event.Listener):
         def __init__(self) -> None:
             self.depth, self.kernels, self.seconds, self._t0 = 0, 0, 0.0, 0.0
             self._lock = threading.Lock()
+            self._pending: list[Path] = []
 
         def on_start(self, event: Any) -> None:
             with self._lock:
                 if self.depth == 0:
                     self._t0 = time.perf_counter()
-                    if self.kernels == 0:
-                        _say("compiling kernels (first run only; cached for later runs)...")
+                    name, marker = _kernel_id(event.data)
+                    path = markers / marker if markers is not None else None
+                    if announce and (path is None or not path.exists()):
+                        _say(f"compiling kernel {name} (first use; cached for later runs)...")
+                        if path is not None:
+                            self._pending.append(path)
                 self.depth += 1
 
         def on_end(self, event: Any) -> None:
@@ -157,6 +193,10 @@ def _compile_listener() -> Any:
                 self.kernels += 1
                 if self.depth == 0:
                     self.seconds += time.perf_counter() - self._t0
+                    for path in self._pending:  # announced once, after it compiled
+                        with contextlib.suppress(OSError):
+                            path.touch()
+                    self._pending.clear()
 
     return CompileNotice()
 
@@ -169,8 +209,8 @@ def _say(text: str) -> None:
 
 @contextmanager
 def compile_notice(enabled: bool | None = None) -> Iterator[None]:
-    """Tell a terminal (never a notebook, whose outputs are recorded) when the first run
-    compiles numba kernels, which takes tens of seconds once per machine."""
+    """Tell a terminal (never a notebook, whose outputs are recorded) which numba kernels
+    are being compiled, the first time each is (seconds per kernel, once per machine)."""
     show = enabled is not False and interactive(enabled) and not _in_notebook()
     if not show:
         yield

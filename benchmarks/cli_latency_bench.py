@@ -1,0 +1,139 @@
+"""What a user waits for around a replay: CLI start-up, a warm CLI replay, a first (cold)
+one, as ratios to the same replay in process; and 2 workers against 1, with the load.
+
+One run, one store: a SYNTHETIC selection trace (k = 2048, 4 requests x 256 steps x 8
+layers, 32K-token prompt: 16.8M accesses in HiSparse mode at 4,096 slots, LRU).
+
+- in process: ``replay_selections`` with kernels loaded (median of ``--runs``), 1 worker
+  and 2 workers (the 2-worker speed-up, with ``/proc/loadavg`` at the time);
+- start-up: ``toolkit --version``, ``toolkit --help``, ``toolkit sql --store S "SELECT 1"``;
+- warm: ``toolkit replay selections ... --json`` with numba's cache filled;
+- after warm-up: the same, first run in a cache that only ``toolkit warm-up`` filled
+  (``--warm-cache DIR``: a ``NUMBA_CACHE_DIR`` where ``toolkit warm-up`` ran; the bench runs
+  warm-up there itself when the directory is empty);
+- cold: the same, first run with an empty ``NUMBA_CACHE_DIR`` (every kernel it needs is
+  compiled; once, it takes minutes on a loaded machine; ``--no-cold`` skips it).
+
+CLI figures are wall times of ``python -m toolkit.cli`` subprocesses (median of
+``--runs``) and that run's CPU seconds: on a machine other processes load, wall time
+stretches with the load while CPU time stays close to what a quiet machine needs.
+Run: ``.venv/bin/python benchmarks/cli_latency_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+CPU: dict[float, float] = {}  # wall -> CPU seconds of that subprocess
+
+
+def cli_wall(args: list[str], env: dict[str, str] | None = None) -> float:
+    """Wall seconds of one ``python -m toolkit.cli ARGS``; its CPU seconds (user + system,
+    which load from other processes barely changes) are kept in ``CPU``."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "toolkit.cli", *args], capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, "TOOLKIT_PROGRESS": "0",
+                                                   **(env or {})})
+    dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[dt] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    if res.returncode != 0:
+        raise SystemExit(f"toolkit {' '.join(args)} failed: {res.stderr.strip()}")
+    return dt
+
+
+def median_wall(args: list[str], runs: int, env: dict[str, str] | None = None
+                ) -> tuple[float, str]:
+    walls = sorted(cli_wall(args, env) for _ in range(runs))
+    return walls[len(walls) // 2], load()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--warm-cache", type=Path, default=None)
+    ap.add_argument("--no-cold", action="store_true")
+    args = ap.parse_args()
+
+    from toolkit.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as the CLI does
+    with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp:
+        run(args, Path(tmp) / "store")
+
+
+def run(args: argparse.Namespace, root: Path) -> None:
+    from toolkit.replay.config import SelectionReplayConfig
+    from toolkit.replay.selections import replay_selections
+    from toolkit.store import open_store
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    syn = SyntheticSelectionConfig(requests=4, prompt_tokens=32_768, steps=256, layers=8,
+                                   k=2048, seed=1)
+    cfg = SelectionReplayConfig("syn", "lru", 4096, mode="hisparse")
+    rows: list[tuple[str, float, str]] = []
+    with open_store(root) as store:
+        store.write_many(generate(syn, "syn"), "syn")
+        n = replay_selections(store, cfg, workers=1, progress=False)["accesses"]
+        inproc = {}
+        for w in (1, 2):
+            ts = []
+            for _ in range(args.runs):
+                t0 = time.perf_counter()
+                replay_selections(store, cfg, workers=w, progress=False)
+                ts.append(time.perf_counter() - t0)
+            inproc[w] = (statistics.median(ts), load())
+    base = inproc[1][0]
+    print(f"stream: {n:,} accesses; in-process replay, 1 worker: {base:.3f} s "
+          f"(load {inproc[1][1]}); 2 workers: {inproc[2][0]:.3f} s (load {inproc[2][1]}): "
+          f"{base / inproc[2][0]:.2f}x")
+
+    replay = ["replay", "selections", "--store", str(root), "--trace", "syn", "--mode",
+              "hisparse", "--buffer-tokens", "4096", "--workers", "1", "--json"]
+    for label, argv in (("toolkit --version", ["--version"]),
+                        ("toolkit --help", ["--help"]),
+                        ('toolkit sql --store S "SELECT 1"', ["sql", "--store", str(root),
+                                                              "SELECT 1"]),
+                        ("CLI replay, warm cache", replay)):
+        cli_wall(argv)  # fills the cache and the page cache
+        wall, ld = median_wall(argv, args.runs)
+        rows.append((label, wall, ld))
+    if args.warm_cache is not None:
+        args.warm_cache.mkdir(parents=True, exist_ok=True)
+        env = {"NUMBA_CACHE_DIR": str(args.warm_cache)}
+        if not any(args.warm_cache.iterdir()):
+            t0 = time.perf_counter()
+            cli_wall(["warm-up"], env)
+            rows.append(("toolkit warm-up (empty cache)", time.perf_counter() - t0, load()))
+        rows.append(("CLI replay, first run after warm-up", cli_wall(replay, env), load()))
+    if not args.no_cold:
+        with tempfile.TemporaryDirectory(prefix="numba-cold-") as cold:
+            rows.append(("CLI replay, empty numba cache (cold)",
+                         cli_wall(replay, {"NUMBA_CACHE_DIR": cold}), load()))
+    print("\n| what | wall (s) | / in-process replay | CPU (s) | load (1/5/15 min) |")
+    print("|---|---|---|---|---|")
+    print(f"| in-process replay, 1 worker | {base:.3f} | 1.00 | | {inproc[1][1]} |")
+    print(f"| in-process replay, 2 workers | {inproc[2][0]:.3f} | {inproc[2][0] / base:.2f} "
+          f"({base / inproc[2][0]:.2f}x faster) | | {inproc[2][1]} |")
+    for label, wall, ld in rows:
+        print(f"| {label} | {wall:.2f} | {wall / base:.1f} | {CPU.get(wall, 0):.2f} | {ld} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Start-up: the CLI parses its arguments before it loads any heavy library.
+
+Timings live in ``benchmarks/cli_latency_bench.py``; these tests check what makes them
+possible (which modules a bare start-up loads) and that the lazy command tree still answers
+``--version``, ``--help`` and a command's own ``--help``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.version import __version__
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("numba", "polars", "duckdb", "pyarrow", "numpy", "llvmlite")
+
+
+def _python(code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _loaded_after(code: str) -> list[str]:
+    out = _python(f"import sys\n{code}\nimport json\n"
+                  f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))")
+    return json.loads(out.splitlines()[-1])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "toolkit.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+
+
+class TestImports:
+    def test_import_cli_loads_no_heavy_library(self):
+        """`import toolkit.cli` loads none of numba, polars, duckdb, pyarrow, numpy."""
+        assert _loaded_after("import toolkit.cli") == []
+
+    def test_version_loads_no_heavy_library(self):
+        """`toolkit --version` runs to the end without loading a heavy library."""
+        code = ("import sys\nfrom toolkit.cli import app\nsys.argv = ['toolkit', '--version']\n"
+                "try:\n    app()\nexcept SystemExit:\n    pass")
+        assert _loaded_after(code) == []
+
+    def test_listing_policies_loads_no_kernel(self):
+        """Policy names (option help, a config's check) come without numba; a lookup
+        loads the kernels."""
+        assert _loaded_after("from toolkit.policies import policies\npolicies.names()") == []
+        assert "numba" in _loaded_after("from toolkit.policies import policies\n"
+                                        "policies.get('lru')")
+
+
+class TestLazyCommands:
+    def test_version(self):
+        """`toolkit --version` prints the version."""
+        res = _cli("--version")
+        assert res.returncode == 0 and res.stdout == f"toolkit {__version__}\n"
+
+    def test_help_lists_every_command(self):
+        """`toolkit --help` lists the commands of cli.py and of the command modules."""
+        res = _cli("--help")
+        assert res.returncode == 0, res.stderr
+        for name in ("sql", "demo", "ingest", "replay", "synth", "record", "hardware",
+                     "cost", "serving", "sweep", "store", "cost-at-interactivity", "warm-up"):
+            assert f" {name} " in res.stdout, name
+
+    @pytest.mark.parametrize("path,shown", [
+        (["replay", "--help"], ["prefix", "selections", "mrc", "tiers", "engram"]),
+        (["ingest", "--help"], ["mooncake", "selections"]),
+        (["sql", "--help"], ["--list-queries"]),
+        (["replay", "mrc", "--help"], ["--policy", "--sample-rate", "--sample-keys"]),
+        (["warm-up", "--help"], ["--workers", "--traces"]),
+    ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+    def test_subcommand_help(self, path, shown):
+        """A group or command's --help shows commands from cli.py and the modules alike."""
+        res = _cli(*path)
+        assert res.returncode == 0, res.stderr
+        for text in shown:
+            assert text in res.stdout, text
+
+    def test_unknown_command_is_an_error(self):
+        """A mistyped command still fails with click's usage error."""
+        res = _cli("replayy")
+        assert res.returncode == 2 and "No such command" in res.stderr
+
+
+def test_concurrent_first_lookups_see_every_policy():
+    """Replay threads that look policies up for the first time at once all find them
+    (the built-ins load once, under a lock)."""
+    out = _python(
+        "import threading\nfrom toolkit.policies import policies\nfound = []\n"
+        "def look(name):\n    found.append(policies.get(name).name)\n"
+        "names = ['lru', 'arc', 'fifo', 'opt'] * 4\n"
+        "ts = [threading.Thread(target=look, args=(n,)) for n in names]\n"
+        "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(found))")
+    assert out.strip() == "16"

@@ -1,0 +1,135 @@
+"""CLI: ``toolkit warm-up`` compiles every kernel once, so that no later command does.
+
+numba compiles a kernel the first time it is called with new argument types and caches
+the machine code on disk. The commands call many kernels (the store's page decoders and
+writers, one row kernel per policy and mode, the tier loop, the Engram hash), so a first
+run used to spend most of its time compiling. ``make setup`` runs this command once: it
+runs the demo into a scratch directory (every kernel the demo uses) and replays small
+traces through every policy in every mode, on ``--workers`` processes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from toolkit.commands.common import fail
+
+#: Work items; each runs in its own process with its own scratch store.
+TASKS = ("demo", "selections-plain", "selections-hisparse", "prefix", "mrc")
+
+
+def _run_task(task: str, scratch: str, traces: str) -> tuple[str, float, int]:
+    """Run one work item; returns (task, seconds, kernels compiled)."""
+    from numba.core import event
+
+    from toolkit.runtime.progress import _compile_listener
+
+    listener = _compile_listener(announce=False)
+    event.register("numba:compile", listener)
+    t0 = time.perf_counter()
+    try:
+        _TASK_FUNCTIONS[task](Path(scratch) / task, Path(traces))
+    finally:
+        event.unregister("numba:compile", listener)
+    return task, time.perf_counter() - t0, listener.kernels
+
+
+def _demo(root: Path, traces: Path) -> None:
+    from toolkit.demo import run_demo
+
+    if (traces / "mooncake").is_dir():
+        run_demo(root / "store", root / "report", traces, echo=lambda _: None)
+
+
+def _selection_store(root: Path):
+    from toolkit.store import open_store
+    from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+    store = open_store(root / "store")
+    cfg = SyntheticSelectionConfig(requests=2, prompt_tokens=300, steps=4, layers=2, k=32,
+                                   sinks=2, recent_window=8, seed=1)
+    store.write_many(generate(cfg, "warm"), "warm")
+    return store
+
+
+def _selections(mode: str):
+    def run(root: Path, traces: Path) -> None:
+        from toolkit.policies import policies
+        from toolkit.replay.config import SelectionReplayConfig
+        from toolkit.replay.selections import replay_selections
+
+        with _selection_store(root) as store:
+            for policy in policies.names():
+                for initial in ("first", "empty") if mode == "hisparse" else ("first",):
+                    replay_selections(store, SelectionReplayConfig(
+                        "warm", policy, 48, mode=mode, initial=initial), workers=1)
+    return run
+
+
+def _prefix(root: Path, traces: Path) -> None:
+    from toolkit.policies import policies
+    from toolkit.replay.config import PrefixReplayConfig
+    from toolkit.replay.prefix import replay_prefix, sweep_prefix
+    from toolkit.store import open_store
+    from toolkit.synth.agentic import AgenticConfig, write_agentic
+
+    with open_store(root / "store") as store:
+        write_agentic(store, AgenticConfig(sessions=4), "warm")
+        for policy in policies.names():
+            replay_prefix(store, PrefixReplayConfig("warm", policy, 64))
+            replay_prefix(store, PrefixReplayConfig("warm", policy, None))
+        sweep_prefix(store, "warm", [16, 64], "lru", workers=2)
+
+
+def _mrc(root: Path, traces: Path) -> None:
+    from toolkit.policies import policies
+    from toolkit.replay.mrc import miss_curve_table, policy_miss_curve, stored_streams
+
+    with _selection_store(root) as store:
+        miss_curve_table(store, "warm", "selections", 64, workers=1)
+        streams = stored_streams(store, "warm", "selections")
+        for policy in policies.names():
+            for kw in ({"sample_rate": 0.5}, {"sample_keys": 50}):
+                policy_miss_curve(streams, [8, 32], policy, **kw)
+
+
+_TASK_FUNCTIONS = {"demo": _demo, "selections-plain": _selections("plain"),
+                   "selections-hisparse": _selections("hisparse"), "prefix": _prefix,
+                   "mrc": _mrc}
+
+
+def warm_up_cmd(
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Processes compiling at "
+                                         "once.")] = 2,
+    traces: Annotated[Path, typer.Option("--traces", help="Bundled traces directory (the "
+                                         "demo's kernels are compiled on them; skipped "
+                                         "when absent).")] = Path("traces"),
+) -> None:
+    """Compile every kernel the commands use, once (make setup runs it); later commands
+    load them from numba's cache."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    t0 = time.perf_counter()
+    total = 0
+    with tempfile.TemporaryDirectory(prefix="toolkit-warm-up-") as scratch:
+        # the demo is the longest item: it starts first, and the other process works
+        # through the replays meanwhile (both compile the store's kernels they share)
+        order = sorted(TASKS, key=lambda t: t != "demo")
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_task, t, scratch, str(traces)) for t in order]
+            for fut in as_completed(futures):
+                try:
+                    task, seconds, kernels = fut.result()
+                except Exception as e:
+                    fail(f"warm-up failed: {type(e).__name__}: {e}", code=1)
+                total += kernels
+                typer.echo(f"warm-up {task}: {kernels} kernel(s) compiled, {seconds:.1f} s",
+                           err=True)
+    typer.echo(f"warm-up: {total} kernel(s) compiled in {time.perf_counter() - t0:.0f} s "
+               "(cached for every later command)")
