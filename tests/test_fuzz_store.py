@@ -55,7 +55,7 @@ def rows(table: str, key: str, n: int = 1, **values: object) -> pa.Table:
 def build(root: Path, keys: int = 6, n: int = 3) -> toolkit.Store:
     """A store with compacted ``replay_runs`` and ``tier_runs`` (``keys`` runs of ``n``
     rows each) and two uncompacted ``decode_costs`` files."""
-    s = toolkit.open_store(root)
+    s = toolkit.open_store(root, create=True)
     for i in range(keys):
         s.write("replay_runs", f"r{i}", rows("replay_runs", f"r{i}", n, block_hits=i))
         s.write("tier_runs", f"t{i}", rows("tier_runs", f"t{i}", n))
