@@ -205,7 +205,7 @@ def _tier_rates(reuse: pl.DataFrame) -> pl.DataFrame:
 
 def _cost(store: Store) -> Section | None:
     cost = run_query(store, "cost_per_mtok")
-    if not cost.height:
+    if not cost.height and not run_query(store, "compare_answers").height:
         return None
     pub = run_query(store, "published_costs")
     what = {"decode": "priced selection replays (the serving model's decode step, one row of "
@@ -226,6 +226,28 @@ def _cost(store: Store) -> Section | None:
             f"${cheapest['usd_per_mtok_total']:.4f}/M.",
             ch.cost_pareto(one, pub, f"Cost vs interactivity: {source} "
                            "(lines: Pareto fronts; diamonds: published)")))
+    answers = run_query(store, "compare_answers")
+    if answers.height:
+        ok = answers.filter(pl.col("reachable"))
+        at = ok.filter(pl.col("interactivity") == ok["interactivity"].max()) if ok.height \
+            else ok
+        reach = (ok.group_by("hardware").agg(pl.col("interactivity").max())
+                 .sort("hardware").iter_rows())
+        figs.append(Figure(
+            "cost_compare_band", "compare_answers",
+            "$ per million total tokens at target interactivities from `toolkit cost compare` "
+            "(GLM-5.2, the demo's agentic mix, p90 TTFT <= 10 s), one line per accelerator and "
+            "engine; the shaded band is the 10-90% range of the serving model's "
+            "cross-validated error (filled points: measured answers, hollow: modelled); "
+            "diamonds are published GLM-5.3 figures (a different workload, for scale). "
+            "Fastest target reached: "
+            + ", ".join(f"{h} {x:.0f} tok/s/user" for h, x in reach)
+            + (f"; at {at['interactivity'][0]:.0f} the band spans "
+               f"${at['usd_per_mtok_total_low'].min():.4f}-"
+               f"${at['usd_per_mtok_total_high'].max():.4f}/M." if at.height
+               and at['usd_per_mtok_total_low'].null_count() < at.height else "."),
+            ch.cost_band(answers, pub, "Cost vs interactivity from cost compare "
+                         "(band: cross-validated error; diamonds: published)")))
     steps = run_query(store, "step_time")
     if steps.height:
         exposed = steps.filter(pl.col("term_rank") == 2)

@@ -64,6 +64,31 @@ NAMED: tuple[NamedQuery, ...] = (
          ("source", "where it was published")),
         bundled=("published_costs",)),
     NamedQuery(
+        "compare_answers", "`cost compare` answers stored in compare_runs: per (run, "
+        "hardware, engine, target interactivity) the source (measured | model), basis, "
+        "whether the target is reachable, the throughput and $/M with their 10-90% "
+        "cross-validated band, p90 TTFT, GPUs and layout of the front point that meets it.",
+        """
+        SELECT run_id, model, hardware, engine, interactivity, source, basis, reachable, edge,
+               tput_per_gpu, tput_per_gpu_low, tput_per_gpu_high, usd_per_mtok_total,
+               usd_per_mtok_total_low, usd_per_mtok_total_high, p90_ttft_s, gpus, layout,
+               isl, osl, cached_prefix_fraction, max_p90_ttft_s
+        FROM compare_runs
+        WHERE ($hardware IS NULL OR hardware = $hardware)
+        ORDER BY run_id, hardware, engine, interactivity
+        """, (HW_FILTER,),
+        (("run_id", "compare run"), ("model", "name"), ("hardware", "name"),
+         ("engine", "serving engine"), ("interactivity", "target tok/s/user"),
+         ("source", "measured | model"), ("basis", "measured | fitted-pair | shared-terms"),
+         ("reachable", "target within the front (else no price)"),
+         ("edge", "within 15% of the front's end"),
+         ("tput_per_gpu", "tok/s/GPU, input + output"), ("tput_per_gpu_low", "10% band"),
+         ("tput_per_gpu_high", "90% band"), ("usd_per_mtok_total", "$ per M total tokens"),
+         ("usd_per_mtok_total_low", "$, band"), ("usd_per_mtok_total_high", "$, band"),
+         ("p90_ttft_s", "s"), ("gpus", "GPUs of the front point"), ("layout", "label"),
+         ("isl", "tokens"), ("osl", "tokens"), ("cached_prefix_fraction", "0-1"),
+         ("max_p90_ttft_s", "s bound (null = none)"))),
+    NamedQuery(
         "step_time", "Decode step time of each priced selection replay split into its "
         "terms (HBM/compute work, exposed miss I/O), one row per (run, term).",
         """
