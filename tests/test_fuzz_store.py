@@ -287,7 +287,7 @@ class TestSweepReRunsLostCells:
         part was deleted: no silent holes in the grid."""
         grid = parse_grid('kind = "prefix"\ntrace = "conv"\n[axes]\n'
                           'policy = ["lru", "fifo"]\ncapacity_blocks = [100, 1000]')
-        with toolkit.open_store(tmp_path / "s") as s:
+        with toolkit.open_store(tmp_path / "s", create=True) as s:
             ingest_file(s, "mooncake", MOONCAKE, "conv")
             assert sweep.run(s, grid, workers=1).ran == 4
             before = s.query("SELECT run_id, block_hits FROM replay_runs ORDER BY run_id")
@@ -308,7 +308,7 @@ class TestSnapshotAcrossCompaction:
         """Another process dies inside a compaction's commit, after moving the parts in
         and before removing the files they merged: a store already open counts each row
         once (it completes that commit), without being reopened."""
-        with toolkit.open_store(tmp_path / "s") as a:
+        with toolkit.open_store(tmp_path / "s", create=True) as a:
             for i in range(12):
                 a.write("replay_runs", f"r{i:02d}", rows("replay_runs", f"r{i:02d}", 30))
             assert count(a, "replay_runs") == 360
