@@ -1,4 +1,5 @@
-"""Out-of-sample checks of the serving model: leave one hardware out, leave one shape out.
+"""Out-of-sample checks of the serving model: leave one hardware out, leave one shape out,
+fit on older engines and predict newer ones (and the reverse: ``time``), K-fold.
 
 Each fold fits on every other row and predicts the held-out rows, whose hardware (or ISL/OSL
 shape) the fit never saw; the held-out hardware's own terms are therefore absent and its
@@ -32,8 +33,22 @@ def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 100,
         key = pl.col("hardware")
     elif scheme == "shape":
         key = pl.format("{}/{}", pl.col("isl"), pl.col("osl"))
+    elif scheme == "time":
+        if "date" not in df.columns or df["date"].null_count() == df.height:
+            raise ValueError("the time scheme needs a 'date' column")
+        dates = df["date"].cast(pl.String)
+        cut = dates.drop_nulls().sort()[dates.drop_nulls().len() // 2]
+        key = pl.when(pl.col("date").cast(pl.String) < cut).then(pl.lit(f"older than {cut}")
+                                                                  ).otherwise(
+            pl.lit(f"from {cut}"))
+    elif scheme == "kfold":
+        from toolkit.serving.bands import kfold_assignment
+
+        df = df.with_columns(pl.Series("_k", kfold_assignment(df.height)))
+        key = pl.format("fold {}", pl.col("_k"))
     else:
-        raise ValueError(f"scheme must be 'hardware' or 'shape', got {scheme!r}")
+        raise ValueError(f"scheme must be 'hardware', 'shape', 'time' or 'kfold', got "
+                         f"{scheme!r}")
     df = df.with_columns(key.alias("fold"))
     folds = df["fold"].unique(maintain_order=True).to_list()
     if only is not None:
@@ -47,7 +62,7 @@ def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 100,
         train = df.filter(pl.col("fold") != f)
         test = df.filter(pl.col("fold") == f)
         params = fit(train, max_nfev=max_nfev, fitted_on=f"all rows except {scheme} {f}")
-        out.append(predict(test, params))
+        out.append(predict(test, params, bands=False).drop("_k", strict=False))
         if progress:
             progress(i + 1, len(folds), f)
     return pl.concat(out, how="vertical_relaxed")
@@ -69,3 +84,18 @@ def error_table(pred: pl.DataFrame, by: str = "hardware") -> pl.DataFrame:
             row[f"{m}_spearman"] = None if rho is None or np.isnan(rho) else float(rho)
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def fit_with_bands(df: pl.DataFrame, *, fitted_on: str = "", max_nfev: int = 100,
+                   progress=None):
+    """Fit on every row, then attach error bands from K-fold and leave-one-hardware-out
+    held-out residuals (:mod:`toolkit.serving.bands`): 1 + K + hardware-count fits."""
+    from dataclasses import replace
+
+    from toolkit.serving.bands import band_table
+
+    params = fit(df, fitted_on=fitted_on, max_nfev=max_nfev)
+    kf = cross_validate(df, "kfold", max_nfev=max_nfev, progress=progress)
+    hw = (cross_validate(df, "hardware", max_nfev=max_nfev, progress=progress)
+          if df["hardware"].n_unique() > 1 else kf)
+    return replace(params, bands=band_table(kf, hw))
