@@ -20,7 +20,7 @@ from toolkit.serving import bundled_params, bundled_points_path, predict, read_p
 from toolkit.serving.fit import bound_report, fit
 from toolkit.serving.layout import design
 from toolkit.serving.model import decode_terms, mean_rows_attended, prefill_terms
-from toolkit.serving.params import PARAMS, RANGES, ServingParams, from_z, position
+from toolkit.serving.params import PARAMS, RANGES, ServingParams, from_z
 from toolkit.serving.predict import levels
 from toolkit.serving.recipes import (
     MTP_ACCEPT,

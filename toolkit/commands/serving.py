@@ -115,7 +115,8 @@ def validate_cmd(
     points: PointsOpt = None,
     scheme: Annotated[str, typer.Option(
         "--scheme", help="hardware, shape, time (fit on older engines, predict newer, and the "
-        "reverse), kfold, or both (= hardware, shape and time).")] = "both",
+        "reverse), kfold, dsa (GLM-5 decode on H200, never fitted), or both (= hardware, "
+        "shape, time and dsa).")] = "both",
     max_nfev: Annotated[int, typer.Option("--max-nfev", min=1,
                                           help="Cap on model evaluations per fold.")] = 100,
     out_dir: Annotated[Path | None, typer.Option(
@@ -136,10 +137,20 @@ def validate_cmd(
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         fail(f"--out-dir {out_dir}: exists and is not a directory")
     df = _points(points)
-    schemes = ("hardware", "shape", "time") if scheme == "both" else (scheme,)
+    schemes = ("hardware", "shape", "time", "dsa") if scheme == "both" else (scheme,)
     result = {}
     t0 = time.perf_counter()
     for s in schemes:
+        if s == "dsa":  # out-of-sample model and engine: no fit needed
+            from toolkit.serving.crossval import dsa_decode_check
+
+            pred = guard(dsa_decode_check)
+            result[s] = error_table(pred)
+            if out_dir:
+                guard(out_dir.mkdir, parents=True, exist_ok=True)
+                pred.write_csv(out_dir / f"heldout_{s}.csv")
+                result[s].write_csv(out_dir / f"errors_{s}.csv")
+            continue
         def progress(i, n, fold, s=s):
             if not as_json:
                 print(f"  {s}: fold {i}/{n} ({fold}) done, {time.perf_counter() - t0:.0f} s",
@@ -160,7 +171,10 @@ def validate_cmd(
                             for s, t in result.items()], how="diagonal"))
         return
     for s, t in result.items():
-        typer.echo(f"leave-one-{s}-out (held-out rows only; errors are |pred/measured - 1|)")
+        title = {"time": "fit on older rows, predict newer (and the reverse)",
+                 "kfold": "5-fold", "dsa": "GLM-5 (DSA) decode on 8x H200, vLLM: never fitted"
+                 }.get(s, f"leave-one-{s}-out")
+        typer.echo(f"{title} (held-out rows only; errors are |pred/measured - 1|)")
         with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=3,
                        tbl_hide_dataframe_shape=True):
             typer.echo(str(t))

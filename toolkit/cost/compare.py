@@ -121,6 +121,45 @@ def sweep(cfg: CompareConfig) -> pl.DataFrame:
                     "cost compare sweep").with_columns(extra)
 
 
+NEAR_FRONT = 0.7
+"""A swept point is replayed through InferenceX's client only when the fast steady-state
+surrogate puts it near the answer: throughput within 1/0.7 of the best at its interactivity
+or faster, and interactivity within :data:`WINDOW` of a target (plus each front's points that
+bracket a target). The replay of thousands of users per point is what costs; points far from
+every target or far below the front cannot change an answer."""
+WINDOW = 1.6
+
+
+def candidates(rows: pl.DataFrame, params: ServingParams,
+               targets: tuple[float, ...]) -> pl.DataFrame:
+    """The swept rows worth replaying for ``targets`` (see :data:`NEAR_FRONT`)."""
+    from toolkit.serving.layout import design
+    from toolkit.serving.model import solve
+    from toolkit.serving.predict import levels
+
+    d = design(rows, reference_date=params.reference_date)
+    s = solve(d, params.row_values(levels(d)))
+    x, y = s["median_intvty"], s["tput_per_gpu"]
+    t = np.asarray(targets, dtype=np.float64)
+    near_t = np.zeros(rows.height, dtype=bool)
+    for v in t:
+        near_t |= (x >= v / WINDOW) & (x <= v * WINDOW)
+    keep = np.zeros(rows.height, dtype=bool)
+    key = (rows["hardware"] + "/" + rows["framework"]).to_numpy()
+    for k in np.unique(key):
+        idx = np.flatnonzero(key == k)
+        order = idx[np.argsort(-x[idx], kind="stable")]  # fastest first
+        best = np.maximum.accumulate(y[order])  # best throughput at >= this interactivity
+        keep[order] = (y[order] >= NEAR_FRONT * best) & near_t[order]
+        front = idx[pareto_front(x[idx], y[idx])]  # by increasing interactivity
+        fx = x[front]
+        for v in t:  # the front points on either side of each target, and its two ends
+            j = int(np.searchsorted(fx, v))
+            keep[front[max(j - 2, 0):min(j + 2, front.size)]] = True
+        keep[front[[0, -1]]] = True
+    return rows.filter(pl.Series(keep))
+
+
 MEASURED_KEYS = ("hardware", "framework", "model", "precision", "isl", "osl")
 
 
@@ -173,7 +212,8 @@ def _front_answer(x: np.ndarray, ys: dict[str, np.ndarray], target: float) -> di
            "edge": bool(reachable and target >= (1 - EDGE_FRACTION) * x[-1]),
            "clamped": bool(target < x[0]), "front_max_interactivity": float(x[-1])}
     for k, y in ys.items():
-        out[k] = float(max(0.0, steffen_interpolate(x, y, target))) if reachable else None
+        v = float(steffen_interpolate(x, y, target)) if reachable else float("nan")
+        out[k] = max(0.0, v) if np.isfinite(v) else None  # no band without fitted bands
     # the point one would run: the cheapest front point that still meets the target
     meets = np.flatnonzero(x >= target)
     out["_at"] = int(meets[0]) if meets.size else None
@@ -200,7 +240,7 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None) -> pl.DataF
         first hardware's first engine.
     """
     params = params or bundled_params()
-    pts = predict(sweep(cfg), params)
+    pts = predict(candidates(sweep(cfg), params, cfg.interactivity), params)
     if cfg.max_p90_ttft_s is not None:
         pts = pts.filter(pl.col("pred_p90_ttft") <= cfg.max_p90_ttft_s)
     meas = measured_points(cfg)

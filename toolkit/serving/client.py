@@ -27,7 +27,7 @@ duration, divided by the GPUs (InferenceX's divisors).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 NUM_PROMPTS_PER_USER = 10
 """InferenceX: ``--num-prompts $((CONC * 10))``."""
@@ -71,7 +71,13 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
                 ts: np.ndarray, pre_tok_s: float, xfer_tok_s: float, chunk: int,
                 out: np.ndarray) -> None:
     """One benchmark run; writes median TTFT, p90 TTFT, median TPOT, duration, mean
-    decode batch per instance and completed requests into ``out``."""
+    decode batch per instance and completed requests into ``out``.
+
+    Disaggregated: a request first reserves a slot on the decode instance with the fewest
+    requests (the decode side pre-allocates the KV before the prefill starts), waits for the
+    prefill pool (FIFO), prefills, transfers its KV and emits its first token, then decodes.
+    Aggregated: requests queue for the instance, which carries one prefill chunk per step
+    while it has room; the first token comes with the prefill's last chunk."""
     inf = np.inf
     arrival = np.zeros(n_req)
     first = np.full(n_req, -1.0)
@@ -84,67 +90,66 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     head = np.full((n_dec, max_steps), -1, dtype=np.int64)
     nxt = np.full(n_req, -1, dtype=np.int64)
     batch = np.zeros(n_dec, dtype=np.int64)
+    reserved = np.zeros(n_dec, dtype=np.int64)
     step = np.zeros(n_dec, dtype=np.int64)
     step_end = np.full(n_dec, inf)
-    busy_b = 0.0
-    # prefill queue (FIFO of request ids) and decode admission queue
-    q = np.empty(n_req, dtype=np.int64)
+    inst = np.full(n_req, -1, dtype=np.int64)
+    q = np.empty(n_req, dtype=np.int64)  # prefill FIFO
     q_head, q_tail = 0, 0
-    dq = np.empty(n_req, dtype=np.int64)
+    dq = np.empty(n_req, dtype=np.int64)  # disaggregated: waiting for a decode slot
     dq_head, dq_tail = 0, 0
-    rem = np.zeros(n_req, dtype=np.int64)  # prompt tokens left to prefill
-    for r in range(n_req):
-        rem[r] = isl[r]
-    pre_free = np.zeros(n_pre)  # time each prefill instance is free (disagg)
+    rem = isl.copy()  # prompt tokens left to prefill (aggregated chunks)
+    pre_free = np.zeros(n_pre)
     pre_job = np.full(n_pre, -1, dtype=np.int64)
-    ready_t = np.full(n_req, inf)  # disagg: time the KV lands in the decode pool
-    ready_heap_t = np.empty(n_req)
-    ready_heap_r = np.empty(n_req, dtype=np.int64)
-    n_ready = 0
-    issued = min(conc, n_req)
-    for r in range(issued):
-        q[q_tail] = r
-        q_tail += 1
-    completed = 0
-    t = 0.0
-    chunk_left = np.zeros(n_dec, dtype=np.int64)  # aggregated: chunk tokens in this step
+    heap_t = np.empty(n_req)  # disaggregated: KV arrivals, a min-heap
+    heap_r = np.empty(n_req, dtype=np.int64)
+    n_heap = 0
+    chunk_left = np.zeros(n_dec, dtype=np.int64)
     chunk_req = np.full(n_dec, -1, dtype=np.int64)
+    busy_b = 0.0
+    completed, issued, to_issue = 0, 0, min(conc, n_req)
+    t = 0.0
     while completed < n_req:
-        # -- disaggregated: start prefills on free instances
+        while to_issue > 0 and issued < n_req:  # users whose last request ended submit
+            r = issued
+            issued += 1
+            to_issue -= 1
+            arrival[r] = t
+            if disagg:
+                dq[dq_tail] = r
+                dq_tail += 1
+            else:
+                q[q_tail] = r
+                q_tail += 1
+        to_issue = 0
         if disagg:
+            while dq_head < dq_tail:  # reserve a decode slot, then queue for prefill
+                best, best_n = -1, cap
+                for i in range(n_dec):
+                    if batch[i] + reserved[i] < best_n:
+                        best, best_n = i, batch[i] + reserved[i]
+                if best < 0:
+                    break
+                r = dq[dq_head]
+                dq_head += 1
+                inst[r] = best
+                reserved[best] += 1
+                q[q_tail] = r
+                q_tail += 1
             for p in range(n_pre):
                 if pre_job[p] < 0 and q_head < q_tail:
                     r = q[q_head]
                     q_head += 1
                     pre_job[p] = r
-                    pre_free[p] = max(t, arrival[r]) + isl[r] * pre_tok_s
-        # -- admit ready requests to decode instances (fewest requests first)
-        while dq_head < dq_tail:
-            best, best_b = -1, cap
-            for i in range(n_dec):
-                if batch[i] < best_b:
-                    best, best_b = i, batch[i]
-            if best < 0:
-                break
-            r = dq[dq_head]
-            dq_head += 1
-            idle = step_end[best] == inf  # an idle instance starts a step with it now
-            slot = (step[best] + (0 if idle else 1) + steps_needed[r]) % max_steps
-            nxt[r] = head[best, slot]
-            head[best, slot] = r
-            batch[best] += 1
-            if idle:
-                step_end[best] = t + _interp(bs, ts, float(batch[best]))
-        # -- aggregated: an idle instance with queued prompts starts a prefill-only step
-        if not disagg:
-            for i in range(n_dec):
+                    pre_free[p] = t + isl[r] * pre_tok_s
+        else:
+            for i in range(n_dec):  # an idle instance with a queued prompt prefills it
                 if step_end[i] == inf and q_head < q_tail and batch[i] < cap:
                     r = q[q_head]
-                    take = min(rem[r], chunk)
                     chunk_req[i] = r
-                    chunk_left[i] = take
-                    step_end[i] = t + _interp(bs, ts, 0.0) + take * pre_tok_s
-        # -- next event
+                    chunk_left[i] = min(rem[r], chunk)
+                    step_end[i] = t + _interp(bs, ts, 0.0) + chunk_left[i] * pre_tok_s
+        # -- the next event
         t_next, kind, who = inf, -1, -1
         for i in range(n_dec):
             if step_end[i] < t_next:
@@ -153,111 +158,95 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             for p in range(n_pre):
                 if pre_job[p] >= 0 and pre_free[p] < t_next:
                     t_next, kind, who = pre_free[p], 1, p
-            if n_ready > 0 and ready_heap_t[0] < t_next:
-                t_next, kind, who = ready_heap_t[0], 2, -1
+            if n_heap > 0 and heap_t[0] < t_next:
+                t_next, kind, who = heap_t[0], 2, -1
         if kind < 0:
-            break  # nothing can move: a request larger than any instance
+            break  # nothing can move (cannot happen with cap >= 1)
         busy_b += (t_next - t) * batch.sum()
         t = t_next
-        if kind == 1:  # a prefill finished: its KV travels to the decode pool
+        if kind == 1:  # a prefill finished: its KV travels to the decode instance
             r = pre_job[who]
             pre_job[who] = -1
-            ready_t[r] = t + isl[r] * xfer_tok_s
-            # push onto the ready min-heap
-            j = n_ready
-            n_ready += 1
-            ready_heap_t[j] = ready_t[r]
-            ready_heap_r[j] = r
+            j = n_heap
+            n_heap += 1
+            heap_t[j] = t + isl[r] * xfer_tok_s
+            heap_r[j] = r
             while j > 0:
                 par = (j - 1) // 2
-                if ready_heap_t[par] <= ready_heap_t[j]:
+                if heap_t[par] <= heap_t[j]:
                     break
-                ready_heap_t[par], ready_heap_t[j] = ready_heap_t[j], ready_heap_t[par]
-                ready_heap_r[par], ready_heap_r[j] = ready_heap_r[j], ready_heap_r[par]
+                heap_t[par], heap_t[j] = heap_t[j], heap_t[par]
+                heap_r[par], heap_r[j] = heap_r[j], heap_r[par]
                 j = par
             continue
-        if kind == 2:  # KV arrived: first token out, wait for a decode slot
-            r = ready_heap_r[0]
-            n_ready -= 1
-            ready_heap_t[0] = ready_heap_t[n_ready]
-            ready_heap_r[0] = ready_heap_r[n_ready]
+        if kind == 2:  # KV arrived: first token out, the request joins its reserved slot
+            r = heap_r[0]
+            n_heap -= 1
+            heap_t[0] = heap_t[n_heap]
+            heap_r[0] = heap_r[n_heap]
             j = 0
             while True:
                 c1, c2, m = 2 * j + 1, 2 * j + 2, j
-                if c1 < n_ready and ready_heap_t[c1] < ready_heap_t[m]:
+                if c1 < n_heap and heap_t[c1] < heap_t[m]:
                     m = c1
-                if c2 < n_ready and ready_heap_t[c2] < ready_heap_t[m]:
+                if c2 < n_heap and heap_t[c2] < heap_t[m]:
                     m = c2
                 if m == j:
                     break
-                ready_heap_t[m], ready_heap_t[j] = ready_heap_t[j], ready_heap_t[m]
-                ready_heap_r[m], ready_heap_r[j] = ready_heap_r[j], ready_heap_r[m]
+                heap_t[m], heap_t[j] = heap_t[j], heap_t[m]
+                heap_r[m], heap_r[j] = heap_r[j], heap_r[m]
                 j = m
             first[r] = t
+            i = inst[r]
+            reserved[i] -= 1
             if steps_needed[r] == 0:
                 done[r] = t
                 completed += 1
-                if issued < n_req:
-                    arrival[issued] = t
-                    q[q_tail] = issued
-                    q_tail += 1
-                    issued += 1
-            else:
-                dq[dq_tail] = r
-                dq_tail += 1
+                to_issue += 1
+                continue
+            idle = step_end[i] == inf  # an idle instance starts a step with it now
+            slot = (step[i] + (0 if idle else 1) + steps_needed[r]) % max_steps
+            nxt[r] = head[i, slot]
+            head[i, slot] = r
+            batch[i] += 1
+            if idle:
+                step_end[i] = t + _interp(bs, ts, float(batch[i]))
             continue
         # kind == 0: a step of decode instance ``who`` ended
         i = who
         step[i] += 1
-        if not disagg and chunk_req[i] >= 0:  # the chunk this step carried
+        if chunk_req[i] >= 0:  # aggregated: the chunk this step carried
             r = chunk_req[i]
             rem[r] -= chunk_left[i]
             chunk_req[i] = -1
-            chunk_left[i] = 0
             if rem[r] <= 0:
                 q_head += 1
                 first[r] = t
                 if steps_needed[r] == 0:
                     done[r] = t
                     completed += 1
-                    if issued < n_req:
-                        arrival[issued] = t
-                        q[q_tail] = issued
-                        q_tail += 1
-                        issued += 1
-                else:
-                    dq[dq_tail] = r
-                    dq_tail += 1
+                    to_issue += 1
+                else:  # decodes from the next step, which starts now
+                    s2 = (step[i] + steps_needed[r]) % max_steps
+                    nxt[r] = head[i, s2]
+                    head[i, s2] = r
+                    batch[i] += 1
         slot = step[i] % max_steps
         r = head[i, slot]
         head[i, slot] = -1
         while r >= 0:
-            nr = nxt[r]
             done[r] = t
             completed += 1
+            to_issue += 1
             batch[i] -= 1
-            if issued < n_req:
-                arrival[issued] = t
-                q[q_tail] = issued
-                q_tail += 1
-                issued += 1
-            r = nr
-        # admit waiting requests before the next step starts (they join its batch)
-        while dq_head < dq_tail and batch[i] < cap:
-            r = dq[dq_head]
-            dq_head += 1
-            s2 = (step[i] + steps_needed[r]) % max_steps
-            nxt[r] = head[i, s2]
-            head[i, s2] = r
-            batch[i] += 1
+            r = nxt[r]
         dt = 0.0
         if not disagg and q_head < q_tail and batch[i] < cap:
             r = q[q_head]
-            take = min(rem[r], chunk)
             chunk_req[i] = r
-            chunk_left[i] = take
-            dt += take * pre_tok_s
-        if batch[i] > 0 or dt > 0:
+            chunk_left[i] = min(rem[r], chunk)
+            dt = chunk_left[i] * pre_tok_s
+        if batch[i] > 0 or chunk_req[i] >= 0:
             step_end[i] = t + _interp(bs, ts, float(batch[i])) + dt
         else:
             step_end[i] = inf
@@ -277,7 +266,7 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     out[5] = completed
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: np.ndarray,
                 cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
                 bs: np.ndarray, ts: np.ndarray, pre_tok_s: np.ndarray,
@@ -287,7 +276,7 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
     out = np.zeros((n, 6))
     isl_sum = np.zeros(n)
     osl_sum = np.zeros(n)
-    for i in prange(n):  # rows are independent runs; each seeds its own lengths
+    for i in range(n):  # rows are independent runs; each seeds its own lengths
         n_req = int(conc[i]) * per_user
         np.random.seed(seed + i)
         isl = np.empty(n_req, dtype=np.int64)

@@ -99,3 +99,36 @@ def fit_with_bands(df: pl.DataFrame, *, fitted_on: str = "", max_nfev: int = 100
     hw = (cross_validate(df, "hardware", max_nfev=max_nfev, progress=progress)
           if df["hardware"].n_unique() > 1 else kf)
     return replace(params, bands=band_table(kf, hw))
+
+
+DSA_FILE = "token_position_decode_slo.csv"
+DSA_MODELS = {"zai-org/GLM-5-FP8": ("glm-5", "fp8")}
+"""Rows of the decode-SLO file the model can express: GLM-5 (DSA). MiniMax-M2.5 (GQA) and
+Qwen3.5 (hybrid linear attention) have no model spec: their attention is not MLA."""
+
+
+def dsa_decode_points() -> pl.DataFrame:
+    """The bundled InferenceX decode-SLO points (8x H200, vLLM, TP8, ISL 1K-16K, OSL 128) of
+    DSA models, as validated configuration rows with measured TPOT, TTFT and throughput.
+    None of them is in the fit: predicting them is out of sample (model and engine)."""
+    from toolkit.serving.points import bundled_points_path, validate
+
+    raw = pl.read_csv(bundled_points_path(DSA_FILE))
+    raw = raw.filter(pl.col("model").is_in(list(DSA_MODELS)) & (pl.col("parallel") == "tp8"))
+    rows = [{"hardware": "h200", "framework": "vllm", "model": DSA_MODELS[r["model"]][0],
+             "precision": DSA_MODELS[r["model"]][1], "spec_method": "none", "disagg": False,
+             "is_multinode": False, "isl": r["isl"], "osl": r["osl"], "conc": r["conc"],
+             "num_prefill_gpu": 8, "num_decode_gpu": 8, "prefill_tp": 8, "prefill_ep": 1,
+             "prefill_dp_attention": False, "decode_tp": 8, "decode_ep": 1,
+             "decode_dp_attention": False,
+             "date": f"{r['date'][:4]}-{r['date'][4:6]}-{r['date'][6:8]}",
+             "tput_per_gpu": (r["input_tok_s"] + r["output_tok_s"]) / 8.0,
+             "median_tpot": r["median_tpot_s"], "median_ttft": r["median_ttft_s"]}
+            for r in raw.iter_rows(named=True)]
+    return validate(pl.DataFrame(rows), f"bundled {DSA_FILE}")
+
+
+def dsa_decode_check(params=None) -> pl.DataFrame:
+    """Predictions of :func:`dsa_decode_points` by the bundled (or given) fit."""
+    return predict(dsa_decode_points(), params, bands=False).with_columns(
+        pl.lit("dsa-decode h200").alias("fold"))

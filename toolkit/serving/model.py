@@ -1,36 +1,41 @@
 """Step-level model of one serving deployment under a closed loop of ``conc`` users.
 
-Decode step of one instance (per GPU; ``B`` requests decoding, ``q`` tokens verified each,
-``a`` accepted with MTP; aggregated instances also prefill ``B a isl / osl`` tokens per step,
-the steady state of continuous batching)::
+Decode step of one instance (per GPU; ``B`` requests decoding, ``q = 1 + drafts`` tokens
+verified each, ``a`` accepted: MTP drafts and acceptance are recipe inputs,
+:mod:`toolkit.serving.recipes`)::
 
-    t_step = overhead + t_dense + t_moe + t_attention + t_comm + t_miss
+    t_step = (overhead + t_token + t_dense + t_moe + t_attention + t_comm + t_prefill_share)
+             x age + t_miss
+    t_token     = per-token time outside the rooflines (sampling, scheduling, metadata)
     t_dense     = max(dense weight bytes / (HBM bandwidth x eff_mem),
                       dense GEMM FLOPs / (peak at the weight precision x eff_compute))
     t_moe       = the same roofline for the routed experts the batch touches
     t_attention = max((KV rows + indexer keys) / (HBM x eff_mem),
                       attention FLOPs / (FP8 peak x eff_compute))
                   (kernels run one after another, each bound by its own roofline)
-    t_comm    = (MoE dispatch+combine, or TP all-reduce bytes) / (link x eff_comm); the link is
-                the scale-up fabric when the instance fits in ``scaleup_domain_gpus``, else the
-                per-GPU scale-out NIC
-    t_miss    = HiSparse host fetches: one round trip per layer + miss rows x row bytes / gather
-                bandwidth (SM kernel over the host link); exposed in full (synchronous, v1) or
-                only beyond the layers' work (overlapped, plan-then-IO prefetch)
-    TPOT      = t_step / a
+    t_comm      = (MoE dispatch+combine, or TP all-reduce bytes) / (link x eff_comm)
+                  + one latency per collective; the link is the scale-up fabric inside
+                  ``scaleup_domain_gpus``, else the per-GPU scale-out NIC
+    t_prefill_share = aggregated instances: the prompt tokens of the requests replacing
+                  finished ones (``B a isl / osl`` per step) at the prefill chunk's cost
+    age         = exp(drift x engine age / 100 days): older engine images are slower
+    t_miss      = HiSparse host fetches: one round trip per layer + miss rows x row bytes /
+                  gather bandwidth; exposed in full (synchronous) or only beyond the layers'
+                  work (overlapped, plan-then-IO prefetch)
+    TPOT        = t_step / a
 
-Prefill of one request on a prefill instance: FLOPs / (peak x eff_prefill) plus one weight
-read and one overhead per 8K-token chunk; disaggregated runs add the KV transfer to the
-decode pool. Users cycle prefill -> decode -> next request with no think time (InferenceX's
-closed loop). The batch per decode instance ``B`` solves ``conc = n_dec B + X TTFT`` with
-``X = n_dec B / ((osl - 1) TPOT)`` requests/s, where TTFT = a fixed per-request overhead +
-prefill + KV transfer + the wait in a G/D/c prefill queue (Sakasegawa / Allen-Cunneen, with a
-fitted arrival variability: a closed loop of equal-length requests arrives in waves).
-``B`` is capped by HBM;
-users beyond the cap queue and their wait adds to TTFT.
+Every efficiency lies in an explicit range (:data:`toolkit.serving.params.RANGES`). Prefill
+of one request: FLOPs / (peak x eff_prefill) plus one weight read and one overhead per 8K
+chunk; attention per query covers the whole prefix for dense models and at most the
+indexer's top-k rows for DSA models, plus the indexer itself. Disaggregated runs add the KV
+transfer to the decode pool.
 
-Labelled assumptions: the p90 TTFT takes 2.3x the mean queueing wait (the 90th percentile of
-an exponential wait); every context is ``isl + osl / 2`` tokens on average; FP4 checkpoints
+Two ways to run a deployment: :func:`solve`, a fast steady state (the batch per decode
+instance solves ``conc = n_dec B + X TTFT`` with Poisson arrivals at a G/D/c prefill queue),
+which the fit uses; and :func:`client`, a replay of InferenceX's benchmark client against
+the same step times (:mod:`toolkit.serving.client`), which predictions use.
+
+Labelled assumptions: every context is ``isl + osl / 2`` tokens on average; FP4 checkpoints
 keep non-expert weights in FP8; attention math runs at the FP8 peak (FP8 KV caches).
 """
 
@@ -112,8 +117,8 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     t_hbm = (w_dense + w_routed + kv + idx) / bw
     t_comp = gemm / peak_w + attn / peak_a
     shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
-    ep_bytes = np.where(d.ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden * EP_BYTES_PER_VALUE
-                        * shard, 0.0)
+    ep_bytes = np.where(d.ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden
+                        * EP_BYTES_PER_VALUE * shard, 0.0)
     n_allreduce = np.where(d.dp_attn, 0.0, 1.0) + np.where(d.ep_moe, 0.0, 1.0)
     ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
     n_coll = np.where(d.ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
