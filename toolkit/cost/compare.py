@@ -304,7 +304,7 @@ def _answer(hw: str, engine: str, target: float, mod, mea, basis: str) -> dict:
                tput_per_gpu_high=ans.get("tput_per_gpu_high", ans["tput_per_gpu"]))
     at = ans["_row"]
     row.update(p90_ttft_s=ans["p90_ttft_s"] if not use_measured else (
-                   float(at["p90_ttft"]) if at else None),
+                   float(at["p90_ttft"]) if at and at["p90_ttft"] is not None else None),
                layout=_layout_text(at) if at else None, gpus=_gpus(at) if at else None,
                measured_points=0 if mea is None else int(mea[2].height),
                model_tput_per_gpu=model_ans["tput_per_gpu"] if model_ans else None,

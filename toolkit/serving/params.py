@@ -2,11 +2,13 @@
 
 Why a hierarchy: the measured points are sparse (a few rows per hardware x engine), so one
 free parameter set per pair would memorise them and say nothing about a held-out accelerator.
-Each parameter is ``transform(global + vendor + family + hardware + engine)``, with the non-global
-terms pulled toward zero (ridge). A row whose hardware or engine was never fitted (an
-accelerator left out in cross-validation; GB300, absent from the DeepSeek data, shares the
-NVL72 family terms of GB200) uses the terms that do exist, so predictions on unseen hardware
-come from its specs plus the shared efficiencies.
+Each parameter is ``transform(global + vendor + family + engine)``, with the non-global
+terms pulled toward zero (ridge). There is no per-accelerator level: siblings of one family
+(GB200 and GB300, B200 and B300, H100 and H200, MI300X and MI325X) share every fitted term and
+differ only by their specs, so a part without data (GB300 in the DeepSeek data) is predicted
+from its specs and its family's efficiencies, never from half of a sibling's own deviation
+(with a hardware level, GB300 came out 15% slower than GB200 at the same engine, which its
+specs cannot explain).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import numpy as np
 from toolkit.errors import ToolkitError
 
 PARAMS: dict[str, tuple[str, ...]] = {
-    "eff_mem": ("global", "vendor", "family", "hardware", "engine"),
-    "eff_compute": ("global", "vendor", "family", "hardware", "engine"),
-    "overhead_s": ("global", "vendor", "family", "hardware", "engine"),
+    "eff_mem": ("global", "vendor", "family", "engine"),
+    "eff_compute": ("global", "vendor", "family", "engine"),
+    "overhead_s": ("global", "vendor", "family", "engine"),
     "overhead_per_token_s": ("global", "vendor", "engine"),
     "eff_comm": ("global", "vendor", "engine"),
     "eff_prefill": ("global", "vendor", "engine"),
@@ -77,7 +79,7 @@ LOG_SCALED = ("overhead_s", "overhead_per_token_s", "collective_latency_s",
               "request_overhead_s")
 """Parameters interpolated on a log scale inside their range (times and variabilities)."""
 
-BOUND_MARGIN = 0.01
+BOUND_MARGIN = 0.03
 """A value whose position in its range (0 = low end, 1 = high end) is within this of an end
 counts as "at a bound"."""
 
@@ -125,8 +127,8 @@ def from_z(name: str, z: np.ndarray) -> np.ndarray:
     lo, hi = RANGES[name]
     s = 1.0 / (1.0 + np.exp(-np.asarray(z, dtype=np.float64)))
     if name in LOG_SCALED:
-        return np.exp(np.log(lo) + s * (np.log(hi) - np.log(lo)))
-    return lo + s * (hi - lo)
+        return np.clip(np.exp(np.log(lo) + s * (np.log(hi) - np.log(lo))), lo, hi)
+    return np.clip(lo + s * (hi - lo), lo, hi)
 
 
 class ParamsError(ToolkitError):
