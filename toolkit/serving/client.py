@@ -276,9 +276,11 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
     out = np.zeros((n, 6))
     isl_sum = np.zeros(n)
     osl_sum = np.zeros(n)
-    for i in range(n):  # rows are independent runs; each seeds its own lengths
+    for i in range(n):  # rows are independent runs
         n_req = int(conc[i]) * per_user
-        np.random.seed(seed + i)
+        # lengths depend on the configuration, not on the row's position in the table
+        np.random.seed((seed + int(conc[i]) * 1000003 + int(isl_l[i]) * 7919
+                        + int(osl_l[i])) % 2147483647)
         isl = np.empty(n_req, dtype=np.int64)
         osl = np.empty(n_req, dtype=np.int64)
         lo_i, lo_o = int(isl_l[i] * ratio), int(osl_l[i] * ratio)
