@@ -87,7 +87,7 @@ dsr1.select("hardware", "engine", "source", "tput_per_gpu", "model_tput_per_gpu"
 # %%
 targets = tuple(float(x) for x in range(20, 181, 10))
 curve = ws.compare("glm-5.2", HARDWARE, interactivity=targets)
-charts.cost_band(curve, "GLM-5.2, 8K in / 1K out, p90 TTFT <= 10 s: $/M total tokens "
+charts.cost_band(curve, title="GLM-5.2, 8K in / 1K out, p90 TTFT <= 10 s: $/M total tokens "
                  "(modelled, 10-90% band)")
 
 # %% [markdown]

@@ -494,17 +494,24 @@ def sweep_surface(df: pl.DataFrame, x: str, y: str, value: str, title: str,
     return chart.properties(title=title)
 
 
-def cost_band(compare: pl.DataFrame, title: str | None = None) -> alt.LayerChart:
+def cost_band(compare: pl.DataFrame, published: pl.DataFrame | None = None,
+              title: str | None = None) -> alt.LayerChart:
     """$ per M total tokens against target interactivity per hardware from ``cost compare``
     rows: a line through the reachable targets, the shaded 10-90% band of cross-validated
-    errors, filled points for measured answers and hollow ones for modelled answers."""
+    errors, filled points for measured answers and hollow ones for modelled answers;
+    published figures (``published_costs``) as black-edged diamonds."""
     df = compare.filter(pl.col("reachable")).with_columns(
         pl.format("{} ({})", "hardware", "engine").alias("series"))
     series = _numeric_order(df["series"]) if df.height else []
     color = alt.Color("series:N", title="hardware (engine)", sort=series)
-    ys = pl.concat([df["usd_per_mtok_total_low"], df["usd_per_mtok_total_high"]]).drop_nulls()
+    ys = pl.concat([df["usd_per_mtok_total_low"], df["usd_per_mtok_total_high"],
+                    df["usd_per_mtok_total"]]).drop_nulls()
+    xs = df["interactivity"]
+    if published is not None and published.height:
+        ys = pl.concat([ys, published["usd_per_mtok_total"].cast(pl.Float64)])
+        xs = pl.concat([xs, published["interactivity_tok_s_user"].cast(pl.Float64)])
     x = alt.X("interactivity:Q", title="target interactivity (tok/s/user)",
-              scale=_fit(df["interactivity"], zero=False))
+              scale=_fit(xs, zero=False))
     y = alt.Y("usd_per_mtok_total:Q", title="$ per M total tokens", scale=_fit(ys, log=True))
     tip = ["hardware", "engine", "source", "basis", "layout",
            alt.Tooltip("interactivity:Q", format=".0f"),
@@ -521,7 +528,16 @@ def cost_band(compare: pl.DataFrame, title: str | None = None) -> alt.LayerChart
         x=x, y=y, color=color, tooltip=tip,
         shape=alt.Shape("source:N", title="answer from"),
         fill=alt.condition(alt.datum.source == "measured", color, alt.value("white")))
-    return (band + line + pts).properties(
+    layers = band + line + pts
+    if published is not None and published.height:
+        pub = published.with_columns(pl.col("interactivity_tok_s_user").alias("interactivity"),
+                                     pl.format("{} ({}), published", "hardware",
+                                               "engine").alias("series"))
+        layers += alt.Chart(pub).mark_point(shape="diamond", size=110, filled=True,
+                                            color="black").encode(
+            x=x, y=y, tooltip=["hardware", "engine", "model", "condition", "source",
+                               alt.Tooltip("usd_per_mtok_total:Q", format=".4f")])
+    return layers.properties(
         title=title or "Cost vs interactivity (band: 10-90% cross-validated error)",
         width=520, height=300)
 
