@@ -28,9 +28,9 @@ Mapping of a row to ``cli_estimate`` (each choice is an assumption of this bench
 * where aiconfigurator's disagg path has no fp8 context-MLA table (H100 and GB200 TRT-LLM) the
   row is rerun with bfloat16 context FMHA, the fallback its agg path applies by itself; such
   rows carry a ``note``.
-* MTP: ``nextn = 3`` drafts; accepted drafts per step from ``--mtp-accepted`` (default:
-  ``fitted`` = the bundled toolkit fit's per-engine acceptance minus one, i.e. the peer gets our
-  calibration of a number it needs as input and cannot know).
+* MTP: the row's recipe (``toolkit.serving.recipes``: 1 draft, 1.85 accepted tokens per step
+  from the DeepSeek-V3 report unless the row says otherwise); ``--mtp-accepted`` overrides the
+  accepted drafts per step (default ``recipe``: the same input the toolkit uses).
 * predicted ``tput_per_gpu`` = aiconfigurator's ``seq/s`` x (isl + osl) / InferenceX's divisor,
   scaled by ``conc / its concurrency`` when whole per-rank batches exceed the row's ``conc``;
   TPOT and TTFT are its ``tpot`` and ``ttft`` (ms -> s).
@@ -61,9 +61,8 @@ import numpy as np
 import polars as pl
 
 from toolkit.serving.layout import design
-from toolkit.serving.params import bundled_params
 from toolkit.serving.points import bundled_points_path, read_points
-from toolkit.serving.predict import levels, predict
+from toolkit.serving.predict import predict
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "serving_peer"
@@ -73,7 +72,6 @@ AIC_SYSTEM = {"b200": "b200_sxm", "b300": "b300_sxm", "h100": "h100_sxm", "h200"
 AIC_BACKEND = {"sglang": "sglang", "dynamo-sglang": "sglang", "trt": "trtllm",
                "dynamo-trt": "trtllm"}
 AIC_MODEL = "deepseek-ai/DeepSeek-R1"
-MTP_DRAFTS = 3
 METRICS = {"tput_per_gpu": "tput_per_gpu", "median_tpot": "TPOT", "median_ttft": "TTFT"}
 CACHE_FIELDS = ["row_id", "key", "status", "reason", "ttft_ms", "tpot_ms", "seq_per_s",
                 "aic_total_gpus", "aic_concurrency", "backend_version", "kv_cache_warning", "note",
@@ -145,7 +143,7 @@ def _worker(g: float, tp: int, ep: int, dp_attn: bool) -> dict[str, int]:
 def requests(df: pl.DataFrame, mtp_accepted: str) -> tuple[list[dict], dict[int, str]]:
     """``cli_estimate`` keyword arguments per expressible row, and why the others are not."""
     d = design(df)
-    accept = bundled_params().row_values(levels(d))["mtp_accept"] - 1.0
+    accept = d.mtp_accept - 1.0
     reqs, unsupported = [], {}
     for i, r in enumerate(df.iter_rows(named=True)):
         rid = int(r["row_id"])
@@ -165,8 +163,8 @@ def requests(df: pl.DataFrame, mtp_accepted: str) -> tuple[list[dict], dict[int,
         if r["precision"] == "fp4":
             req.update(gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
         if r["spec_method"] == "mtp":
-            acc = float(accept[i]) if mtp_accepted == "fitted" else float(mtp_accepted)
-            req.update(nextn=MTP_DRAFTS, nextn_accepted=round(acc, 3))
+            acc = float(accept[i]) if mtp_accepted == "recipe" else float(mtp_accepted)
+            req.update(nextn=int(d.mtp_draft[i]), nextn_accepted=round(acc, 3))
         conc = int(r["conc"])
         if not d.disagg[i]:
             w = _worker(d.g_dec[i], r["decode_tp"], r["decode_ep"], r["decode_dp_attention"])
@@ -291,9 +289,9 @@ def error_tables(sbs: pl.DataFrame) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--aic-python", help="Python interpreter with aiconfigurator installed")
-    ap.add_argument("--mtp-accepted", default="fitted",
+    ap.add_argument("--mtp-accepted", default="recipe",
                     help="accepted MTP drafts per step for aiconfigurator: a number, or "
-                         "'fitted' (the bundled toolkit fit's per-engine value minus one)")
+                         "'recipe' (the row's recipe input, as the toolkit uses)")
     ap.add_argument("--row-timeout-s", type=int, default=300)
     ap.add_argument("--max-nfev", type=int, default=100, help="per fold, held-out fits")
     ap.add_argument("--out-dir", type=Path, default=BUILD)

@@ -105,6 +105,44 @@ measured = pl.concat([ws.query("measured_points", hardware=hw) for hw in hardwar
 charts.pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts and measured points")
 
 # %% [markdown]
+# ### The same fronts with their error bands
+# `toolkit cost compare --model-only` at targets along each front: the line is the model's
+# throughput per GPU, the shaded band the 10th-90th percentile of its cross-validated errors
+# (5-fold for a (hardware, engine) pair the fit saw, leave-one-hardware-out for one it did
+# not: GB300 + Dynamo-TRT is `basis = shared-terms`, hence its wider band). A good band holds
+# about 8 of 10 measured diamonds of its own engine.
+
+# %%
+targets = tuple(float(x) for x in (10, 15, 20, 30, 40, 50, 60, 70, 80, 100, 120, 150, 200))
+banded = ws.compare("dsr1", hardware, precision="fp4", interactivity=targets,
+                    measured=False, max_p90_ttft_s=None)
+print(banded.group_by("hardware", "engine", "basis").agg(
+    pl.col("reachable").sum().alias("targets_reached")).sort("hardware"))
+charts.front_band(banded, measured, "DeepSeek-R1 FP4 8K/1K: modelled front, 10-90% band, "
+                  "measured points")
+
+# %% [markdown]
+# ### How often the bands hold, out of sample
+# For every held-out prediction of leave-one-hardware-out cross-validation, is the measured
+# value inside the band of a fit that never saw that hardware (shared-terms bands)? Bands
+# come from held-out residuals, so about 80% is the honest expectation.
+
+# %%
+from toolkit.serving import bundled_params  # noqa: E402
+from toolkit.serving.bands import apply_bands  # noqa: E402
+
+held = apply_bands(heldout, bundled_params().bands,
+                   pl.Series(["shared-terms"] * heldout.height).to_numpy())
+cover = held.select(
+    ((pl.col("tput_per_gpu") >= pl.col("pred_tput_per_gpu_low"))
+     & (pl.col("tput_per_gpu") <= pl.col("pred_tput_per_gpu_high"))).mean().alias(
+        "tput_inside_band"),
+    ((pl.col("median_tpot") >= pl.col("pred_median_tpot_low"))
+     & (pl.col("median_tpot") <= pl.col("pred_median_tpot_high"))).mean().alias(
+        "tpot_inside_band"))
+cover
+
+# %% [markdown]
 # ## 4. The bundled held-out file reproduces
 # Re-run the MI300X fold (fit on every other accelerator, predict MI300X) and compare with
 # the bundled predictions.

@@ -525,3 +525,77 @@ def sweep_surface(df: pl.DataFrame, x: str, y: str, value: str, title: str,
     if facet:
         return chart.facet(column=alt.Column(f"{facet}:N", title=None)).properties(title=title)
     return chart.properties(title=title)
+
+
+def cost_band(compare: pl.DataFrame, published: pl.DataFrame | None = None,
+              title: str | None = None) -> alt.LayerChart:
+    """$ per M total tokens against target interactivity per hardware from ``cost compare``
+    rows: a line through the reachable targets, the shaded 10-90% band of cross-validated
+    errors, filled points for measured answers and hollow ones for modelled answers;
+    published figures (``published_costs``) as black-edged diamonds."""
+    df = compare.filter(pl.col("reachable")).with_columns(
+        pl.format("{} ({})", "hardware", "engine").alias("series"))
+    series = _numeric_order(df["series"]) if df.height else []
+    color = alt.Color("series:N", title="hardware (engine)", sort=series)
+    ys = pl.concat([df["usd_per_mtok_total_low"], df["usd_per_mtok_total_high"],
+                    df["usd_per_mtok_total"]]).drop_nulls()
+    xs = df["interactivity"]
+    if published is not None and published.height:
+        ys = pl.concat([ys, published["usd_per_mtok_total"].cast(pl.Float64)])
+        xs = pl.concat([xs, published["interactivity_tok_s_user"].cast(pl.Float64)])
+    x = alt.X("interactivity:Q", title="target interactivity (tok/s/user)",
+              scale=_fit(xs, zero=False))
+    y = alt.Y("usd_per_mtok_total:Q", title="$ per M total tokens", scale=_fit(ys, log=True))
+    tip = ["hardware", "engine", "source", "basis", "layout",
+           alt.Tooltip("interactivity:Q", format=".0f"),
+           alt.Tooltip("usd_per_mtok_total:Q", format=".4f"),
+           alt.Tooltip("usd_per_mtok_total_low:Q", format=".4f"),
+           alt.Tooltip("usd_per_mtok_total_high:Q", format=".4f"),
+           alt.Tooltip("p90_ttft_s:Q", format=".2f")]
+    band = alt.Chart(df).mark_area(opacity=0.18).encode(
+        x=x, y=alt.Y("usd_per_mtok_total_low:Q", scale=_fit(ys, log=True),
+                     title="$ per M total tokens"),
+        y2="usd_per_mtok_total_high:Q", color=color)
+    line = alt.Chart(df).mark_line().encode(x=x, y=y, color=color)
+    pts = alt.Chart(df).mark_point(size=50).encode(
+        x=x, y=y, color=color, tooltip=tip,
+        shape=alt.Shape("source:N", title="answer from"),
+        fill=alt.condition(alt.datum.source == "measured", color, alt.value("white")))
+    layers = band + line + pts
+    if published is not None and published.height:
+        pub = published.with_columns(pl.col("interactivity_tok_s_user").alias("interactivity"),
+                                     pl.format("{} ({}), published", "hardware",
+                                               "engine").alias("series"))
+        layers += alt.Chart(pub).mark_point(shape="diamond", size=110, filled=True,
+                                            color="black").encode(
+            x=x, y=y, tooltip=["hardware", "engine", "model", "condition", "source",
+                               alt.Tooltip("usd_per_mtok_total:Q", format=".4f")])
+    return layers.properties(
+        title=title or "Cost vs interactivity (band: 10-90% cross-validated error)",
+        width=520, height=300)
+
+
+def front_band(compare: pl.DataFrame, measured: pl.DataFrame, title: str) -> alt.LayerChart:
+    """Modelled throughput per GPU against target interactivity (``cost compare`` rows with
+    ``--model-only``) as a line with its shaded 10-90% cross-validated band, one colour per
+    hardware, and measured points (``measured_points`` query) as diamonds."""
+    df = compare.filter(pl.col("reachable"))
+    hw = [h for h in _HW_ORDER if h in set(df["hardware"]) | set(measured["hardware"])]
+    color = alt.Color("hardware:N", sort=hw, title="hardware")
+    ys = pl.concat([df["tput_per_gpu_low"], df["tput_per_gpu_high"],
+                    measured["tput_per_gpu"].cast(pl.Float64)]).drop_nulls()
+    xs = pl.concat([df["interactivity"], measured["interactivity"].cast(pl.Float64)])
+    x = alt.X("interactivity:Q", title="interactivity (tok/s/user)", scale=_fit(xs, log=True))
+    yscale = _fit(ys, log=True)
+    band = alt.Chart(df).mark_area(opacity=0.2).encode(
+        x=x, y=alt.Y("tput_per_gpu_low:Q", scale=yscale, title="tok/s/GPU (total)"),
+        y2="tput_per_gpu_high:Q", color=color)
+    line = alt.Chart(df).mark_line().encode(
+        x=x, y=alt.Y("tput_per_gpu:Q", scale=yscale), color=color,
+        tooltip=["hardware", "engine", "basis", "layout",
+                 alt.Tooltip("tput_per_gpu:Q", format=".0f")])
+    pts = alt.Chart(measured).mark_point(shape="diamond", size=70, filled=True,
+                                         stroke="black", strokeWidth=0.6).encode(
+        x=x, y=alt.Y("tput_per_gpu:Q", scale=yscale), color=color,
+        tooltip=["hardware", "framework", alt.Tooltip("tput_per_gpu:Q", format=".0f")])
+    return (band + line + pts).properties(title=title, width=520, height=320)

@@ -211,6 +211,26 @@ def _csv_list(text: str, what: str, cast=str) -> tuple:
         fail(f"{what}: {text!r} is not a comma-separated list of numbers")
 
 
+def _ttft_bound(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        fail(f"--max-p90-ttft-s {text!r}: give a positive number of seconds or 'none'")
+    return v
+
+
+_DEFAULT_TTFT = field_default(CompareConfig, "max_p90_ttft_s")
+
+TABLE_COLUMNS = ("hardware", "engine", "interactivity", "source", "basis", "reachable", "edge",
+                 "tput_per_gpu", "tput_per_gpu_low", "tput_per_gpu_high", "p90_ttft_s",
+                 "gpus", "usd_per_mtok_total", "usd_per_mtok_total_low",
+                 "usd_per_mtok_total_high", "cost_ratio_total_vs_first", "layout")
+
+
 @cost_app.command("compare")
 def cost_compare_cmd(
     model: Annotated[str, typer.Option("--model", help=f"Model spec: {choices('model')}.")],
@@ -220,9 +240,10 @@ def cost_compare_cmd(
     interactivity: Annotated[str, typer.Option("--interactivity", help="Comma-separated "
                                                "targets, tok/s/user.")] = (
         ",".join(f"{x:g}" for x in field_default(CompareConfig, "interactivity"))),
-    max_p90_ttft_s: Annotated[float | None, typer.Option(
-        "--max-p90-ttft-s", help="Keep only modelled points whose p90 TTFT meets this.")] = (
-        field_default(CompareConfig, "max_p90_ttft_s")),
+    max_p90_ttft_s: Annotated[str, typer.Option(
+        "--max-p90-ttft-s", help="Keep only points (measured or modelled) whose p90 TTFT meets "
+        "this many seconds; 'none' keeps every point.")] = (
+        "none" if _DEFAULT_TTFT is None else f"{_DEFAULT_TTFT:g}"),
     price_tier: Annotated[str, typer.Option("--price-tier", help="hyperscaler, neocloud or "
                                             "rental.")] = field_default(CompareConfig,
                                                                         "price_tier"),
@@ -238,8 +259,30 @@ def cost_compare_cmd(
         help="Share of prompt tokens served from a prefix cache (agentic traffic: ~0.9).")] = (
         field_default(CompareConfig, "cached_prefix_fraction")),
     engine: Annotated[list[str] | None, typer.Option(
-        "--engine", help="HW=ENGINE, repeatable (defaults: gb200=dynamo-sglang, "
-        "gb300=dynamo-trt, mi355x=atom, else sglang).")] = None,
+        "--engine", help="HW=ENGINE[@VERSION], repeatable (defaults: gb200=dynamo-sglang, "
+        "gb300=dynamo-trt, mi355x=atom, else sglang); VERSION is a bundled image tag (e.g. "
+        "0.5.8.post1) or a date YYYY-MM-DD.")] = None,
+    all_engines: Annotated[bool, typer.Option(
+        "--all-engines", help="Compare every engine that runs on each accelerator (with "
+        "measured points, fitted terms or shared terms) instead of one per accelerator.")] = (
+        field_default(CompareConfig, "all_engines")),
+    mtp: Annotated[str, typer.Option("--mtp", help="on: fronts may use MTP layouts; off: no "
+                                     "speculative decoding.")] = field_default(
+        CompareConfig, "mtp"),
+    mtp_accept: Annotated[float | None, typer.Option(
+        "--mtp-accept", min=1.0, help="Tokens accepted per MTP step (default 1.85 with one "
+        "draft: DeepSeek-V3 report, arXiv:2412.19437 section 5.4.3).")] = None,
+    mtp_draft_tokens: Annotated[int | None, typer.Option(
+        "--mtp-draft-tokens", min=1, help="Draft tokens verified per MTP step (default 1).")] = (
+        None),
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV-cache dtype: fp8 or bf16.")] = (
+        field_default(CompareConfig, "kv_dtype")),
+    measurements: Annotated[Path | None, typer.Option(
+        "--measurements", help="Measured points in InferenceX's export columns (CSV/Parquet), "
+        "used before the model where they cover the question.")] = None,
+    measured: Annotated[bool, typer.Option(
+        "--measured/--model-only", help="Answer from the bundled InferenceX measurements where "
+        "they cover the question (default), or from the model only.")] = True,
     params: Annotated[Path | None, typer.Option(
         "--params", help="Fitted parameters (toolkit serving fit); default: the bundled "
         "fit on InferenceX DeepSeek-R1 points.")] = None,
@@ -247,36 +290,49 @@ def cost_compare_cmd(
     as_json: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
-    """Sweep layouts x concurrency per accelerator with the serving model, build each Pareto
-    front of throughput/GPU vs interactivity, interpolate at the targets, price it."""
+    """$ per million tokens per accelerator at target interactivities: from measured points
+    where they cover the question, else from the serving model's Pareto front of layouts x
+    concurrency, with low/high bands, a p90 TTFT bound (10 s by default) and `reachable` /
+    `edge` flags."""
     import polars as pl
 
     from toolkit.cost.compare import compare
     from toolkit.serving.params import ServingParams, bundled_params
 
     out = Output.from_options(fmt, as_json, output)
-    engines = {}
+    engines, versions = {}, {}
     for item in engine or []:
         hw, sep, eng = item.partition("=")
-        if not sep:
-            fail(f"--engine {item!r}: expected HW=ENGINE, e.g. gb300=dynamo-trt")
+        if not sep or not eng.strip():
+            fail(f"--engine {item!r}: expected HW=ENGINE[@VERSION], e.g. gb300=dynamo-trt")
+        eng, _, version = eng.partition("@")
         engines[hw.strip().lower()] = eng.strip().lower()
+        if version.strip():
+            versions[hw.strip().lower()] = version.strip()
+    if mtp not in ("on", "off"):
+        fail(f"--mtp {mtp!r}: give on or off")
+    ttft = _ttft_bound(max_p90_ttft_s)
     try:
         cfg = CompareConfig(
             model=model, hardware=tuple(h.lower() for h in _csv_list(hardware, "--hardware")),
             interactivity=_csv_list(interactivity, "--interactivity", float),
-            max_p90_ttft_s=max_p90_ttft_s, price_tier=price_tier, precision=precision,
-            isl=isl, osl=osl, cached_prefix_fraction=cached_prefix_fraction, engines=engines)
+            max_p90_ttft_s=ttft, price_tier=price_tier, precision=precision,
+            isl=isl, osl=osl, cached_prefix_fraction=cached_prefix_fraction, engines=engines,
+            mtp=mtp, mtp_accept=mtp_accept, mtp_draft_tokens=mtp_draft_tokens,
+            kv_dtype=kv_dtype, engine_versions=versions, all_engines=all_engines,
+            measured=measured, measurements=str(measurements) if measurements else None)
         p = ServingParams.load(params) if params else bundled_params()
         df = compare(cfg, p)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
     meta = {"model": model, "isl": isl, "osl": osl, "precision": precision,
             "cached_prefix_fraction": cached_prefix_fraction, "price_tier": price_tier,
-            "max_p90_ttft_s": max_p90_ttft_s, "params_kind": p.kind,
-            "params_fitted_on": p.fitted_on,
-            "note": "modelled, not measured: serving model with efficiencies fitted on "
-                    "InferenceX DeepSeek-R1 points (SemiAnalysis InferenceX, Apache-2.0)"}
+            "max_p90_ttft_s": ttft, "mtp": mtp, "kv_dtype": kv_dtype,
+            "params_kind": p.kind, "params_fitted_on": p.fitted_on,
+            "note": "source=measured rows come from measured points (SemiAnalysis InferenceX, "
+                    "Apache-2.0, or --measurements); source=model rows from the serving model "
+                    "fitted on InferenceX DeepSeek-R1 points, with bands from cross-validated "
+                    "residuals; reachable=false: the target lies beyond the front (no price)"}
     if out.fmt == "json" and out.path is None:
         typer.echo(json.dumps({**meta, "rows": df.to_dicts()}))
         return
@@ -285,8 +341,6 @@ def cost_compare_cmd(
         return
     for k, v in meta.items():
         typer.echo(f"{k:<24}  {v}")
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=4,
-                   tbl_hide_dataframe_shape=True):
-        typer.echo(str(df.select("hardware", "engine", "interactivity", "tput_per_gpu",
-                                 "p90_ttft_s", "usd_per_mtok_total", "usd_per_mtok_output",
-                                 "cost_ratio_total_vs_first", "layout")))
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=260, float_precision=3,
+                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        typer.echo(str(df.select([c for c in TABLE_COLUMNS if c in df.columns])))

@@ -45,25 +45,47 @@ def fit_cmd(
         "--out", help="Write the parameters (JSON) here; default: print them.")] = None,
     max_nfev: Annotated[int, typer.Option("--max-nfev", min=1,
                                           help="Cap on model evaluations.")] = 100,
+    bands: Annotated[bool, typer.Option(
+        "--bands/--no-bands", help="Also cross-validate (5-fold and leave-one-hardware-out) "
+        "to attach error bands; about 1 + 5 + hardware-count fits.")] = True,
 ) -> None:
-    """Least-squares fit of the efficiency terms (log error of TPOT, throughput and, at half
-    weight, TTFT); writes them with kind = "fitted", the data used and in-sample residuals."""
-    from toolkit.serving.fit import fit
+    """Least-squares fit of the bounded efficiency terms (log error of TPOT, throughput and,
+    at half weight, TTFT); writes them with kind = "fitted", the data used, in-sample
+    residuals and cross-validated error bands. Exits 1 naming every parameter that ends at
+    a bound of its range (the model is then compensating for something it lacks)."""
+    from toolkit.serving.crossval import fit_with_bands
+    from toolkit.serving.fit import bound_report, fit
 
     if out is not None:
         check_output_file(out, "--out", (".json",))
     df = _points(points)
     label = f"{points or 'bundled dsr1_serving_points.csv (SemiAnalysis InferenceX)'}: "
     label += f"{df.height} rows"
-    params = guard(fit, df, fitted_on=label, max_nfev=max_nfev)
+    t0 = time.perf_counter()
+
+    def progress(i, n, fold):
+        print(f"  bands: fold {i}/{n} ({fold}) done, {time.perf_counter() - t0:.0f} s",
+              file=sys.stderr, flush=True)
+
+    if bands:
+        params = guard(fit_with_bands, df, fitted_on=label, max_nfev=max_nfev,
+                       progress=progress)
+    else:
+        params = guard(fit, df, fitted_on=label, max_nfev=max_nfev)
     if out is None:
         typer.echo(params.to_json())
-        return
-    guard(params.save, out)
-    for target, r in params.residuals.items():
-        typer.echo(f"{target:<13} in-sample median |err| {r['median_abs_rel_err']:.3f}  "
-                   f"p90 {r['p90_abs_rel_err']:.3f}  ({r['rows']} rows)")
-    typer.echo(f"wrote {out}")
+    else:
+        guard(params.save, out)
+        for target, r in params.residuals.items():
+            typer.echo(f"{target:<13} in-sample median |err| {r['median_abs_rel_err']:.3f}  "
+                       f"p90 {r['p90_abs_rel_err']:.3f}  ({r['rows']} rows)")
+        typer.echo(f"wrote {out}")
+    at = bound_report(params, df)
+    if at:
+        names = sorted({f"{b['parameter']} ({b['end']} end of {b['range'][0]:g}..."
+                        f"{b['range'][1]:g})" for b in at})
+        fail(f"{len(names)} parameter(s) ended at a bound: {'; '.join(names)}; groups: "
+             f"{', '.join(sorted({b['group'] for b in at})[:6])}", code=1)
 
 
 @serving_app.command("predict")
@@ -92,7 +114,9 @@ def predict_cmd(
 def validate_cmd(
     points: PointsOpt = None,
     scheme: Annotated[str, typer.Option(
-        "--scheme", help="hardware, shape or both (leave-one-out groups).")] = "both",
+        "--scheme", help="hardware, shape, time (fit on older engines, predict newer, and the "
+        "reverse), kfold, dsa (GLM-5 decode on H200, never fitted), or both (= hardware, "
+        "shape, time and dsa).")] = "both",
     max_nfev: Annotated[int, typer.Option("--max-nfev", min=1,
                                           help="Cap on model evaluations per fold.")] = 100,
     out_dir: Annotated[Path | None, typer.Option(
@@ -113,10 +137,20 @@ def validate_cmd(
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         fail(f"--out-dir {out_dir}: exists and is not a directory")
     df = _points(points)
-    schemes = ("hardware", "shape") if scheme == "both" else (scheme,)
+    schemes = ("hardware", "shape", "time", "dsa") if scheme == "both" else (scheme,)
     result = {}
     t0 = time.perf_counter()
     for s in schemes:
+        if s == "dsa":  # out-of-sample model and engine: no fit needed
+            from toolkit.serving.crossval import dsa_decode_check
+
+            pred = guard(dsa_decode_check)
+            result[s] = error_table(pred)
+            if out_dir:
+                guard(out_dir.mkdir, parents=True, exist_ok=True)
+                pred.write_csv(out_dir / f"heldout_{s}.csv")
+                result[s].write_csv(out_dir / f"errors_{s}.csv")
+            continue
         def progress(i, n, fold, s=s):
             if not as_json:
                 print(f"  {s}: fold {i}/{n} ({fold}) done, {time.perf_counter() - t0:.0f} s",
@@ -137,7 +171,10 @@ def validate_cmd(
                             for s, t in result.items()], how="diagonal"))
         return
     for s, t in result.items():
-        typer.echo(f"leave-one-{s}-out (held-out rows only; errors are |pred/measured - 1|)")
+        title = {"time": "fit on older rows, predict newer (and the reverse)",
+                 "kfold": "5-fold", "dsa": "GLM-5 (DSA) decode on 8x H200, vLLM: never fitted"
+                 }.get(s, f"leave-one-{s}-out")
+        typer.echo(f"{title} (held-out rows only; errors are |pred/measured - 1|)")
         with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=3,
                        tbl_hide_dataframe_shape=True):
             typer.echo(str(t))

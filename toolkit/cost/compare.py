@@ -1,11 +1,15 @@
-"""Cost per million tokens per accelerator at a target interactivity, from the serving model.
+"""Cost per million tokens per accelerator at a target interactivity: measured first, then
+the serving model, with error bands.
 
 The question a capacity planner asks ("what does a million tokens of model M cost on GB200,
-GB300 and MI355X at 150 tok/s/user?") is answered the way InferenceX answers it from
-measurements, with the serving model in place of the measurements: sweep layouts and
-concurrency per hardware, keep the Pareto front of throughput per GPU vs interactivity
-(optionally only points whose p90 TTFT meets a bound), interpolate the front at the target
-with Steffen's monotone spline, and divide the hourly price by the tokens.
+GB300 and MI355X at 150 tok/s/user?") is answered the way InferenceX answers it: a Pareto
+front of throughput per GPU vs interactivity per (hardware, engine), only points whose p90
+TTFT meets a bound (10 s unless told otherwise), Steffen's monotone spline at the target, and
+the hourly price divided by the tokens. The front comes from **measured** points (bundled
+InferenceX rows, or ``--measurements``) when they cover the hardware, engine, model,
+precision and shape and reach the target; otherwise from the serving model's sweep of layouts
+and concurrency, whose low/high bands come from cross-validated residuals. A target beyond a
+front's end is unreachable (no price); one within :data:`EDGE_FRACTION` of the end is flagged.
 """
 
 from __future__ import annotations
@@ -33,6 +37,23 @@ DEFAULT_ENGINES: dict[str, str] = {
 comparison (GB200 + Dynamo-SGLang, GB300 + Dynamo-TRT-LLM, MI355X + ATOM); "sglang" else."""
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+ENGINE_VENDORS: dict[str, str] = {"trt": "nvidia", "dynamo-trt": "nvidia", "atom": "amd",
+                                  "mori-sglang": "amd"}
+"""Engines that run on one vendor's parts only (TensorRT-LLM: NVIDIA; ATOM, MoRI: AMD)."""
+
+EDGE_FRACTION = 0.15
+"""A target within 15% of a front's highest interactivity is flagged ``edge``: the answer
+rests on the last one or two points of the front."""
+
+
+def engines_for(cfg: CompareConfig, hw: str) -> list[str]:
+    """The engines compared on ``hw``: the one given or defaulted, or with ``all_engines``
+    every engine that runs on its vendor's parts."""
+    if not cfg.all_engines:
+        return [cfg.engines.get(hw, DEFAULT_ENGINES.get(hw, "sglang"))]
+    vendor = get_hardware(hw).vendor
+    return [e for e in ENGINES if ENGINE_VENDORS.get(e, vendor) == vendor]
 
 
 def _layouts(hw: str, engine: str, weights_gpus: int) -> list[dict]:
@@ -65,81 +86,263 @@ def _layouts(hw: str, engine: str, weights_gpus: int) -> list[dict]:
 
 
 def sweep(cfg: CompareConfig) -> pl.DataFrame:
-    """Model every (hardware, layout, MTP, concurrency) point of ``cfg``: validated rows with
-    the ``pred_*`` columns (see :func:`toolkit.serving.predict.predict`)."""
+    """Every (hardware, engine, layout, MTP, concurrency) point of ``cfg`` as validated rows
+    with the recipe columns, ready for :func:`toolkit.serving.predict.predict`."""
+    from toolkit.serving.recipes import version_date
+
     model = get_model(cfg.model)
     rows = []
-    for hw in cfg.hardware:
-        engine = cfg.engines.get(hw, DEFAULT_ENGINES.get(hw, "sglang"))
+    for hw, engine in ((h, e) for h in cfg.hardware for e in engines_for(cfg, h)):
         if engine not in ENGINES:
             raise ValueError(f"unknown engine {engine!r} for {hw}; known: {sorted(ENGINES)}")
+        version = cfg.engine_versions.get(hw)
+        engine_date = version_date(engine, version) if version else None
         spec = get_hardware(hw)
         prec = cfg.precision if (cfg.precision != "fp4" or spec.dense_fp4_tflops) else "fp8"
         weights = model.weight_bytes("fp8" if prec == "fp4" else prec)
         weights_gpus = int(2 ** np.ceil(np.log2(max(weights / (0.75 * spec.hbm_usable_bytes),
                                                     1.0))))
         for lay in _layouts(hw, engine, weights_gpus):
-            for spec_method in (("none", "mtp") if cfg.mtp else ("none",)):
+            for spec_method in (("none", "mtp") if cfg.mtp == "on" else ("none",)):
                 for conc in CONCURRENCY:
                     rows.append({"hardware": hw, "framework": engine, "model": model.name,
                                  "precision": prec, "spec_method": spec_method,
                                  "is_multinode": lay["disagg"], "isl": cfg.isl, "osl": cfg.osl,
-                                 "conc": conc, **lay})
+                                 "conc": conc, **lay, "engine_date": engine_date})
     if not rows:
         raise ValueError("no layout fits the model on the given hardware")
-    df = validate(pl.DataFrame(rows), "cost compare sweep").with_columns(
-        pl.lit(cfg.cached_prefix_fraction).alias("cached_prefix_fraction"))
+    extra = [pl.lit(cfg.cached_prefix_fraction).alias("cached_prefix_fraction"),
+             pl.lit(cfg.kv_dtype).alias("kv_dtype")]
+    if cfg.mtp_draft_tokens is not None:
+        extra.append(pl.lit(float(cfg.mtp_draft_tokens)).alias("mtp_draft_tokens"))
+    if cfg.mtp_accept is not None:
+        extra.append(pl.lit(float(cfg.mtp_accept)).alias("mtp_accept"))
+    return validate(pl.DataFrame(rows, infer_schema_length=None),
+                    "cost compare sweep").with_columns(extra)
+
+
+NEAR_FRONT = 0.7
+"""A swept point is replayed through InferenceX's client only when the fast steady-state
+surrogate puts it near the answer: throughput within 1/0.7 of the best at its interactivity
+or faster, and interactivity within :data:`WINDOW` of a target (plus each front's points that
+bracket a target). The replay of thousands of users per point is what costs; points far from
+every target or far below the front cannot change an answer."""
+WINDOW = 1.6
+
+
+def candidates(rows: pl.DataFrame, params: ServingParams,
+               targets: tuple[float, ...]) -> pl.DataFrame:
+    """The swept rows worth replaying for ``targets`` (see :data:`NEAR_FRONT`)."""
+    from toolkit.serving.layout import design
+    from toolkit.serving.model import solve
+    from toolkit.serving.predict import levels
+
+    d = design(rows, reference_date=params.reference_date)
+    s = solve(d, params.row_values(levels(d)))
+    x, y = s["median_intvty"], s["tput_per_gpu"]
+    t = np.asarray(targets, dtype=np.float64)
+    near_t = np.zeros(rows.height, dtype=bool)
+    for v in t:
+        near_t |= (x >= v / WINDOW) & (x <= v * WINDOW)
+    keep = np.zeros(rows.height, dtype=bool)
+    key = (rows["hardware"] + "/" + rows["framework"]).to_numpy()
+    for k in np.unique(key):
+        idx = np.flatnonzero(key == k)
+        order = idx[np.argsort(-x[idx], kind="stable")]  # fastest first
+        best = np.maximum.accumulate(y[order])  # best throughput at >= this interactivity
+        keep[order] = (y[order] >= NEAR_FRONT * best) & near_t[order]
+        front = idx[pareto_front(x[idx], y[idx])]  # by increasing interactivity
+        fx = x[front]
+        for v in t:  # the front points on either side of each target, and its two ends
+            j = int(np.searchsorted(fx, v))
+            keep[front[max(j - 2, 0):min(j + 2, front.size)]] = True
+        keep[front[[0, -1]]] = True
+    return rows.filter(pl.Series(keep))
+
+
+MEASURED_KEYS = ("hardware", "framework", "model", "precision", "isl", "osl")
+
+
+def measured_points(cfg: CompareConfig) -> pl.DataFrame:
+    """Measured rows that answer ``cfg``: the bundled InferenceX points plus
+    ``cfg.measurements`` (InferenceX export columns), for its model, precision and shape,
+    MTP rows only when ``mtp = "on"``, p90 TTFT within the bound."""
+    from toolkit.serving.points import bundled_points_path, read_points
+
+    if not cfg.measured and cfg.measurements is None:
+        return pl.DataFrame()
+    frames = [read_points(bundled_points_path())] if cfg.measured else []
+    if cfg.measurements is not None:
+        frames.append(read_points(cfg.measurements))
+    need = ("tput_per_gpu", "median_intvty", "p90_ttft")
+    frames = [f for f in frames if all(c in f.columns for c in need)]
+    if not frames:
+        return pl.DataFrame()
+    frames = [f if "output_tput_per_gpu" in f.columns else f.with_columns(
+        pl.lit(None, pl.Float64).alias("output_tput_per_gpu")) for f in frames]
+    df = pl.concat([f.select(*CONFIG_KEEP, *need, pl.col("output_tput_per_gpu").cast(pl.Float64))
+                    for f in frames], how="vertical_relaxed")
+    df = df.filter((pl.col("model") == get_model(cfg.model).name)
+                   & (pl.col("precision") == cfg.precision)
+                   & (pl.col("isl") == cfg.isl) & (pl.col("osl") == cfg.osl)
+                   & pl.col("tput_per_gpu").is_not_null() & pl.col("median_intvty").is_not_null())
+    if cfg.mtp == "off":
+        df = df.filter(pl.col("spec_method") == "none")
+    if cfg.max_p90_ttft_s is not None:
+        df = df.filter(pl.col("p90_ttft") <= cfg.max_p90_ttft_s)
     return df
 
 
+CONFIG_KEEP = ("hardware", "framework", "model", "precision", "spec_method", "disagg", "isl",
+               "osl", "conc", "num_prefill_gpu", "num_decode_gpu", "prefill_tp", "prefill_ep",
+               "prefill_dp_attention", "decode_tp", "decode_ep", "decode_dp_attention")
+
+
+def _gpus(r: dict) -> int:
+    return int(r["num_prefill_gpu"] + r["num_decode_gpu"]) if r["disagg"] else int(
+        r["decode_tp"])
+
+
+def _front_answer(x: np.ndarray, ys: dict[str, np.ndarray], target: float) -> dict:
+    """Interpolate every series in ``ys`` along the front ``x`` at ``target``; reachable
+    only up to the front's end, ``clamped`` below its start (the front's first throughput,
+    a floor: a lower interactivity is always available)."""
+    reachable = bool(target <= x[-1])
+    out = {"reachable": reachable,
+           "edge": bool(reachable and target >= (1 - EDGE_FRACTION) * x[-1]),
+           "clamped": bool(target < x[0]), "front_max_interactivity": float(x[-1])}
+    for k, y in ys.items():
+        v = float(steffen_interpolate(x, y, target)) if reachable else float("nan")
+        out[k] = max(0.0, v) if np.isfinite(v) else None  # no band without fitted bands
+    # the point one would run: the cheapest front point that still meets the target
+    meets = np.flatnonzero(x >= target)
+    out["_at"] = int(meets[0]) if meets.size else None
+    return out
+
+
+def _series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> tuple[np.ndarray, dict,
+                                                                        pl.DataFrame]:
+    x = g[xcol].to_numpy()
+    front = pareto_front(x, g[ycols["tput_per_gpu"]].to_numpy())
+    f = g[front.tolist()]
+    return f[xcol].to_numpy(), {k: f[c].to_numpy() for k, c in ycols.items()}, f
+
+
 def compare(cfg: CompareConfig, params: ServingParams | None = None) -> pl.DataFrame:
-    """$/M total and output tokens per hardware at each target interactivity.
+    """$/M total and output tokens per (hardware, engine) at each target interactivity.
 
     Returns:
-        One row per (hardware, interactivity): the interpolated throughputs, the layout of
-        the nearest front point, p90 TTFT there, $/GPU-hr with its survey, $/M total and
-        output, and the ratios to the first hardware.
+        One row per (hardware, engine, interactivity): ``source`` (measured or model),
+        ``basis`` (measured, fitted-pair or shared-terms), ``reachable`` and ``edge``, the
+        interpolated throughputs with their low/high band, the layout, GPU count and p90 TTFT
+        of the front point that meets the target, $/GPU-hr with its survey, $/M total (with
+        band) and output, the model's answer beside a measured one, and the ratios to the
+        first hardware's first engine.
     """
     params = params or bundled_params()
-    pts = predict(sweep(cfg), params)
+    pts = predict(candidates(sweep(cfg), params, cfg.interactivity), params)
     if cfg.max_p90_ttft_s is not None:
         pts = pts.filter(pl.col("pred_p90_ttft") <= cfg.max_p90_ttft_s)
+    meas = measured_points(cfg)
+    model_y = {"tput_per_gpu": "pred_tput_per_gpu",
+               "output_tput_per_gpu": "pred_output_tput_per_gpu",
+               "tput_per_gpu_low": "pred_tput_per_gpu_low",
+               "tput_per_gpu_high": "pred_tput_per_gpu_high",
+               "p90_ttft_s": "pred_p90_ttft"}
     out = []
     for hw in cfg.hardware:
-        g = pts.filter(pl.col("hardware") == hw)
-        if g.height == 0:
-            raise ValueError(f"{hw}: no modelled point meets p90 TTFT <= {cfg.max_p90_ttft_s} s")
-        x = g["pred_median_intvty"].to_numpy()
-        y = g["pred_tput_per_gpu"].to_numpy()
-        front = pareto_front(x, y)
-        fx, fy = x[front], y[front]
-        fo = g["pred_output_tput_per_gpu"].to_numpy()[front]
         spec = get_hardware(hw)
         price = spec.price_usd_per_gpu_hour(cfg.price_tier)
-        for target in cfg.interactivity:
-            tput = float(steffen_interpolate(fx, fy, target))
-            otput = float(steffen_interpolate(fx, fo, target))
-            near = g[int(front[np.argmin(np.abs(fx - target))])]
-            out.append({
-                "hardware": hw,
-                "engine": near["framework"][0],
-                "interactivity": float(target),
-                "clamped": not (fx[0] <= target <= fx[-1]),
-                "front_max_interactivity": float(fx[-1]),
-                "tput_per_gpu": tput,
-                "output_tput_per_gpu": otput,
-                "p90_ttft_s": float(near["pred_p90_ttft"][0]),
-                "layout": _layout_text(near),
-                "usd_per_gpu_hour": price,
-                "price_survey": spec.price_vintage(cfg.price_tier),
-                "usd_per_mtok_total": _usd(price, tput),
-                "usd_per_mtok_output": _usd(price, otput),
-            })
-    df = pl.DataFrame(out)
-    first = cfg.hardware[0]
-    base = df.filter(pl.col("hardware") == first).select(
-        "interactivity", pl.col("usd_per_mtok_total").alias("_bt"),
-        pl.col("usd_per_mtok_output").alias("_bo"), pl.col("tput_per_gpu").alias("_bp"))
+        for engine in engines_for(cfg, hw):
+            g = pts.filter((pl.col("hardware") == hw) & (pl.col("framework") == engine))
+            m = (meas.filter((pl.col("hardware") == hw) & (pl.col("framework") == engine))
+                 if meas.height else meas)
+            if g.height == 0 and m.height == 0:
+                bound = cfg.max_p90_ttft_s
+                out += [_unreachable(hw, engine, t, price, spec.price_vintage(cfg.price_tier),
+                                     f"no modelled point meets p90 TTFT <= {bound} s")
+                        for t in cfg.interactivity]
+                continue
+            mod = _series(g, "pred_median_intvty", model_y) if g.height else None
+            mea = (_series(m, "median_intvty", {"tput_per_gpu": "tput_per_gpu",
+                                                "output_tput_per_gpu": "output_tput_per_gpu",
+                                                "p90_ttft_s": "p90_ttft"})
+                   if m.height else None)
+            basis = str(g["basis"][0]) if g.height else "shared-terms"
+            for target in cfg.interactivity:
+                row = _answer(hw, engine, float(target), mod, mea, basis)
+                row.update(usd_per_gpu_hour=price,
+                           price_survey=spec.price_vintage(cfg.price_tier))
+                _price(row, price)
+                out.append(row)
+    return _ratios(pl.DataFrame(out, infer_schema_length=None), cfg.hardware[0])
+
+
+def _answer(hw: str, engine: str, target: float, mod, mea, basis: str) -> dict:
+    row: dict = {"hardware": hw, "engine": engine, "interactivity": target}
+    model_ans = None
+    if mod is not None:
+        x, ys, f = mod
+        model_ans = _front_answer(x, ys, target)
+        model_ans["_row"] = f[model_ans["_at"]].to_dicts()[0] if model_ans["_at"] is not None \
+            else None
+    mea_ans = None
+    if mea is not None:
+        x, ys, f = mea
+        mea_ans = _front_answer(x, ys, target)
+        mea_ans["_row"] = f[mea_ans["_at"]].to_dicts()[0] if mea_ans["_at"] is not None \
+            else None
+    use_measured = mea_ans is not None and mea_ans["reachable"]
+    ans = mea_ans if use_measured else (model_ans or mea_ans)
+    row.update(source="measured" if use_measured else "model",
+               basis="measured" if use_measured else basis,
+               reachable=ans["reachable"], edge=ans["edge"], clamped=ans["clamped"],
+               front_max_interactivity=ans["front_max_interactivity"],
+               tput_per_gpu=ans["tput_per_gpu"],
+               output_tput_per_gpu=ans["output_tput_per_gpu"],
+               tput_per_gpu_low=ans.get("tput_per_gpu_low", ans["tput_per_gpu"]),
+               tput_per_gpu_high=ans.get("tput_per_gpu_high", ans["tput_per_gpu"]))
+    at = ans["_row"]
+    row.update(p90_ttft_s=ans["p90_ttft_s"] if not use_measured else (
+                   float(at["p90_ttft"]) if at and at["p90_ttft"] is not None else None),
+               layout=_layout_text(at) if at else None, gpus=_gpus(at) if at else None,
+               measured_points=0 if mea is None else int(mea[2].height),
+               model_tput_per_gpu=model_ans["tput_per_gpu"] if model_ans else None,
+               model_reachable=model_ans["reachable"] if model_ans else False)
+    if not use_measured and ans["p90_ttft_s"] is not None and at is not None:
+        row["p90_ttft_s"] = float(at["pred_p90_ttft"])
+    return row
+
+
+def _price(row: dict, price: float) -> None:
+    for k, t in (("usd_per_mtok_total", "tput_per_gpu"),
+                 ("usd_per_mtok_total_low", "tput_per_gpu_high"),
+                 ("usd_per_mtok_total_high", "tput_per_gpu_low"),
+                 ("usd_per_mtok_output", "output_tput_per_gpu"),
+                 ("model_usd_per_mtok_total", "model_tput_per_gpu")):
+        v = row.get(t)
+        row[k] = _usd(price, v) if v is not None and row["reachable"] or (
+            k.startswith("model") and v is not None) else None
+
+
+def _unreachable(hw: str, engine: str, target: float, price: float, survey: str,
+                 why: str) -> dict:
+    return {"hardware": hw, "engine": engine, "interactivity": target, "source": "model",
+            "basis": "shared-terms", "reachable": False, "edge": False, "clamped": False,
+            "front_max_interactivity": None, "tput_per_gpu": None, "output_tput_per_gpu": None,
+            "tput_per_gpu_low": None, "tput_per_gpu_high": None, "p90_ttft_s": None,
+            "layout": None, "gpus": None, "measured_points": 0, "model_tput_per_gpu": None,
+            "model_reachable": False, "usd_per_gpu_hour": price, "price_survey": survey,
+            "usd_per_mtok_total": None, "usd_per_mtok_total_low": None,
+            "usd_per_mtok_total_high": None, "usd_per_mtok_output": None,
+            "model_usd_per_mtok_total": None, "note": why}
+
+
+def _ratios(df: pl.DataFrame, first: str) -> pl.DataFrame:
+    base = (df.filter(pl.col("hardware") == first).group_by("interactivity", maintain_order=True)
+            .first().select("interactivity", pl.col("usd_per_mtok_total").alias("_bt"),
+                            pl.col("usd_per_mtok_output").alias("_bo"),
+                            pl.col("tput_per_gpu").alias("_bp")))
     return (df.join(base, on="interactivity", how="left")
               .with_columns((pl.col("usd_per_mtok_total") / pl.col("_bt")).alias(
                                 "cost_ratio_total_vs_first"),
@@ -154,8 +357,7 @@ def _usd(price: float, tput: float) -> float:
     return float(usd_per_million_tokens(price, tput)) if tput > 0 else float("inf")
 
 
-def _layout_text(row: pl.DataFrame) -> str:
-    r = row.to_dicts()[0]
+def _layout_text(r: dict) -> str:
     mtp = "+MTP" if r["spec_method"] == "mtp" else ""
     if r["disagg"]:
         return (f"disagg P{r['num_prefill_gpu']}/D{r['num_decode_gpu']} decode TP{r['decode_tp']}"

@@ -5,19 +5,47 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+DEFAULT_MAX_P90_TTFT_S = 10.0
+"""Default p90 TTFT bound of ``cost compare`` (assumed: an interactive service rarely
+tolerates a first token later than 10 s; InferenceX plots every point, so its fronts at low
+interactivity include queues of minutes that no operator would run). ``None`` lifts it."""
+
 
 @dataclass(frozen=True)
 class CompareConfig:
-    """One comparison; every field has the CLI flag of the same name (``-`` for ``_``)."""
+    """One comparison; every field has the CLI flag of the same name (``-`` for ``_``).
+
+    ``mtp``: "on" lets the front use MTP layouts (with the recipe's drafts and acceptance),
+    "off" forbids speculative decoding. ``engine_versions``: hardware -> engine version (an
+    image tag of the bundled rows or a date) the model predicts for. ``measured``: answer
+    from bundled (and ``measurements``) points where they cover the question.
+    """
 
     model: str
     hardware: tuple[str, ...]
     interactivity: tuple[float, ...] = (100.0, 150.0)
-    max_p90_ttft_s: float | None = None
+    max_p90_ttft_s: float | None = DEFAULT_MAX_P90_TTFT_S
     price_tier: str = "hyperscaler"
     precision: str = "fp8"
     isl: int = 8192
     osl: int = 1024
     cached_prefix_fraction: float = 0.0
     engines: dict[str, str] = field(default_factory=dict)
-    mtp: bool = True
+    mtp: str = "on"
+    mtp_draft_tokens: int | None = None
+    mtp_accept: float | None = None
+    kv_dtype: str = "fp8"
+    engine_versions: dict[str, str] = field(default_factory=dict)
+    all_engines: bool = False
+    measured: bool = True
+    measurements: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mtp, bool):  # older configs said mtp = true/false
+            object.__setattr__(self, "mtp", "on" if self.mtp else "off")
+        if self.mtp not in ("on", "off"):
+            raise ValueError(f"mtp must be 'on' or 'off', got {self.mtp!r}")
+        if self.kv_dtype not in ("fp8", "bf16"):
+            raise ValueError(f"kv_dtype must be 'fp8' or 'bf16', got {self.kv_dtype!r}")
+        if self.max_p90_ttft_s is not None and not self.max_p90_ttft_s > 0:
+            raise ValueError(f"max_p90_ttft_s must be > 0 or None, got {self.max_p90_ttft_s}")

@@ -1,4 +1,5 @@
-"""Out-of-sample checks of the serving model: leave one hardware out, leave one shape out.
+"""Out-of-sample checks of the serving model: leave one hardware out, leave one shape out,
+fit on older engines and predict newer ones (and the reverse: ``time``), K-fold.
 
 Each fold fits on every other row and predicts the held-out rows, whose hardware (or ISL/OSL
 shape) the fit never saw; the held-out hardware's own terms are therefore absent and its
@@ -32,8 +33,22 @@ def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 100,
         key = pl.col("hardware")
     elif scheme == "shape":
         key = pl.format("{}/{}", pl.col("isl"), pl.col("osl"))
+    elif scheme == "time":
+        if "date" not in df.columns or df["date"].null_count() == df.height:
+            raise ValueError("the time scheme needs a 'date' column")
+        dates = df["date"].cast(pl.String)
+        cut = dates.drop_nulls().sort()[dates.drop_nulls().len() // 2]
+        key = pl.when(pl.col("date").cast(pl.String) < cut).then(pl.lit(f"older than {cut}")
+                                                                  ).otherwise(
+            pl.lit(f"from {cut}"))
+    elif scheme == "kfold":
+        from toolkit.serving.bands import kfold_assignment
+
+        df = df.with_columns(pl.Series("_k", kfold_assignment(df.height)))
+        key = pl.format("fold {}", pl.col("_k"))
     else:
-        raise ValueError(f"scheme must be 'hardware' or 'shape', got {scheme!r}")
+        raise ValueError(f"scheme must be 'hardware', 'shape', 'time' or 'kfold', got "
+                         f"{scheme!r}")
     df = df.with_columns(key.alias("fold"))
     folds = df["fold"].unique(maintain_order=True).to_list()
     if only is not None:
@@ -47,7 +62,7 @@ def cross_validate(df: pl.DataFrame, scheme: str, *, max_nfev: int = 100,
         train = df.filter(pl.col("fold") != f)
         test = df.filter(pl.col("fold") == f)
         params = fit(train, max_nfev=max_nfev, fitted_on=f"all rows except {scheme} {f}")
-        out.append(predict(test, params))
+        out.append(predict(test, params, bands=False).drop("_k", strict=False))
         if progress:
             progress(i + 1, len(folds), f)
     return pl.concat(out, how="vertical_relaxed")
@@ -69,3 +84,51 @@ def error_table(pred: pl.DataFrame, by: str = "hardware") -> pl.DataFrame:
             row[f"{m}_spearman"] = None if rho is None or np.isnan(rho) else float(rho)
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def fit_with_bands(df: pl.DataFrame, *, fitted_on: str = "", max_nfev: int = 100,
+                   progress=None):
+    """Fit on every row, then attach error bands from K-fold and leave-one-hardware-out
+    held-out residuals (:mod:`toolkit.serving.bands`): 1 + K + hardware-count fits."""
+    from dataclasses import replace
+
+    from toolkit.serving.bands import band_table
+
+    params = fit(df, fitted_on=fitted_on, max_nfev=max_nfev)
+    kf = cross_validate(df, "kfold", max_nfev=max_nfev, progress=progress)
+    hw = (cross_validate(df, "hardware", max_nfev=max_nfev, progress=progress)
+          if df["hardware"].n_unique() > 1 else kf)
+    return replace(params, bands=band_table(kf, hw))
+
+
+DSA_FILE = "token_position_decode_slo.csv"
+DSA_MODELS = {"zai-org/GLM-5-FP8": ("glm-5", "fp8")}
+"""Rows of the decode-SLO file the model can express: GLM-5 (DSA). MiniMax-M2.5 (GQA) and
+Qwen3.5 (hybrid linear attention) have no model spec: their attention is not MLA."""
+
+
+def dsa_decode_points() -> pl.DataFrame:
+    """The bundled InferenceX decode-SLO points (8x H200, vLLM, TP8, ISL 1K-16K, OSL 128) of
+    DSA models, as validated configuration rows with measured TPOT, TTFT and throughput.
+    None of them is in the fit: predicting them is out of sample (model and engine)."""
+    from toolkit.serving.points import bundled_points_path, validate
+
+    raw = pl.read_csv(bundled_points_path(DSA_FILE))
+    raw = raw.filter(pl.col("model").is_in(list(DSA_MODELS)) & (pl.col("parallel") == "tp8"))
+    rows = [{"hardware": "h200", "framework": "vllm", "model": DSA_MODELS[r["model"]][0],
+             "precision": DSA_MODELS[r["model"]][1], "spec_method": "none", "disagg": False,
+             "is_multinode": False, "isl": r["isl"], "osl": r["osl"], "conc": r["conc"],
+             "num_prefill_gpu": 8, "num_decode_gpu": 8, "prefill_tp": 8, "prefill_ep": 1,
+             "prefill_dp_attention": False, "decode_tp": 8, "decode_ep": 1,
+             "decode_dp_attention": False,
+             "date": f"{r['date'][:4]}-{r['date'][4:6]}-{r['date'][6:8]}",
+             "tput_per_gpu": (r["input_tok_s"] + r["output_tok_s"]) / 8.0,
+             "median_tpot": r["median_tpot_s"], "median_ttft": r["median_ttft_s"]}
+            for r in raw.iter_rows(named=True)]
+    return validate(pl.DataFrame(rows), f"bundled {DSA_FILE}")
+
+
+def dsa_decode_check(params=None) -> pl.DataFrame:
+    """Predictions of :func:`dsa_decode_points` by the bundled (or given) fit."""
+    return predict(dsa_decode_points(), params, bands=False).with_columns(
+        pl.lit("dsa-decode h200").alias("fold"))

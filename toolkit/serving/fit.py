@@ -17,7 +17,7 @@ from scipy.optimize import least_squares
 
 from toolkit.serving.layout import design
 from toolkit.serving.model import solve
-from toolkit.serving.params import PARAMS, PRIOR, RIDGE_SIGMA, ServingParams, to_z
+from toolkit.serving.params import PARAMS, PRIOR, REFERENCE_DATE, RIDGE_SIGMA, ServingParams, to_z
 from toolkit.serving.predict import levels
 
 TARGETS = {"median_tpot": "median_tpot_s", "tput_per_gpu": "tput_per_gpu",
@@ -29,6 +29,14 @@ rows (TTFT of minutes in an overloaded queue) cannot drag the shared terms. Chos
 comparing plain least squares, TTFT weight 0.25 and this loss on the same cross-validation
 (``toolkit serving validate``), so the held-out figures are mildly optimistic by that one choice."""
 WEIGHTS = {"median_tpot": 1.0, "tput_per_gpu": 1.0, "median_ttft": 0.5}
+GLOBAL_PRIOR_WEIGHT = 0.5
+"""Weak pull of every global term toward its prior (sigma 2 in logit space): where the data
+are nearly indifferent (link efficiency moves the objective by <1% between 0.3 and 0.7), the
+value stays inside its range instead of drifting to a bound on noise."""
+TTFT_FIT_MAX_CONC = 16
+"""TTFT enters the fit only at <= 16 users, where it is prefill time rather than queueing:
+the fit's fast steady-state surrogate (:func:`toolkit.serving.model.solve`) has no model of the
+client's waves, which the predictions replay instead."""
 """TTFT counts half: it carries the engines' queueing behaviour, which the model only sketches,
 and should not pull the decode terms that TPOT and throughput pin down."""
 
@@ -43,8 +51,8 @@ def term_names(d_levels: dict[str, np.ndarray]) -> list[str]:
     return names
 
 
-def _sparsity(names: list[str], lv: dict[str, np.ndarray], ok: dict[str, np.ndarray],
-              mtp_rows: bool) -> np.ndarray:
+def _sparsity(names: list[str], lv: dict[str, np.ndarray],
+              ok: dict[str, np.ndarray]) -> np.ndarray:
     """Which residual depends on which term: a term moves only the rows of its group, so
     finite differences can perturb terms of disjoint groups together (3-4x fewer solves)."""
     n_rows = len(next(iter(lv.values())))
@@ -55,9 +63,6 @@ def _sparsity(names: list[str], lv: dict[str, np.ndarray], ok: dict[str, np.ndar
             member[:, j] = lv[level] == key
     blocks = [member[ok[c]] for c in TARGETS]
     blocks.append(np.eye(len(names), dtype=bool))
-    if not mtp_rows:
-        blocks.append(np.array([[n == m for m in names] for n in names
-                                if n.startswith("mtp_accept")], dtype=bool).reshape(-1, len(names)))
     return np.vstack(blocks)
 
 
@@ -71,7 +76,8 @@ def fit(df: pl.DataFrame, *, fitted_on: str = "", start: ServingParams | None = 
     missing = [c for c in ("median_tpot", "tput_per_gpu") if c not in df.columns]
     if missing:
         raise ValueError(f"fit needs measured column(s) {missing}")
-    d = design(df)
+    reference = _reference_date(df)
+    d = design(df, reference_date=reference)
     lv = levels(d)
     names = term_names(lv)
     start = start or ServingParams.prior()
@@ -80,8 +86,12 @@ def fit(df: pl.DataFrame, *, fitted_on: str = "", start: ServingParams | None = 
     meas = {c: (df[c].cast(pl.Float64).to_numpy() if c in df.columns
                 else np.full(df.height, np.nan)) for c in TARGETS}
     ok = {c: np.isfinite(v) & (v > 0) for c, v in meas.items()}
-    ridge = np.array([0.0 if n.endswith("|global|") else 1.0 / RIDGE_SIGMA for n in names])
-    mtp_rows = d.mtp.any()
+    # TTFT pins prefill only where no queue forms (the surrogate's queue is not the client's)
+    ok["median_ttft"] &= d.conc <= TTFT_FIT_MAX_CONC
+    ridge = np.array([GLOBAL_PRIOR_WEIGHT if n.endswith("|global|") else 1.0 / RIDGE_SIGMA
+                      for n in names])
+    centre = np.array([to_z(n.split("|")[0], PRIOR[n.split("|")[0]])
+                       if n.endswith("|global|") else 0.0 for n in names])
 
     def residuals(x: np.ndarray) -> np.ndarray:
         params = ServingParams(dict(zip(names, x, strict=True)))
@@ -90,17 +100,14 @@ def fit(df: pl.DataFrame, *, fitted_on: str = "", start: ServingParams | None = 
         for c, key in TARGETS.items():
             r = np.log(out[key][ok[c]] / meas[c][ok[c]])
             parts.append(WEIGHTS[c] * np.nan_to_num(r, nan=10.0, posinf=10.0, neginf=-10.0))
-        parts.append(ridge * x)
-        if not mtp_rows:  # keep the unidentified MTP terms at their prior
-            parts.append(np.array([x[i] - x0[i] for i, n in enumerate(names)
-                                   if n.startswith("mtp_accept")]))
+        parts.append(ridge * (x - centre))
         return np.concatenate(parts)
 
     res = least_squares(residuals, x0, method="trf", x_scale=1.0, diff_step=1e-3,
-                        max_nfev=max_nfev, jac_sparsity=_sparsity(names, lv, ok, mtp_rows),
+                        max_nfev=max_nfev, jac_sparsity=_sparsity(names, lv, ok),
                         loss="soft_l1", f_scale=ROBUST_SCALE)
     terms = dict(zip(names, (float(v) for v in res.x), strict=True))
-    params = ServingParams(terms)
+    params = ServingParams(terms, reference_date=reference)
     out = solve(d, params.row_values(lv))
     summary = {}
     for c, key in TARGETS.items():
@@ -109,6 +116,24 @@ def fit(df: pl.DataFrame, *, fitted_on: str = "", start: ServingParams | None = 
                       "p90_abs_rel_err": float(np.quantile(err, 0.9)),
                       "note": "in-sample: not a validation (see toolkit serving validate)"}
     stamp = _dt.date.today().isoformat()
+    pairs = tuple(sorted({f"{h}/{e}" for h, e in zip(lv["hardware"], lv["engine"],
+                                                      strict=True)}))
     return ServingParams(terms, kind="fitted", residuals=summary,
                          fitted_on=fitted_on or f"{df.height} rows (fitted {stamp})",
-                         source="toolkit serving fit")
+                         source="toolkit serving fit", pairs=pairs, reference_date=reference)
+
+
+def _reference_date(df: pl.DataFrame) -> str:
+    """Engine age is counted back from the newest row's date (the default when none)."""
+    if "date" in df.columns:
+        newest = df["date"].cast(pl.String).drop_nulls().max()
+        if newest:
+            return str(newest)[:10]
+    return REFERENCE_DATE
+
+
+def bound_report(params: ServingParams, df: pl.DataFrame) -> list[dict]:
+    """Parameters that end at a bound of their range for some hardware/engine group of ``df``
+    (:meth:`ServingParams.at_bounds`)."""
+    d = design(df, reference_date=params.reference_date)
+    return params.at_bounds(levels(d))

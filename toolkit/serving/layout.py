@@ -23,15 +23,15 @@ import polars as pl
 
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
+from toolkit.serving.params import REFERENCE_DATE
+from toolkit.serving.recipes import KV_DTYPE, KV_DTYPES, RecipeError, age_days, mtp_inputs
 from toolkit.serving.transfer import sm_kernel_bandwidth_bytes_per_s
 
-HBM_RESERVE_FRACTION = 0.05
-"""Share of usable HBM kept for activations, CUDA graphs and workspaces (assumed; engines
-leave ~5-10% of free memory unallocated after weights)."""
-
-MTP_DRAFT_TOKENS = 3
-"""Draft tokens verified per MTP step (assumed: SGLang's and TRT-LLM's DeepSeek recipes use
-3 speculative steps); the accepted count is fitted."""
+HBM_RESERVE_FRACTION = 0.15
+"""Share of usable HBM outside weights and the KV pool: activations, CUDA graphs, workspaces
+(assumed: SGLang's ``mem_fraction_static`` is ~0.85 on 80-288 GB GPUs, so ~15% of memory is
+never KV; 5% left batches that no engine admits, and the fit then pushed HBM efficiency to its
+bound to compensate)."""
 
 HARDWARE_FAMILY: dict[str, str] = {
     "gb200": "blackwell-nvl72", "gb300": "blackwell-nvl72",
@@ -60,6 +60,10 @@ class Design:
     engine: np.ndarray
     disagg: np.ndarray
     mtp: np.ndarray
+    mtp_draft: np.ndarray  # draft tokens verified per step (0 without MTP)
+    mtp_accept: np.ndarray  # tokens accepted per step (1 without MTP)
+    age_days: np.ndarray  # engine age before the parameters' reference date
+    max_running: np.ndarray  # engine cap on decoding requests per instance (inf = none)
     isl: np.ndarray
     osl: np.ndarray
     conc: np.ndarray
@@ -122,7 +126,8 @@ def _pow2_at_least(x: np.ndarray) -> np.ndarray:
     return 2 ** np.ceil(np.log2(np.maximum(x, 1)))
 
 
-def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
+def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
+           reference_date: str | None = None) -> Design:
     """Resolve validated configuration rows (``points.validate``) into a :class:`Design`.
 
     Optional per-row columns (see :mod:`toolkit.serving.reuse` for reading them from stored
@@ -130,7 +135,8 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
     KV in HBM), ``miss_rows_per_layer`` (host fetches per request per layer per decode step),
     ``hisparse_overlap`` (fetches overlapped with compute), ``cached_prefix_fraction`` (share
     of prompt tokens served from a prefix cache) and ``host_prefix_fraction`` (the part of it
-    loaded from host DRAM).
+    loaded from host DRAM). Recipe columns (MTP drafts and acceptance, ``kv_dtype``,
+    ``max_running_requests``, ``engine_date``) are read by :mod:`toolkit.serving.recipes`.
     """
     n = df.height
     hws = {h: get_hardware(h) for h in df["hardware"].unique().to_list()}
@@ -185,7 +191,15 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
     out = hw_col(lambda h: h.scaleout_bandwidth_bytes_per_s)
     span = np.where(disagg, pool_p + pool_d, g_dec)
 
-    kv_row = mod_col(lambda m: m.mla_row_bytes(kv_dtype))
+    kv_dt = (df["kv_dtype"].cast(pl.String).fill_null(kv_dtype).to_list()
+             if "kv_dtype" in df.columns else [kv_dtype] * n)
+    bad = [i for i, k in enumerate(kv_dt) if k not in KV_DTYPES]
+    if bad:
+        raise RecipeError(f"row {bad[0] + 1}: kv_dtype {kv_dt[bad[0]]!r}; known: "
+                          f"{', '.join(KV_DTYPES)}")
+    kv_row = np.array([mods[m].mla_row_bytes(k) for m, k in zip(df["model"], kv_dt,
+                                                                 strict=True)], dtype=np.float64)
+    drafts, accept = mtp_inputs(df)
     heads = mod_col(lambda m: m.num_query_heads)
     lora = mod_col(lambda m: m.kv_lora_rank)
     rope = mod_col(lambda m: m.qk_rope_head_dim)
@@ -205,6 +219,10 @@ def design(df: pl.DataFrame, kv_dtype: str = "fp8") -> Design:
         engine=df["framework"].to_numpy(),
         disagg=disagg,
         mtp=(df["spec_method"] == "mtp").to_numpy(),
+        mtp_draft=drafts,
+        mtp_accept=accept,
+        age_days=age_days(df, reference_date or REFERENCE_DATE),
+        max_running=opt("max_running_requests", np.inf),
         isl=df["isl"].to_numpy().astype(np.float64),
         osl=df["osl"].to_numpy().astype(np.float64),
         conc=df["conc"].to_numpy().astype(np.float64),

@@ -1,36 +1,41 @@
 """Step-level model of one serving deployment under a closed loop of ``conc`` users.
 
-Decode step of one instance (per GPU; ``B`` requests decoding, ``q`` tokens verified each,
-``a`` accepted with MTP; aggregated instances also prefill ``B a isl / osl`` tokens per step,
-the steady state of continuous batching)::
+Decode step of one instance (per GPU; ``B`` requests decoding, ``q = 1 + drafts`` tokens
+verified each, ``a`` accepted: MTP drafts and acceptance are recipe inputs,
+:mod:`toolkit.serving.recipes`)::
 
-    t_step = overhead + t_dense + t_moe + t_attention + t_comm + t_miss
+    t_step = (overhead + t_token + t_dense + t_moe + t_attention + t_comm + t_prefill_share)
+             x age + t_miss
+    t_token     = per-token time outside the rooflines (sampling, scheduling, metadata)
     t_dense     = max(dense weight bytes / (HBM bandwidth x eff_mem),
                       dense GEMM FLOPs / (peak at the weight precision x eff_compute))
     t_moe       = the same roofline for the routed experts the batch touches
     t_attention = max((KV rows + indexer keys) / (HBM x eff_mem),
                       attention FLOPs / (FP8 peak x eff_compute))
                   (kernels run one after another, each bound by its own roofline)
-    t_comm    = (MoE dispatch+combine, or TP all-reduce bytes) / (link x eff_comm); the link is
-                the scale-up fabric when the instance fits in ``scaleup_domain_gpus``, else the
-                per-GPU scale-out NIC
-    t_miss    = HiSparse host fetches: one round trip per layer + miss rows x row bytes / gather
-                bandwidth (SM kernel over the host link); exposed in full (synchronous, v1) or
-                only beyond the layers' work (overlapped, plan-then-IO prefetch)
-    TPOT      = t_step / a
+    t_comm      = (MoE dispatch+combine, or TP all-reduce bytes) / (link x eff_comm)
+                  + one latency per collective; the link is the scale-up fabric inside
+                  ``scaleup_domain_gpus``, else the per-GPU scale-out NIC
+    t_prefill_share = aggregated instances: the prompt tokens of the requests replacing
+                  finished ones (``B a isl / osl`` per step) at the prefill chunk's cost
+    age         = exp(drift x engine age / 100 days): older engine images are slower
+    t_miss      = HiSparse host fetches: one round trip per layer + miss rows x row bytes /
+                  gather bandwidth; exposed in full (synchronous) or only beyond the layers'
+                  work (overlapped, plan-then-IO prefetch)
+    TPOT        = t_step / a
 
-Prefill of one request on a prefill instance: FLOPs / (peak x eff_prefill) plus one weight
-read and one overhead per 8K-token chunk; disaggregated runs add the KV transfer to the
-decode pool. Users cycle prefill -> decode -> next request with no think time (InferenceX's
-closed loop). The batch per decode instance ``B`` solves ``conc = n_dec B + X TTFT`` with
-``X = n_dec B / ((osl - 1) TPOT)`` requests/s, where TTFT = a fixed per-request overhead +
-prefill + KV transfer + the wait in a G/D/c prefill queue (Sakasegawa / Allen-Cunneen, with a
-fitted arrival variability: a closed loop of equal-length requests arrives in waves).
-``B`` is capped by HBM;
-users beyond the cap queue and their wait adds to TTFT.
+Every efficiency lies in an explicit range (:data:`toolkit.serving.params.RANGES`). Prefill
+of one request: FLOPs / (peak x eff_prefill) plus one weight read and one overhead per 8K
+chunk; attention per query covers the whole prefix for dense models and at most the
+indexer's top-k rows for DSA models, plus the indexer itself. Disaggregated runs add the KV
+transfer to the decode pool.
 
-Labelled assumptions: the p90 TTFT takes 2.3x the mean queueing wait (the 90th percentile of
-an exponential wait); every context is ``isl + osl / 2`` tokens on average; FP4 checkpoints
+Two ways to run a deployment: :func:`solve`, a fast steady state (the batch per decode
+instance solves ``conc = n_dec B + X TTFT`` with Poisson arrivals at a G/D/c prefill queue),
+which the fit uses; and :func:`client`, a replay of InferenceX's benchmark client against
+the same step times (:mod:`toolkit.serving.client`), which predictions use.
+
+Labelled assumptions: every context is ``isl + osl / 2`` tokens on average; FP4 checkpoints
 keep non-expert weights in FP8; attention math runs at the FP8 peak (FP8 KV caches).
 """
 
@@ -38,34 +43,59 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.serving.layout import HBM_RESERVE_FRACTION, MTP_DRAFT_TOKENS, Design
+from toolkit.serving.layout import HBM_RESERVE_FRACTION, Design
 
 PREFILL_CHUNK_TOKENS = 8192.0
 """Chunked-prefill size (assumed: SGLang's default for large-memory GPUs)."""
 P90_WAIT_FACTOR = 2.3
 """p90 / mean of an exponential queueing wait (ln 10)."""
 BISECTION_STEPS = 32
+EP_BYTES_PER_VALUE = 4.0
+"""Bytes per hidden value of one token's expert-parallel dispatch plus combine: BF16 both ways
+(assumed: DeepEP's normal-mode kernels and SGLang's default dispatch carry BF16; FP8 dispatch
+would be 3)."""
 CROSS_DOMAIN_LATENCY_FACTOR = 2.0
 """A collective that leaves the scale-up domain waits on a network round trip as well
 (assumed: about twice an NVLink / xGMI collective's latency)."""
 
 
-def _tokens(d: Design, th: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    a = np.where(d.mtp, th["mtp_accept"], 1.0)
-    q = np.where(d.mtp, 1.0 + MTP_DRAFT_TOKENS, 1.0)
-    return a, q
+def _tokens(d: Design) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens accepted and tokens verified per decode step (recipe inputs, not fitted)."""
+    return d.mtp_accept, 1.0 + d.mtp_draft
+
+
+def _age_factor(d: Design, th: dict[str, np.ndarray]) -> np.ndarray:
+    """Step-time multiplier of an engine ``age_days`` older than the reference date."""
+    return np.exp(th["drift_per_100d"] * d.age_days / 100.0)
+
+
+def mean_rows_attended(first: np.ndarray, last: np.ndarray, topk: np.ndarray) -> np.ndarray:
+    """Mean KV rows a query attends to over positions ``first .. last`` (uniform): the whole
+    prefix for dense attention (``topk = 0``), else at most the indexer's ``topk`` rows (DSA
+    attends densely only within the first k tokens)."""
+    c = np.asarray(first, dtype=np.float64)
+    L = np.maximum(np.asarray(last, dtype=np.float64), c + 1e-9)
+    k = np.where(topk > 0, topk, L + 1.0)
+    dense = 0.5 * (c + L)
+    part = (0.5 * (np.minimum(k, L) ** 2 - c ** 2) + k * np.maximum(L - k, 0.0)) / (L - c)
+    return np.where(k >= L, dense, np.where(k <= c, k, part))
 
 
 def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dict[str, np.ndarray]:
     """Every term of one decode step at ``batch`` requests per decode instance (per GPU)."""
     g = d.g_dec
-    a, q = _tokens(d, th)
+    a, q = _tokens(d)
     ctx = d.isl + d.osl / 2.0
     rows_read = np.where(d.sparse_topk > 0, np.minimum(ctx, d.sparse_topk), ctx)
     isl_new = d.isl * (1.0 - d.cached_prefix_fraction)
+    # aggregated instances also prefill the prompts of the requests that replace finished
+    # ones: ``B a isl / osl`` tokens per step on average, each at the prefill chunk's cost
+    # (the same per-token cost the client replay charges a chunk)
     prefill_tok = np.where(d.disagg, 0.0, batch * a * isl_new / d.osl)
+    t_prefill_share = prefill_tok * prefill_terms(d, th)["t_prefill_compute_s"] / np.maximum(
+        isl_new, 1.0)
     dec_tok = batch * q
-    tok = dec_tok + prefill_tok
+    tok = dec_tok
     touched = 1.0 - (1.0 - d.topk_experts / d.experts) ** tok
     attn_split = np.where(d.dp_attn, g, 1.0)  # TP attention: every rank reads all latent rows
     w_dense = d.dense_bytes / np.where(d.dp_attn, 1.0, g)
@@ -77,9 +107,7 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
                                                              1.0)), 0.0, 1.0)
     gemm = 2.0 * d.active_params * tok / g
     attn = (dec_tok * d.layers * rows_read * d.attn_decode_flops_per_ctx
-            + dec_tok * d.idx_layers * ctx * d.idx_flops_per_ctx
-            + prefill_tok * d.layers * (d.isl - isl_new / 2.0) * d.attn_prefill_flops_per_ctx
-            ) / g
+            + dec_tok * d.idx_layers * ctx * d.idx_flops_per_ctx) / g
     peak_w = d.peak_w * th["eff_compute"]
     peak_a = d.peak_attn * th["eff_compute"]
     # one roofline per kernel family, run one after another: dense GEMMs, MoE GEMMs, attention
@@ -89,29 +117,48 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     t_hbm = (w_dense + w_routed + kv + idx) / bw
     t_comp = gemm / peak_w + attn / peak_a
     shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
-    ep_bytes = np.where(d.ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden * 3.0
-                        * shard, 0.0)
+    ep_bytes = np.where(d.ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden
+                        * EP_BYTES_PER_VALUE * shard, 0.0)
     n_allreduce = np.where(d.dp_attn, 0.0, 1.0) + np.where(d.ep_moe, 0.0, 1.0)
     ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
     n_coll = np.where(d.ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
     n_coll = np.where(g > 1, n_coll, 0.0) * np.where(d.dec_beyond_domain,
                                                       CROSS_DOMAIN_LATENCY_FACTOR, 1.0)
-    t_comm = ((ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
-              + n_coll * th["collective_latency_s"])
+    t_comm_bw = (ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
+    t_comm_lat = n_coll * th["collective_latency_s"]
+    t_comm = t_comm_bw + t_comm_lat
     miss_b = batch / attn_split * d.layers * d.miss_rows_per_layer * d.kv_row_bytes
     t_miss = np.where(miss_b > 0, d.layers * d.miss_fixed_s + miss_b / d.miss_bw, 0.0)
     work = t_dense + t_moe + t_attn
     # plan-then-IO prefetch hides fetches behind the layers' own work
     t_miss_exposed = np.where(d.hisparse_overlap, np.maximum(t_miss - work, 0.0), t_miss)
-    t_step = th["overhead_s"] + work + t_comm + t_miss_exposed
+    age = _age_factor(d, th)
+    t_token = th["overhead_per_token_s"] * tok / attn_split
+    t_step = ((th["overhead_s"] + t_token + work + t_comm + t_prefill_share) * age
+              + t_miss_exposed)
     return {
         "weight_bytes": w_dense + w_routed, "kv_bytes": kv, "indexer_bytes": idx,
         "gemm_flops": gemm, "attention_flops": attn, "comm_bytes": ep_bytes + ar_bytes,
         "miss_bytes": miss_b,
-        "t_overhead_s": th["overhead_s"] + 0.0 * batch, "t_hbm_s": t_hbm, "t_compute_s": t_comp,
+        "t_overhead_s": th["overhead_s"] + 0.0 * batch, "t_per_token_s": t_token,
+        "t_prefill_share_s": t_prefill_share,
+        "t_hbm_s": t_hbm, "t_compute_s": t_comp,
         "t_dense_gemm_s": t_dense, "t_moe_gemm_s": t_moe, "t_attention_s": t_attn,
         "t_comm_s": t_comm, "t_miss_s": t_miss_exposed, "t_step_s": t_step, "tpot_s": t_step / a,
         "prefill_tokens_per_step": prefill_tok,
+        # peaks used and the fractions achieved (the fitted efficiencies at work)
+        "n_collectives": n_coll, "t_comm_bandwidth_s": t_comm_bw, "t_comm_latency_s": t_comm_lat,
+        "peak_hbm_bytes_per_s": d.hbm_bw + 0.0 * batch, "eff_mem": th["eff_mem"] + 0.0 * batch,
+        "peak_flops_per_s": d.peak_w + 0.0 * batch,
+        "eff_compute": th["eff_compute"] + 0.0 * batch,
+        "link_bytes_per_s": d.link_bw_dec + 0.0 * batch, "eff_comm": th["eff_comm"] + 0.0 * batch,
+        "achieved_hbm_fraction": (w_dense + w_routed + kv + idx) / np.maximum(work, 1e-12)
+        / d.hbm_bw,
+        "achieved_compute_fraction": (gemm / d.peak_w + attn / d.peak_attn)
+        / np.maximum(work, 1e-12),
+        "achieved_link_fraction": np.where(t_comm > 0, (ep_bytes + ar_bytes)
+                                           / np.maximum(t_comm, 1e-12) / d.link_bw_dec, 0.0),
+        "age_factor": age + 0.0 * batch,
     }
 
 
@@ -120,8 +167,9 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     g = d.g_pre
     new = d.isl * (1.0 - d.cached_prefix_fraction)
     ctx_avg = d.isl - new / 2.0
+    rows = mean_rows_attended(d.isl - new, d.isl, d.sparse_topk)  # DSA: at most top-k rows
     flops = (2.0 * d.active_params * new
-             + new * d.layers * ctx_avg * d.attn_prefill_flops_per_ctx
+             + new * d.layers * rows * d.attn_prefill_flops_per_ctx
              + new * d.idx_layers * ctx_avg * d.idx_flops_per_ctx)
     peak = (2.0 * d.active_params * new * d.peak_w + (flops - 2.0 * d.active_params * new)
             * d.peak_attn) / np.maximum(flops, 1.0)
@@ -134,8 +182,10 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     t_xfer = np.where(d.disagg, kv_total / (g * d.xfer_bw * th["eff_comm"]), 0.0)
     # prefix pages found in host DRAM are loaded before the new tokens are computed
     t_host = d.isl * d.host_prefix_fraction * kv_per_token / (g * d.h2d_bw)
-    return {"t_prefill_s": t_comp + t_chunks + t_host, "t_kv_transfer_s": t_xfer,
-            "t_host_prefix_load_s": t_host}
+    age = _age_factor(d, th)
+    return {"t_prefill_s": (t_comp + t_chunks) * age + t_host, "prefill_flops": flops,
+            "t_prefill_compute_s": t_comp * age,
+            "t_kv_transfer_s": t_xfer, "t_host_prefix_load_s": t_host}
 
 
 def max_batch(d: Design) -> np.ndarray:
@@ -151,7 +201,7 @@ def max_batch(d: Design) -> np.ndarray:
     per_req = d.layers * resident * d.kv_row_bytes + d.idx_layers * ctx * d.idx_row_bytes
     free = np.maximum(room - weights_pg, 0.0)
     share = np.where(d.dp_attn, g, 1.0)
-    cap = free / per_req * share
+    cap = np.minimum(free / per_req * share, d.max_running)
     host_cap = d.host_mem_per_gpu * g / (ctx * d.layers * d.kv_row_bytes)
     return np.maximum(np.where(d.device_buffer_tokens > 0, np.minimum(cap, host_cap), cap), 0.0)
 
@@ -166,7 +216,10 @@ def _gdc_wait(service: np.ndarray, rho: np.ndarray, servers: np.ndarray,
 
 
 def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Closed-loop operating point of every row: batch, TPOT, TTFT and throughputs."""
+    """Steady-state closed-loop operating point of every row: batch, TPOT, TTFT and
+    throughputs, with Poisson arrivals at the prefill queue. Fast (no replay): the fit uses
+    it as a surrogate; predictions replace its TTFT, TPOT and throughput with the client
+    replay's (:func:`client`)."""
     pre = prefill_terms(d, th)
     s_p = pre["t_prefill_s"]
     cap = np.maximum(max_batch(d), 1e-3)
@@ -178,8 +231,8 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         resid = np.maximum(d.osl - 1.0, 1.0) * dec["tpot_s"]
         x = d.n_dec * batch / resid
         rho = x * s_p / d.n_pre
-        wait = _gdc_wait(s_p, rho, d.n_pre, th["arrival_scv"])
-        ttft = (th["prefill_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait
+        wait = _gdc_wait(s_p, rho, d.n_pre, np.ones(d.n))
+        ttft = (th["request_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait
                 + np.where(d.disagg, 0.0, dec["t_step_s"]))
         conc = np.where(rho < 1.0, d.n_dec * batch + x * ttft, np.inf)
         return conc, x, ttft, wait, dec
@@ -213,4 +266,43 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "median_intvty": 1.0 / tpot,
         "tput_per_gpu": x * (d.isl + d.osl) / d.total_gpus,
         "output_tput_per_gpu": x * d.osl / d.decode_gpus,
+    }
+
+
+BATCH_GRID_POINTS = 28
+
+
+def client(d: Design, th: dict[str, np.ndarray], cap: np.ndarray) -> dict[str, np.ndarray]:
+    """Replay InferenceX's client against every row (:mod:`toolkit.serving.client`): the
+    decode step time on a grid of batches (no amortised prefill: the replay schedules the
+    chunks itself), prefill and KV-transfer time per prompt token."""
+    from dataclasses import replace
+
+    from toolkit.serving.client import replay_client
+
+    dd = replace(d, disagg=np.ones(d.n, dtype=bool))  # pure decode steps
+    top = np.maximum(np.floor(cap), 1.0)
+    frac = np.concatenate([[0.0], np.geomspace(1.0 / 4096, 1.0, BATCH_GRID_POINTS - 1)])
+    grid = np.maximum.accumulate(np.round(top[:, None] * frac[None, :]), axis=1)
+    grid = grid + np.arange(BATCH_GRID_POINTS)[None, :] * 1e-6  # strictly increasing
+    step = np.stack([decode_terms(dd, th, grid[:, j])["t_step_s"]
+                     for j in range(BATCH_GRID_POINTS)], axis=1)
+    pre = prefill_terms(d, th)
+    # per prompt token (cached or not): a disaggregated prefill instance pays the whole
+    # prefill; an aggregated chunk rides on a decode step that already reads the weights
+    per_tok = np.where(d.disagg, pre["t_prefill_s"], pre["t_prefill_compute_s"]
+                       + pre["t_host_prefix_load_s"]) / np.maximum(d.isl, 1.0)
+    xfer = pre["t_kv_transfer_s"] / np.maximum(d.isl, 1.0)
+    out = replay_client(d.conc, d.isl, d.osl, d.mtp_accept, cap, d.n_dec, d.n_pre, d.disagg,
+                        grid, step, per_tok, xfer)
+    dur = np.maximum(out["duration_s"], 1e-12)
+    ovh = th["request_overhead_s"]  # outside the GPUs: latency only, no capacity
+    return {
+        "median_ttft_s": out["median_ttft_s"] + ovh, "p90_ttft_s": out["p90_ttft_s"] + ovh,
+        "median_tpot_s": out["median_tpot_s"], "median_intvty": 1.0 / out["median_tpot_s"],
+        "tput_per_gpu": (out["input_tokens"] + out["output_tokens"]) / dur / d.total_gpus,
+        "output_tput_per_gpu": out["output_tokens"] / dur / d.decode_gpus,
+        "requests_per_s": out["completed"] / dur,
+        "batch_per_instance": out["mean_batch_per_instance"],
+        "benchmark_duration_s": out["duration_s"],
     }

@@ -2,11 +2,13 @@
 
 Why a hierarchy: the measured points are sparse (a few rows per hardware x engine), so one
 free parameter set per pair would memorise them and say nothing about a held-out accelerator.
-Each parameter is ``transform(global + vendor + family + hardware + engine)``, with the non-global
-terms pulled toward zero (ridge). A row whose hardware or engine was never fitted (an
-accelerator left out in cross-validation; GB300, absent from the DeepSeek data, shares the
-NVL72 family terms of GB200) uses the terms that do exist, so predictions on unseen hardware
-come from its specs plus the shared efficiencies.
+Each parameter is ``transform(global + vendor + family + engine)``, with the non-global
+terms pulled toward zero (ridge). There is no per-accelerator level: siblings of one family
+(GB200 and GB300, B200 and B300, H100 and H200, MI300X and MI325X) share every fitted term and
+differ only by their specs, so a part without data (GB300 in the DeepSeek data) is predicted
+from its specs and its family's efficiencies, never from half of a sibling's own deviation
+(with a hardware level, GB300 came out 15% slower than GB200 at the same engine, which its
+specs cannot explain).
 """
 
 from __future__ import annotations
@@ -20,72 +22,113 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import ToolkitError
-from toolkit.serving.layout import MTP_DRAFT_TOKENS
 
 PARAMS: dict[str, tuple[str, ...]] = {
-    "eff_mem": ("global", "vendor", "family", "hardware", "engine"),
-    "eff_compute": ("global", "vendor", "family", "hardware", "engine"),
-    "overhead_s": ("global", "vendor", "family", "hardware", "engine"),
+    "eff_mem": ("global", "vendor", "family", "engine"),
+    "eff_compute": ("global", "vendor", "family", "engine"),
+    "overhead_s": ("global", "vendor", "family", "engine"),
+    "overhead_per_token_s": ("global", "vendor", "engine"),
     "eff_comm": ("global", "vendor", "engine"),
     "eff_prefill": ("global", "vendor", "engine"),
-    "mtp_accept": ("global", "engine"),
-    "prefill_overhead_s": ("global", "vendor", "engine"),
     "collective_latency_s": ("global", "vendor", "engine"),
-    "arrival_scv": ("global", "engine"),
+    "request_overhead_s": ("global", "vendor", "engine"),
+    "drift_per_100d": ("global",),
 }
-"""Parameter -> the levels it has terms at."""
+"""Parameter -> the levels it has terms at. MTP acceptance is not here: it is a recipe input
+(:mod:`toolkit.serving.recipes`), so an engine's term can no longer absorb it; nor are the
+client's arrival pattern: TTFT comes from replaying InferenceX's client
+(:mod:`toolkit.serving.client`) against the step model, plus one fitted fixed latency per
+request (``request_overhead_s``, pinned by TTFT where no queue forms)."""
 
 PARAM_HELP: dict[str, str] = {
     "eff_mem": "achieved share of HBM bandwidth in decode (weights, KV, indexer keys)",
     "eff_compute": "achieved share of dense tensor peak in decode GEMMs and attention",
     "overhead_s": "fixed time per decode step (launches, synchronisation, sampling, scheduler)",
+    "overhead_per_token_s": "time per token in a GPU's decode batch outside the kernels' "
+                            "rooflines (sampling, scheduling, metadata, launch per request)",
     "eff_comm": "achieved share of link bandwidth for all-reduce / MoE dispatch+combine / KV "
                 "transfer",
     "eff_prefill": "achieved share of dense tensor peak in prefill",
-    "mtp_accept": f"tokens accepted per MTP step (1 + {MTP_DRAFT_TOKENS} drafts at most)",
-    "prefill_overhead_s": "fixed time from request arrival to its first prefill chunk "
-                          "(HTTP, tokenisation, scheduling, router)",
     "collective_latency_s": "latency of one collective (all-reduce, MoE dispatch or combine) "
                             "per layer; 2x beyond the scale-up domain (assumed)",
-    "arrival_scv": "squared coefficient of variation of arrivals at the prefill queue "
-                   "(1 = Poisson; a closed loop of equal-length requests arrives in waves)",
+    "request_overhead_s": "fixed latency of a request outside the GPUs' work: HTTP, "
+                          "tokenisation, scheduling, router, first-token return; fitted on "
+                          "TTFT at <= 16 users only, where no queue forms",
+    "drift_per_100d": "engine software drift: log step-time growth per 100 days of engine age "
+                      "before the reference date (older images are slower)",
 }
 
+RANGES: dict[str, tuple[float, float]] = {
+    "eff_mem": (0.35, 0.95),
+    "eff_compute": (0.10, 0.85),
+    "eff_comm": (0.50, 0.95),
+    "eff_prefill": (0.10, 0.85),
+    "overhead_s": (0.5e-3, 40e-3),
+    "overhead_per_token_s": (1e-7, 1e-4),
+    "collective_latency_s": (2e-6, 100e-6),
+    "request_overhead_s": (1e-3, 2.0),
+    "drift_per_100d": (-0.10, 0.40),
+}
+"""Explicit physical range of every parameter (the fit cannot leave it). Efficiencies stay well
+inside (0, 1]: HBM 0.35-0.95 (aiconfigurator's empirical factor is 0.8; STREAM-like kernels
+reach ~0.9), tensor cores 0.10-0.85, links 0.50-0.95, so a collective never takes more than 2x
+its bytes / link bandwidth plus its latency. Times span 2-3 decades around their priors.
+``toolkit serving fit`` fails when a fitted value ends within :data:`BOUND_MARGIN` of an end."""
+
+LOG_SCALED = ("overhead_s", "overhead_per_token_s", "collective_latency_s",
+              "request_overhead_s")
+"""Parameters interpolated on a log scale inside their range (times and variabilities)."""
+
+BOUND_MARGIN = 0.03
+"""A value whose position in its range (0 = low end, 1 = high end) is within this of an end
+counts as "at a bound"."""
+
 PRIOR: dict[str, float] = {
-    "eff_mem": 0.6,
+    "eff_mem": 0.7,
     "eff_compute": 0.4,
     "overhead_s": 0.004,
-    "eff_comm": 0.4,
+    "overhead_per_token_s": 5e-6,
+    "eff_comm": 0.7,
     "eff_prefill": 0.4,
-    "mtp_accept": 1.8,
-    "prefill_overhead_s": 0.05,
-    "arrival_scv": 1.0,
     "collective_latency_s": 10e-6,
+    "request_overhead_s": 0.05,
+    "drift_per_100d": 0.0,
 }
-"""Starting values (assumed, round numbers) and what an unfitted model uses."""
+"""Starting values (assumed, round numbers inside the ranges) and what an unfitted model uses."""
+
+FORMAT = 2
+"""Parameter-file format: 2 = bounded parameters, MTP acceptance and engine age as inputs."""
+
+REFERENCE_DATE = "2026-06-11"
+"""Engine age 0: the newest bundled InferenceX row. Predictions without an engine version
+describe engines as they ran on this date."""
 
 RIDGE_SIGMA = 0.7
 """Prior scale of each non-global term in transformed space: ~2x either way is plausible."""
 
 
-_POSITIVE = ("overhead_s", "prefill_overhead_s", "arrival_scv", "collective_latency_s")
+def position(name: str, value: np.ndarray) -> np.ndarray:
+    """Where ``value`` sits in its range: 0 at the low end, 1 at the high end."""
+    lo, hi = RANGES[name]
+    v = np.asarray(value, dtype=np.float64)
+    if name in LOG_SCALED:
+        return (np.log(v) - np.log(lo)) / (np.log(hi) - np.log(lo))
+    return (v - lo) / (hi - lo)
 
 
 def to_z(name: str, value: float) -> float:
     """Inverse of :func:`from_z` for one parameter."""
-    if name in _POSITIVE:
-        return float(np.log(value))
-    if name == "mtp_accept":
-        value = (value - 1.0) / MTP_DRAFT_TOKENS
-    return float(np.log(value / (1.0 - value)))
+    s = float(np.clip(position(name, np.array(value)), 1e-9, 1 - 1e-9))
+    return float(np.log(s / (1.0 - s)))
 
 
 def from_z(name: str, z: np.ndarray) -> np.ndarray:
-    """Efficiencies live in (0, 1) (logistic), the overhead in (0, inf) (exp)."""
-    if name in _POSITIVE:
-        return np.exp(z)
-    s = 1.0 / (1.0 + np.exp(-z))
-    return 1.0 + MTP_DRAFT_TOKENS * s if name == "mtp_accept" else s
+    """A scaled logistic: every parameter lives strictly inside :data:`RANGES`."""
+    lo, hi = RANGES[name]
+    s = 1.0 / (1.0 + np.exp(-np.asarray(z, dtype=np.float64)))
+    if name in LOG_SCALED:
+        return np.clip(np.exp(np.log(lo) + s * (np.log(hi) - np.log(lo))), lo, hi)
+    return np.clip(lo + s * (hi - lo), lo, hi)
 
 
 class ParamsError(ToolkitError):
@@ -101,6 +144,11 @@ class ServingParams:
         kind: "fitted" (by ``toolkit serving fit``) or "assumed" (the priors).
         fitted_on: description of the data, e.g. the file and row count.
         residuals: per-target summaries of the in-sample log errors (not a validation).
+        pairs: the ``hardware/engine`` pairs the fit saw (a prediction for any other pair
+            rests on shared terms only: its ``basis`` says so).
+        bands: cross-validated log-error quantiles per ``hardware/engine`` group, hardware
+            and ``all`` (:mod:`toolkit.serving.bands`), from which predictions get low/high.
+        reference_date: engine age is counted back from this date (the newest fitted row).
     """
 
     terms: dict[str, float]
@@ -108,6 +156,9 @@ class ServingParams:
     fitted_on: str = ""
     residuals: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    pairs: tuple[str, ...] = ()
+    bands: dict[str, Any] = field(default_factory=dict)
+    reference_date: str = REFERENCE_DATE
 
     @staticmethod
     def prior() -> ServingParams:
@@ -130,6 +181,23 @@ class ServingParams:
             out[p] = from_z(p, z)
         return out
 
+    def at_bounds(self, levels: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        """Every parameter whose value for some row group ends within :data:`BOUND_MARGIN`
+        of its range: a fit that needs such a value is compensating for something the model
+        lacks, so it must not pass silently."""
+        vals = self.row_values(levels)
+        groups = np.array([f"{h}/{e}" for h, e in zip(levels["hardware"], levels["engine"],
+                                                       strict=True)])
+        out = []
+        for p, v in vals.items():
+            pos = position(p, v)
+            bad = (pos < BOUND_MARGIN) | (pos > 1 - BOUND_MARGIN)
+            for g in sorted(set(groups[bad].tolist())):
+                i = int(np.flatnonzero((groups == g) & bad)[0])
+                out.append({"parameter": p, "group": g, "value": float(v[i]),
+                            "range": RANGES[p], "end": "low" if pos[i] < 0.5 else "high"})
+        return out
+
     def table(self) -> list[dict[str, Any]]:
         """One row per term: parameter, level, key, term (transformed) and kind."""
         rows = []
@@ -142,9 +210,11 @@ class ServingParams:
         return rows
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "fitted_on": self.fitted_on,
-                           "source": self.source, "residuals": self.residuals,
-                           "parameters": PARAM_HELP, "terms": self.terms}, indent=1)
+        return json.dumps({"format": FORMAT, "kind": self.kind, "fitted_on": self.fitted_on,
+                           "source": self.source, "reference_date": self.reference_date,
+                           "residuals": self.residuals, "parameters": PARAM_HELP,
+                           "ranges": RANGES, "pairs": list(self.pairs), "bands": self.bands,
+                           "terms": self.terms}, indent=1)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json() + "\n", encoding="utf-8")
@@ -158,6 +228,10 @@ class ServingParams:
             raise ParamsError(f"{path}: not a readable parameter file: {e}") from None
         if not isinstance(raw, dict) or not isinstance(raw.get("terms"), dict):
             raise ParamsError(f"{path}: needs a 'terms' object")
+        if raw.get("format") != FORMAT:
+            raise ParamsError(f"{path}: parameter file format {raw.get('format', 1)}; this "
+                              f"model needs format {FORMAT} (bounded parameters, MTP as an "
+                              "input): re-run `toolkit serving fit`")
         for k, v in raw["terms"].items():
             parts = k.split("|")
             if len(parts) != 3 or parts[0] not in PARAMS or parts[1] not in PARAMS[parts[0]]:
@@ -168,7 +242,9 @@ class ServingParams:
         return ServingParams({k: float(v) for k, v in raw["terms"].items()},
                              kind=str(raw.get("kind", "fitted")),
                              fitted_on=str(raw.get("fitted_on", "")),
-                             residuals=raw.get("residuals", {}), source=str(path))
+                             residuals=raw.get("residuals", {}), source=str(path),
+                             pairs=tuple(raw.get("pairs", ())), bands=raw.get("bands", {}),
+                             reference_date=str(raw.get("reference_date", REFERENCE_DATE)))
 
 
 BUNDLED_FIT = "dsr1_inferencex.json"

@@ -71,7 +71,8 @@ class Deployment:
             of tensor-parallel attention (every GPU reads every request's latent rows).
         expert_parallel: MoE experts sharded over the GPUs (dispatch + combine) instead of
             tensor-parallel MoE (all-reduce).
-        mtp: multi-token prediction (draft tokens verified per step; accepted count fitted).
+        mtp: multi-token prediction (drafts and accepted tokens per step from the recipe
+            defaults, :mod:`toolkit.serving.recipes`).
     """
 
     model: str

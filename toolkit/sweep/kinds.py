@@ -136,11 +136,19 @@ def run_compare(store: Store, cfg: Any) -> str:
         "cached_prefix_fraction": cfg.cached_prefix_fraction,
         "max_p90_ttft_s": cfg.max_p90_ttft_s, "params_kind": params.kind,
         "config_json": config_json(cfg), "elapsed_s": elapsed, "toolkit_version": __version__,
-        **{k: r[k] for k in ("hardware", "engine", "interactivity", "clamped", "tput_per_gpu",
-                             "output_tput_per_gpu", "p90_ttft_s", "layout", "usd_per_gpu_hour",
-                             "price_survey", "usd_per_mtok_total", "usd_per_mtok_output")},
+        **{k: r[k] for k in ("hardware", "engine", "interactivity", "clamped", "reachable",
+                             "edge", "source", "basis", "tput_per_gpu", "tput_per_gpu_low",
+                             "tput_per_gpu_high", "output_tput_per_gpu", "p90_ttft_s", "gpus",
+                             "layout", "usd_per_gpu_hour", "price_survey", "usd_per_mtok_total",
+                             "usd_per_mtok_total_low", "usd_per_mtok_total_high",
+                             "usd_per_mtok_output")},
     } for r in df.to_dicts()]
-    store.write("compare_runs", run_id, pa.Table.from_pylist(rows), replace=True)
+    from toolkit.schema import COMPARE_RUNS
+
+    names = set(COMPARE_RUNS.names)
+    rows = [{k: v for k, v in r.items() if k in names} for r in rows]
+    store.write("compare_runs", run_id, pa.Table.from_pylist(rows, schema=COMPARE_RUNS),
+                replace=True)
     return run_id
 
 

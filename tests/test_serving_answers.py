@@ -1,0 +1,334 @@
+"""Serving model v2 and `cost compare`: bounded parameters, recipes as inputs, DSA prefill,
+error bands, measured-first answers, reachability and engines side by side."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from toolkit.cli import app
+from toolkit.cost.compare import EDGE_FRACTION, compare, engines_for, measured_points
+from toolkit.cost.config import DEFAULT_MAX_P90_TTFT_S, CompareConfig
+from toolkit.cost.interpolate import pareto_front, steffen_interpolate
+from toolkit.serving import bundled_params, bundled_points_path, predict, read_points, validate
+from toolkit.serving.fit import bound_report, fit
+from toolkit.serving.layout import design
+from toolkit.serving.model import decode_terms, mean_rows_attended, prefill_terms
+from toolkit.serving.params import PARAMS, RANGES, ServingParams, from_z
+from toolkit.serving.predict import levels
+from toolkit.serving.recipes import (
+    MTP_ACCEPT,
+    RecipeError,
+    parse_version,
+    version_date,
+)
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def points() -> pl.DataFrame:
+    return read_points(bundled_points_path())
+
+
+def _row(**kw) -> dict:
+    row = dict(hardware="b200", framework="sglang", model="dsr1", precision="fp8",
+               spec_method="none", disagg=False, is_multinode=False, isl=8192, osl=1024,
+               conc=64, num_prefill_gpu=8, num_decode_gpu=8, prefill_tp=8, prefill_ep=1,
+               prefill_dp_attention=False, decode_tp=8, decode_ep=1, decode_dp_attention=False)
+    row.update(kw)
+    return row
+
+
+def _frame(*rows: dict) -> pl.DataFrame:
+    return validate(pl.DataFrame(list(rows), infer_schema_length=None))
+
+
+class TestBounds:
+    @settings(max_examples=200, deadline=None)
+    @given(name=st.sampled_from(sorted(PARAMS)), z=st.floats(-60, 60))
+    def test_every_value_inside_its_range(self, name, z):
+        """Whatever the fit does to a term, the value stays inside the parameter's range."""
+        v = float(from_z(name, np.array(z)))
+        lo, hi = RANGES[name]
+        assert lo <= v <= hi
+
+    def test_efficiencies_well_inside_unit_interval(self):
+        for name in ("eff_mem", "eff_compute", "eff_comm", "eff_prefill"):
+            lo, hi = RANGES[name]
+            assert 0.05 <= lo < hi <= 0.95, name
+
+    def test_bundled_fit_ends_at_no_bound(self, points):
+        """The shipped parameters are interior for every (hardware, engine) of their data."""
+        assert bound_report(bundled_params(), points) == []
+
+    def test_bound_report_names_a_parameter_pinned_by_impossible_data(self, points):
+        """SYNTHETIC targets 100x faster than any physical step: HBM efficiency is pushed to
+        the top of its range and the report names it."""
+        sub = points.filter(pl.col("hardware") == "b200").head(20)
+        base = predict(sub, ServingParams.prior(), bands=False)
+        fast = sub.with_columns((base["pred_median_tpot"] / 100).alias("median_tpot"),
+                                (base["pred_tput_per_gpu"] * 100).alias("tput_per_gpu"),
+                                base["pred_median_ttft"].alias("median_ttft"))
+        got = bound_report(fit(fast, max_nfev=15), fast)
+        pinned = {(b["parameter"], b["end"]) for b in got}
+        assert ("eff_mem", "high") in pinned or ("overhead_s", "low") in pinned, pinned
+
+    def test_fit_cli_exits_1_naming_the_bound(self, points, tmp_path):
+        sub = points.filter(pl.col("hardware") == "b200").head(20)
+        base = predict(sub, ServingParams.prior(), bands=False)
+        src = tmp_path / "fast.csv"
+        sub.with_columns((base["pred_median_tpot"] / 100).alias("median_tpot"),
+                         (base["pred_tput_per_gpu"] * 100).alias("tput_per_gpu")).write_csv(src)
+        res = runner.invoke(app, ["serving", "fit", "--points", str(src), "--no-bands",
+                                  "--max-nfev", "15", "--out", str(tmp_path / "p.json")])
+        assert res.exit_code == 1, res.output
+        assert "ended at a bound" in res.output and ("(high end" in res.output
+                                                      or "(low end" in res.output)
+
+    def test_collectives_within_2x_of_bytes_over_link(self, points):
+        """At the fitted values every step's communication time is within 2x of its bytes /
+        link bandwidth plus one latency per collective (the latency at its fitted value)."""
+        d = design(points, reference_date=bundled_params().reference_date)
+        th = bundled_params().row_values(levels(d))
+        for batch in (1.0, 16.0, 256.0):
+            t = decode_terms(d, th, np.full(d.n, batch))
+            ideal = (t["comm_bytes"] / t["link_bytes_per_s"]
+                     + t["n_collectives"] * th["collective_latency_s"])
+            ok = ideal > 0
+            ratio = t["t_comm_s"][ok] / ideal[ok]
+            assert ratio.max() <= 2.0 + 1e-9 and ratio.min() >= 1.0 - 1e-9
+
+    def test_breakdown_shows_peaks_and_fractions(self, points):
+        p = predict(points.head(30), breakdown=True)
+        for c in ("term_peak_hbm_bytes_per_s", "term_eff_mem", "term_peak_flops_per_s",
+                  "term_link_bytes_per_s", "term_achieved_hbm_fraction",
+                  "term_achieved_compute_fraction", "term_achieved_link_fraction"):
+            assert c in p.columns, c
+        assert (p["term_achieved_hbm_fraction"] <= p["term_eff_mem"] + 1e-9).all()
+        assert (p["term_achieved_link_fraction"] <= 1.0).all()
+
+
+class TestRecipes:
+    def test_versions_parsed_from_images(self):
+        assert parse_version("lmsysorg/sglang:v0.5.12-rocm700-mi35x") == "0.5.12"
+        assert parse_version("nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2") == \
+            "1.1.0rc2.post2"
+        assert parse_version("lmsysorg/sglang:v0.5.8.post1-cu130-amd64") == "0.5.8.post1"
+        assert parse_version(None) is None and parse_version("rocm/atom:latest") is None
+
+    def test_version_date_from_bundled_rows(self, points):
+        rows = points.filter(pl.col("framework") == "sglang").select("image", "date")
+        img, date = next((i, d) for i, d in rows.iter_rows() if parse_version(i))
+        v = parse_version(img)
+        want = min(d for i, d in rows.iter_rows() if parse_version(i) == v)
+        assert version_date("sglang", v) == want
+        assert version_date("sglang", "2026-01-31") == "2026-01-31"
+        with pytest.raises(RecipeError, match="known"):
+            version_date("sglang", "9.9.9")
+
+    def test_mtp_acceptance_is_an_input(self):
+        """Accepted tokens divide the step: TPOT scales as 1 / accept at a fixed batch."""
+        dis = dict(framework="dynamo-sglang", disagg=True, is_multinode=True)  # no prefill share
+        d1 = design(_frame(_row(spec_method="mtp", mtp_accept=1.5, **dis)))
+        d2 = design(_frame(_row(spec_method="mtp", mtp_accept=1.8, **dis)))
+        th = bundled_params().row_values(levels(d1))
+        a = decode_terms(d1, th, np.array([8.0]))
+        b = decode_terms(d2, th, np.array([8.0]))
+        assert a["t_step_s"][0] == pytest.approx(b["t_step_s"][0])
+        assert a["tpot_s"][0] / b["tpot_s"][0] == pytest.approx(1.8 / 1.5)
+        assert design(_frame(_row(spec_method="mtp"))).mtp_accept[0] == MTP_ACCEPT
+
+    def test_bad_recipe_values_named(self):
+        with pytest.raises(RecipeError, match="row 1: mtp_accept 3"):
+            design(_frame(_row(spec_method="mtp", mtp_accept=3.0)))
+        with pytest.raises(RecipeError, match="kv_dtype 'int3'"):
+            design(_frame(_row(kv_dtype="int3")))
+
+    def test_older_engine_is_slower(self):
+        """Engine age multiplies the step by the fitted drift (non-negative in the fit)."""
+        p = bundled_params()
+        new = predict(_frame(_row(engine_date=p.reference_date)), p)
+        old = predict(_frame(_row(engine_date="2025-11-01")), p)
+        drift = float(from_z("drift_per_100d", np.array(p.terms["drift_per_100d|global|"])))
+        assert drift >= 0
+        assert old["pred_median_tpot"][0] >= new["pred_median_tpot"][0]
+
+    def test_kv_dtype_changes_kv_bytes(self):
+        d8 = design(_frame(_row(kv_dtype="fp8")))
+        d16 = design(_frame(_row(kv_dtype="bf16")))
+        assert d16.kv_row_bytes[0] > d8.kv_row_bytes[0]
+
+
+class TestDsaPrefill:
+    def test_mean_rows_attended_exact(self):
+        """Hand-computed means: dense = mid-point; sparse = k beyond the first k tokens."""
+        assert mean_rows_attended(np.array(0.0), np.array(100.0), np.array(0.0)) == 50.0
+        assert mean_rows_attended(np.array(0.0), np.array(100.0), np.array(200.0)) == 50.0
+        assert mean_rows_attended(np.array(50.0), np.array(100.0), np.array(10.0)) == 10.0
+        # k = 20 over 0..100: (20^2 / 2 + 20 * 80) / 100 = 18
+        assert float(mean_rows_attended(np.array(0.0), np.array(100.0),
+                                        np.array(20.0))) == pytest.approx(18.0)
+
+    @settings(max_examples=100, deadline=None)
+    @given(c=st.floats(0, 1e5), n=st.floats(1, 1e5), k=st.floats(1, 1e5))
+    def test_sparse_never_exceeds_k_or_dense(self, c, n, k):
+        sparse = float(mean_rows_attended(np.array(c), np.array(c + n), np.array(k)))
+        dense = float(mean_rows_attended(np.array(c), np.array(c + n), np.array(0.0)))
+        assert sparse <= k * (1 + 1e-9) and sparse <= dense * (1 + 1e-9)
+
+    def test_dsa_prefill_cheaper_than_dense_at_long_context(self):
+        """GLM-5 (DSA, top-2048) prefill of a 64K prompt: attention FLOPs at most top-k rows
+        per query, plus the indexer over the whole prefix."""
+        f = _frame(_row(model="glm-5", isl=65536, osl=512))
+        d = design(f)
+        th = bundled_params().row_values(levels(d))
+        sparse = prefill_terms(d, th)
+        dense_d = d.__class__(**{**d.__dict__, "sparse_topk": np.zeros(1)})
+        dense = prefill_terms(dense_d, th)
+        assert sparse["prefill_flops"][0] < 0.5 * dense["prefill_flops"][0]
+        no_idx = d.__class__(**{**d.__dict__, "idx_flops_per_ctx": np.zeros(1)})
+        assert prefill_terms(no_idx, th)["prefill_flops"][0] < sparse["prefill_flops"][0]
+
+
+class TestBands:
+    def test_bands_bracket_predictions(self, points):
+        p = predict(points.head(40))
+        for c in ("pred_tput_per_gpu", "pred_median_tpot", "pred_median_ttft",
+                  "pred_median_intvty"):
+            assert (p[f"{c}_low"] <= p[c] * (1 + 1e-12)).all(), c
+            assert (p[f"{c}_high"] >= p[c] * (1 - 1e-12)).all(), c
+        assert set(p["basis"]) == {"fitted-pair"}
+
+    def test_unseen_pair_is_shared_terms_with_wider_band(self):
+        p = predict(_frame(_row(hardware="gb300", framework="sglang", precision="fp4"),
+                           _row(hardware="b200", framework="sglang")))
+        assert p["basis"].to_list() == ["shared-terms", "fitted-pair"]
+        width = (p["pred_tput_per_gpu_high"] / p["pred_tput_per_gpu_low"]).to_list()
+        assert width[0] >= width[1]
+
+    def test_bands_cover_held_out_rows_about_80_percent(self, points):
+        """The bands are the 10th-90th percentile of K-fold held-out residuals: on the
+        bundled rows (a check of the stored quantiles, not a fresh validation) about 80% of
+        measured throughputs fall inside."""
+        p = predict(points)
+        m = p["tput_per_gpu"]
+        inside = ((m >= p["pred_tput_per_gpu_low"]) & (m <= p["pred_tput_per_gpu_high"])).mean()
+        assert 0.6 <= inside <= 1.0
+
+
+class TestCompare:
+    def test_default_ttft_bound(self):
+        cfg = CompareConfig("glm-5.2", ("gb200",), (100.0,))
+        assert cfg.max_p90_ttft_s == DEFAULT_MAX_P90_TTFT_S == 10.0
+        df = compare(cfg)
+        assert all(t <= 10.0 for t in df["p90_ttft_s"].drop_nulls())
+
+    def test_measured_first_matches_the_front(self):
+        """dsr1 FP8 8k/1k on MI355X at 100 tok/s/user, p90 TTFT <= 2 s: the bundled ATOM rows
+        answer, interpolated along their own front (computed here independently)."""
+        cfg = CompareConfig("dsr1", ("mi355x",), (100.0,), max_p90_ttft_s=2.0)
+        row = compare(cfg).to_dicts()[0]
+        assert row["source"] == "measured" and row["basis"] == "measured"
+        pts = read_points(bundled_points_path()).filter(
+            (pl.col("hardware") == "mi355x") & (pl.col("framework") == "atom")
+            & (pl.col("model") == "dsr1") & (pl.col("precision") == "fp8")
+            & (pl.col("isl") == 8192) & (pl.col("osl") == 1024) & (pl.col("p90_ttft") <= 2.0))
+        x, y = pts["median_intvty"].to_numpy(), pts["tput_per_gpu"].to_numpy()
+        f = pareto_front(x, y)
+        assert row["tput_per_gpu"] == pytest.approx(float(steffen_interpolate(x[f], y[f], 100.0)))
+        assert row["tput_per_gpu"] > 900  # the row at 113 tok/s/user reaches 992
+        assert row["model_tput_per_gpu"] is not None and row["gpus"] == 8
+        assert row["usd_per_mtok_total"] == pytest.approx(
+            row["usd_per_gpu_hour"] / (row["tput_per_gpu"] * 3600 / 1e6))
+
+    def test_beyond_the_front_is_unreachable_with_no_price(self):
+        df = compare(CompareConfig("dsr1", ("mi355x",), (100.0, 10_000.0), measured=False))
+        far = df.filter(pl.col("interactivity") == 10_000.0).to_dicts()[0]
+        assert far["reachable"] is False and far["usd_per_mtok_total"] is None
+        near = df.filter(pl.col("interactivity") == 100.0).to_dicts()[0]
+        assert near["source"] == "model" and near["reachable"] is True
+        assert near["usd_per_mtok_total_low"] <= near["usd_per_mtok_total"] \
+            <= near["usd_per_mtok_total_high"]
+
+    def test_edge_flag(self):
+        base = compare(CompareConfig("dsr1", ("mi355x",), (100.0,), measured=False))
+        end = base["front_max_interactivity"][0]
+        df = compare(CompareConfig("dsr1", ("mi355x",), (0.99 * end, 0.5 * end),
+                                   measured=False))
+        assert df["edge"].to_list() == [True, False]
+        assert 0.99 * end >= (1 - EDGE_FRACTION) * end
+
+    def test_all_engines_per_vendor(self):
+        cfg = CompareConfig("dsr1", ("gb200", "mi355x"), (50.0,), all_engines=True)
+        assert "atom" not in engines_for(cfg, "gb200") and "trt" in engines_for(cfg, "gb200")
+        assert "trt" not in engines_for(cfg, "mi355x") and "atom" in engines_for(cfg, "mi355x")
+        df = compare(cfg)
+        assert df.filter(pl.col("hardware") == "gb200")["engine"].n_unique() >= 4
+
+    def test_tighter_ttft_never_cheaper(self):
+        loose = compare(CompareConfig("glm-5.2", ("gb200",), (50.0,), max_p90_ttft_s=None,
+                                      measured=False))
+        tight = compare(CompareConfig("glm-5.2", ("gb200",), (50.0,), max_p90_ttft_s=2.0,
+                                      measured=False))
+        if tight["reachable"][0]:
+            assert tight["usd_per_mtok_total"][0] >= loose["usd_per_mtok_total"][0] * (1 - 1e-9)
+
+    def test_measurements_file_in_inferencex_columns(self, tmp_path, points):
+        """--measurements takes InferenceX's own export columns; its rows answer first."""
+        mine = points.filter((pl.col("hardware") == "b200") & (pl.col("framework") == "sglang")
+                             & (pl.col("isl") == 8192) & (pl.col("precision") == "fp8"))
+        if mine.height == 0:
+            pytest.skip("no bundled b200 sglang fp8 8k rows")
+        src = tmp_path / "mine.csv"
+        mine.with_columns(pl.col("tput_per_gpu") * 3).write_csv(src)
+        cfg = CompareConfig("dsr1", ("b200",), (float(mine["median_intvty"].min()),),
+                            engines={"b200": "sglang"}, measured=False, measurements=str(src),
+                            max_p90_ttft_s=None)
+        assert measured_points(cfg).height == mine.height
+        row = compare(cfg).to_dicts()[0]
+        assert row["source"] == "measured" and row["tput_per_gpu"] >= mine["tput_per_gpu"].max()
+
+    def test_cli_json_keys_table_and_flags(self):
+        res = runner.invoke(app, ["cost", "compare", "--model", "dsr1", "--precision", "fp8",
+                                  "--hardware", "mi355x,gb200", "--interactivity", "100",
+                                  "--max-p90-ttft-s", "none", "--mtp", "off",
+                                  "--engine", "gb200=dynamo-trt@2026-01-01", "--json"])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.output)
+        assert out["max_p90_ttft_s"] is None and out["mtp"] == "off"
+        keys = {"hardware", "engine", "interactivity", "clamped", "tput_per_gpu",
+                "output_tput_per_gpu", "p90_ttft_s", "layout", "usd_per_gpu_hour",
+                "price_survey", "usd_per_mtok_total", "usd_per_mtok_output",
+                "cost_ratio_total_vs_first", "reachable", "edge", "source", "basis",
+                "tput_per_gpu_low", "tput_per_gpu_high", "usd_per_mtok_total_low",
+                "usd_per_mtok_total_high", "gpus"}
+        for r in out["rows"]:
+            assert keys <= set(r), keys - set(r)
+            assert "+MTP" not in (r["layout"] or "")
+        table = runner.invoke(app, ["cost", "compare", "--model", "dsr1", "--hardware",
+                                    "mi355x", "--interactivity", "100"])
+        assert table.exit_code == 0
+        for col in ("source", "reachable", "edge", "tput_per_gpu_low", "gpus"):
+            assert col in table.output
+        bad = runner.invoke(app, ["cost", "compare", "--model", "dsr1", "--max-p90-ttft-s",
+                                  "-1"])
+        assert bad.exit_code == 2 and "'none'" in bad.output
+        bad = runner.invoke(app, ["cost", "compare", "--model", "dsr1", "--engine",
+                                  "gb200=sglang@9.9.9"])
+        assert bad.exit_code == 2 and "9.9.9" in bad.output
+
+    def test_gb300_vs_gb200_physically_bounded_at_matched_engine(self):
+        """Same engine on both: GB300 (same HBM bandwidth, more HBM, more FP4) is never
+        slower and never more than ~2x faster than GB200 per GPU."""
+        df = compare(CompareConfig("glm-5.2", ("gb200", "gb300"), (100.0,),
+                                   engines={"gb200": "dynamo-sglang", "gb300": "dynamo-sglang"},
+                                   measured=False))
+        r = df.filter(pl.col("hardware") == "gb300")["tput_ratio_vs_first"][0]
+        assert r is not None and 0.95 <= r <= 2.0

@@ -1,0 +1,82 @@
+"""The replay of InferenceX's benchmark client (toolkit.serving.client): exact figures on
+hand-sized runs, and properties of the closed loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolkit.serving.client import replay_client
+
+GRID = np.array([[0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0]])
+
+
+def _run(conc, isl, osl, *, step0=0.010, per_req=0.001, accept=1.0, cap=1e9, n_dec=1,
+         n_pre=1, disagg=False, pre=1e-5, xfer=0.0, per_user=1, ratio=1.0):
+    step = (step0 + per_req * GRID)  # step time linear in the batch
+    out = replay_client(np.array([conc]), np.array([isl]), np.array([osl]), np.array([accept]),
+                        np.array([cap]), np.array([n_dec]), np.array([n_pre]),
+                        np.array([disagg]), GRID, step, np.array([pre]), np.array([xfer]),
+                        per_user=per_user, ratio=ratio)
+    return {k: float(v[0]) for k, v in out.items()}
+
+
+class TestExact:
+    def test_one_user_aggregated(self):
+        """One request of 1,000 prompt tokens, 11 output tokens: the prefill chunk rides on an
+        empty step (10 ms + 1,000 x 10 us), then 10 decode steps of 11 ms each."""
+        r = _run(1, 1000, 11)
+        assert r["median_ttft_s"] == pytest.approx(0.010 + 1000 * 1e-5)
+        assert r["median_tpot_s"] == pytest.approx(0.011)
+        assert r["duration_s"] == pytest.approx(0.020 + 10 * 0.011)
+        assert r["completed"] == 1 and r["input_tokens"] == 1000 and r["output_tokens"] == 11
+
+    def test_one_user_disaggregated(self):
+        """Prefill 1,000 x 10 us on the prefill pool, KV transfer 1,000 x 2 us, first token;
+        then 10 decode steps of 11 ms on the decode instance."""
+        r = _run(1, 1000, 11, disagg=True, xfer=2e-6)
+        assert r["median_ttft_s"] == pytest.approx(1000 * 1e-5 + 1000 * 2e-6)
+        assert r["median_tpot_s"] == pytest.approx(0.011)
+
+    def test_mtp_acceptance_divides_steps(self):
+        """Two tokens accepted per step: 10 output tokens after the first take 5 steps."""
+        r = _run(1, 1000, 11, accept=2.0)
+        assert r["duration_s"] == pytest.approx(0.020 + 5 * 0.011)
+
+    def test_closed_loop_issues_every_prompt(self):
+        r = _run(4, 512, 32, per_user=10, ratio=0.8)
+        assert r["completed"] == 40
+        assert 0.8 * 512 * 40 <= r["input_tokens"] <= 512 * 40
+
+    def test_hbm_cap_queues_users(self):
+        """With room for one request, eight users run one at a time: the last waits for seven
+        others, so the median TTFT is several request lifetimes."""
+        free = _run(8, 256, 64, disagg=True)
+        capped = _run(8, 256, 64, disagg=True, cap=1)
+        assert capped["median_ttft_s"] > 3 * free["median_ttft_s"]
+        assert capped["mean_batch_per_instance"] <= 1.0 + 1e-9
+
+    def test_deterministic(self):
+        a = _run(16, 2048, 128, per_user=10, ratio=0.8)
+        b = _run(16, 2048, 128, per_user=10, ratio=0.8)
+        assert a == b
+
+
+class TestProperties:
+    @settings(max_examples=25, deadline=None)
+    @given(conc=st.integers(1, 64), factor=st.integers(2, 4), disagg=st.booleans())
+    def test_more_users_never_faster(self, conc, factor, disagg):
+        """More users never shorten the median TTFT or TPOT (steps grow with the batch)."""
+        a = _run(conc, 1024, 64, disagg=disagg, per_user=3, ratio=0.8)
+        b = _run(conc * factor, 1024, 64, disagg=disagg, per_user=3, ratio=0.8)
+        assert b["median_tpot_s"] >= a["median_tpot_s"] * (1 - 1e-9)
+        assert b["p90_ttft_s"] >= a["p90_ttft_s"] * 0.999
+
+    @settings(max_examples=25, deadline=None)
+    @given(conc=st.integers(1, 32), n_dec=st.integers(1, 4), n_pre=st.integers(1, 3))
+    def test_every_request_completes_and_p90_above_median(self, conc, n_dec, n_pre):
+        r = _run(conc, 800, 40, disagg=True, n_dec=n_dec, n_pre=n_pre, per_user=4, ratio=0.8)
+        assert r["completed"] == 4 * conc
+        assert r["p90_ttft_s"] >= r["median_ttft_s"] > 0
