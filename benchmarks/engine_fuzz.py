@@ -139,7 +139,9 @@ def main() -> None:
         f = Path(tmp) / "cases.json"
         f.write_text(json.dumps(cases))
         proc = subprocess.run([args.engine_python, __file__, "--engine", args.engine,
-                               "--serve", str(f)], capture_output=True, text=True, check=True)
+                               "--serve", str(f)], capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"engine side failed:\n{proc.stderr[-3000:]}")
         want = json.loads(proc.stdout)
         t_engine = time.perf_counter() - t0
         checked = 0
