@@ -18,6 +18,10 @@ Engines: ``vllm`` = vLLM's ``KVCacheManager`` (``benchmarks/vllm_peer.py``'s dri
 ``--engine-semantics vllm``; ``sglang`` = SGLang's ``RadixCache`` (``sglang_peer.py``'s
 driver) vs the default sglang radix semantics, device tier only (``--host-gb 0``).
 
+In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
+uninstalled and an empty stand-in module satisfies the multimodal config imports on the
+way to ``radix_cache`` (no cache code uses it).
+
 Trace model: 8-token trace blocks with chained hashes; token ``j`` of block ``h`` is
 ``h * 8 + j``. Any divergent case is printed as a JSON line, to become a regular test.
 """
@@ -84,8 +88,41 @@ def engine_vllm(case: dict) -> list[int]:
     return out
 
 
+def _stub_torchvision() -> None:
+    """SGLang's config package imports torchvision.transforms for multimodal models; the
+    PyPI torchvision wheel is CUDA-built and fails its operator registration on CPU torch.
+    No cache code uses it, so an empty stand-in is enough to import ``radix_cache``."""
+    import importlib.util
+    import types
+
+    try:
+        import torchvision.transforms  # noqa: F401
+        return
+    except Exception:  # any failure of the real wheel: stub it
+        for k in [k for k in sys.modules if k.startswith("torchvision")]:
+            del sys.modules[k]
+    import transformers.utils.import_utils  # noqa: F401 - decides "no torchvision" first
+
+    tv = types.ModuleType("torchvision")
+    tv.__spec__ = importlib.util.spec_from_loader("torchvision", loader=None)
+    tr = types.ModuleType("torchvision.transforms")
+    tr.__spec__ = importlib.util.spec_from_loader("torchvision.transforms", loader=None)
+    tr.InterpolationMode = types.SimpleNamespace(BICUBIC=3, BILINEAR=2)
+    fn = types.ModuleType("torchvision.transforms.functional")
+    fn.__spec__ = importlib.util.spec_from_loader(fn.__name__, loader=None)
+    fn.InterpolationMode = tr.InterpolationMode
+    tr.__path__ = []
+    tv.__path__ = []
+    tr.functional = fn
+    tv.transforms = tr
+    sys.modules["torchvision"] = tv
+    sys.modules["torchvision.transforms"] = tr
+    sys.modules[fn.__name__] = fn
+
+
 def engine_sglang(case: dict) -> list[int]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    _stub_torchvision()
     import sglang_peer as sp
 
     sp.BLOCK = BLOCK
