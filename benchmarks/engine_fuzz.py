@@ -60,7 +60,11 @@ def gen_case(rng: np.random.Generator, engine: str) -> dict:
     arrival = np.sort(rng.integers(0, max(n // 2, 1), n)).astype(float).tolist()  # ties
     unit = int(rng.choice([2, 4, 8, 16])) if engine == "vllm" else int(rng.choice([1, 2, 4, 8]))
     work = sum(prompts)
-    cap = -1 if rng.random() < 0.1 else int(rng.integers(unit, max(work // 2, unit) + 2 * unit))
+    # SGLang's scheduler never admits a prompt larger than the pool (the toolkit counts it
+    # oversize and skips it) but sglang_peer's driver would insert it over capacity: keep
+    # every prompt within the pool there. vLLM's allocate_slots refuses it like the toolkit.
+    low = unit if engine == "vllm" else max(-(-p // unit) * unit for p in prompts)
+    cap = -1 if rng.random() < 0.1 else int(rng.integers(low, max(work // 2, low) + 2 * unit))
     return {"hashes": hashes, "prompts": prompts, "arrival": arrival, "unit": unit,
             "cap": cap}
 

@@ -230,6 +230,19 @@ class TestRules:
         assert res.requests["host_tokens"].to_pylist() == [0, 0, 0, 0]
         assert res.summary["host_writes"] > 0
 
+    def test_fuzz_oversize_prompts_are_skipped(self, store):
+        """engine_fuzz's first SGLang divergence (seed 1, case 10; page 1, 17-token pool):
+        prompts longer than the pool are skipped whole (SGLang's scheduler never admits
+        them; sglang_peer's driver inserted them over capacity), the rest hit as SGLang."""
+        hashes = [[0, 1], [0, 1, 2], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2], [0],
+                  [0, 1, 2, 3, 4], [0]]
+        prompts = [12, 22, 20, 30, 18, 5, 37, 1]
+        name = _store(store, hashes, prompts, block=8)
+        got, res = _dev(store, name, device_tokens=17, host_tokens=0, page_tokens=1,
+                        sequential=True)
+        assert got == [0, 0, 0, 0, 0, 5, 0, 1]
+        assert res.summary["oversize_requests"] == 5
+
     def test_cli_bad_semantics_and_page(self, store):
         """Bad --radix-semantics / --page-tokens: one-line errors, exit code 2."""
         from toolkit.cli import app
