@@ -164,6 +164,9 @@ def main() -> None:
     ap.add_argument("--engine-python", default=sys.executable)
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fixture", type=Path,
+                    help="also write the cases and the engine's answers here (JSON), for "
+                         "tests/test_tiers_fuzz_cases.py")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)  # engine side: cases file
     args = ap.parse_args()
     if args.serve:
@@ -184,6 +187,13 @@ def main() -> None:
         if proc.returncode:
             sys.exit(f"engine side failed:\n{proc.stderr[-3000:]}")
         want = json.loads(proc.stdout)
+        if args.fixture:
+            ver = subprocess.run([args.engine_python, "-c", f"import {args.engine}; "
+                                  f"print({args.engine}.__version__)"], capture_output=True,
+                                 text=True, check=True).stdout.strip().splitlines()[-1]
+            args.fixture.write_text(json.dumps(
+                {"engine": args.engine, "version": ver, "seed": args.seed, "cases": cases,
+                 "engine_hits": want}, separators=(",", ":")) + "\n")
         t_engine = time.perf_counter() - t0
         checked = 0
         first = None
