@@ -141,3 +141,19 @@ class TestRules:
         assert out.exit_code == 2 and "engine_semantics must be sglang or vllm" in out.output
         with pytest.raises(ValueError, match="block_tokens must be >= 1"):
             TierReplayConfig("t", block_tokens=0)
+
+
+def test_concurrent_run_reports_no_host_tier(mooncake_store):
+    """16 users on the Mooncake trace under vLLM semantics: every prompt token is a GPU
+    hit or computed, the host and storage tiers report 0 capacity and 0 hits, and the
+    GPU share stays below the sequential unbounded replay's (running requests' blocks
+    and decode blocks take room)."""
+    res = run_tiers(mooncake_store, TierReplayConfig(
+        "conv", engine_semantics="vllm", device_tokens=1_048_576, concurrency=16),
+        save=False)
+    s = res.summary
+    assert s["host_capacity_tokens"] == s["storage_capacity_tokens"] == 0
+    assert s["host_hit_tokens"] == s["storage_hit_tokens"] == 0
+    assert s["device_hit_tokens"] + s["computed_tokens"] == s["prompt_tokens"]
+    with np.load(PEER) as z:
+        assert 0 < s["device_hit_tokens"] < int(z["b512_c-1"].sum())

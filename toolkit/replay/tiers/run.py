@@ -185,10 +185,13 @@ def _open_arrivals(store: Store, cfg: TierReplayConfig, ps: PageStream) -> np.nd
 
 
 def capacities(cfg: TierReplayConfig, service: TierService) -> tuple[int, int, int]:
-    """(device, host, storage) capacities in tokens; -1 unbounded."""
+    """(device, host, storage) capacities in tokens; -1 unbounded. vLLM semantics have
+    no host or storage tier (0)."""
     dev = cfg.device_tokens
     if dev is None:
         dev = service.default_device_tokens()
+    if cfg.engine_semantics == "vllm":
+        return int(dev), 0, 0
     host = cfg.host_tokens
     if host is None:
         host = UNBOUNDED if dev == UNBOUNDED else int(cfg.host_ratio * dev)
