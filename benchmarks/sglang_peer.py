@@ -31,10 +31,13 @@ the same order of stamps as a real clock, without ties between calls, so runs re
 HiCache (the L2 host pool) is not driven. In 0.5.23 there is no ``HiRadixCache`` class:
 HiCache is ``UnifiedRadixCache.init_hicache`` with a ``HybridCacheController``, whose base
 in ``managers/cache_controller.py`` moves KV between the device and host pools with
-``device_module.Event()`` / streams (``get_device_module()``: CUDA, NPU or MUSA) and a
-real device KV pool; a CPU-only machine has neither, so it was not attempted past reading
-the source. The host-tier rules are derived from that source instead (see
-``toolkit/replay/tiers/radix.py``); only the device tier is proven here.
+``device_module.Event()`` / streams and a real device KV pool. SGLang's CPU unit tests
+build ``UnifiedRadixCache.__new__`` shells with fake controllers to test single methods;
+driving whole requests that way means faking the controller's write / ack / load-back
+protocol (``_execute_kv_backup``, ``writing_check``, ``load_back``, ``loading_check``)
+around the Python tree core, which was not done. The host-tier rules are derived from that
+source instead (see ``toolkit/replay/tiers/radix.py``); only the device tier is proven here.
+``benchmarks/engine_fuzz.py --engine sglang`` reuses :func:`run` on random traces.
 """
 
 from __future__ import annotations

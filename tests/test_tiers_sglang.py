@@ -203,21 +203,45 @@ class TestRules:
         assert sg.tokens.sum() == int((np.asarray(t["input_tokens"]) // 64 * 64).sum())
 
     @pytest.mark.parametrize(("write", "last"), [
-        ("write_through", (0, 8, 0)), ("write_through_selective", (0, 0, 0)),
+        ("write_through", (0, 32, 0)), ("write_through_selective", (0, 0, 0)),
     ])
     def test_selective_backs_up_hit_nodes(self, store, write, last):
-        """Device 8 tokens, host unbounded. [1] is inserted, then hit twice: its node's hit
-        count reaches 2, so selective write-through backs it up and [1] comes back from
-        host after [5,6] evicts it. [5,6] (hit count 1) is backed up only under plain
-        write-through, so only there does the last request find it on the host."""
-        name = _store(store, [[1], [1], [1], [5, 6], [1], [5, 6]], [4, 4, 4, 8, 4, 8])
-        _, res = _dev(store, name, device_tokens=8, host_tokens=UNBOUNDED,
+        """16-token blocks, device 32 tokens, host unbounded. [1] is inserted, then hit
+        twice: its node's hit count reaches 2, so selective write-through backs it up and
+        [1] comes back from host after [5,6] evicts it. [5,6] (hit count 1) is backed up
+        only under plain write-through, so only there does the last request find it on
+        the host."""
+        name = _store(store, [[1], [1], [1], [5, 6], [1], [5, 6]], [16, 16, 16, 32, 16, 32],
+                      block=16)
+        _, res = _dev(store, name, device_tokens=32, host_tokens=UNBOUNDED,
                       write_policy=write, sequential=True)
         t = res.requests
         src = list(zip(t["device_tokens"].to_pylist(), t["host_tokens"].to_pylist(),
                        t["storage_tokens"].to_pylist(), strict=True))
-        assert src[4] == (0, 4, 0)
+        assert src[4] == (0, 16, 0)
         assert src[5] == last
+
+    def test_short_host_run_not_loaded(self, store):
+        """SGLang's load_back_threshold (10 tokens): with 4-token blocks, [1]'s 4-token host
+        copy is too short to load back, so the request recomputes it; [5,6]'s 8 tokens too
+        (both hits would count as host hits without the threshold)."""
+        name = _store(store, [[1], [5, 6], [1], [5, 6]], [4, 8, 4, 8])
+        _, res = _dev(store, name, device_tokens=8, host_tokens=UNBOUNDED, sequential=True)
+        assert res.requests["host_tokens"].to_pylist() == [0, 0, 0, 0]
+        assert res.summary["host_writes"] > 0
+
+    def test_fuzz_oversize_prompts_are_skipped(self, store):
+        """engine_fuzz's first SGLang divergence (seed 1, case 10; page 1, 17-token pool):
+        prompts longer than the pool are skipped whole (SGLang's scheduler never admits
+        them; sglang_peer's driver inserted them over capacity), the rest hit as SGLang."""
+        hashes = [[0, 1], [0, 1, 2], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2], [0],
+                  [0, 1, 2, 3, 4], [0]]
+        prompts = [12, 22, 20, 30, 18, 5, 37, 1]
+        name = _store(store, hashes, prompts, block=8)
+        got, res = _dev(store, name, device_tokens=17, host_tokens=0, page_tokens=1,
+                        sequential=True)
+        assert got == [0, 0, 0, 0, 0, 5, 0, 1]
+        assert res.summary["oversize_requests"] == 5
 
     def test_cli_bad_semantics_and_page(self, store):
         """Bad --radix-semantics / --page-tokens: one-line errors, exit code 2."""

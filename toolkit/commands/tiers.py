@@ -58,6 +58,15 @@ def tiers_cmd(
         str, typer.Option("--radix-semantics",
                           help="sglang (SGLang's RadixCache, default) or page (page-granular).")
     ] = _default("radix_semantics"),
+    engine_semantics: Annotated[
+        str, typer.Option("--engine-semantics",
+                          help="sglang (default; --radix-semantics applies) or vllm (vLLM v1's "
+                               "block pool and prefix cache, no host tier).")
+    ] = _default("engine_semantics"),
+    block_tokens: Annotated[
+        int, typer.Option("--block-tokens", min=1,
+                          help="vLLM block size in tokens (with --engine-semantics vllm).")
+    ] = _default("block_tokens"),
     sequential: Annotated[
         bool, typer.Option("--sequential",
                            help="One request at a time in arrival order, no decode pages.")
@@ -95,6 +104,7 @@ def tiers_cmd(
             host_ratio=host_ratio,
             storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
             write_policy=write_policy, radix_semantics=radix_semantics, sequential=sequential,
+            engine_semantics=engine_semantics, block_tokens=block_tokens,
         )
         with cli_store(store) as s, compile_notice(quiet), status(f"replay tiers {trace}",
                                                                    quiet):

@@ -8,7 +8,13 @@ Two device-tier semantics (``radix_semantics``):
   code (``benchmarks/sglang_peer.py``, ``tests/test_tiers_sglang.py``).
 * ``page``: the page-granular ideal below, in :mod:`toolkit.replay.tiers.page`.
 
-Both run the one event loop of :mod:`toolkit.replay.tiers.loop`; :mod:`.config` holds the
+A second engine (``engine_semantics="vllm"``): vLLM v1's block pool and prefix cache
+(full ``block_tokens`` blocks, the free queue's LRU order with a request's tail blocks
+freed first, reference counts of running requests), in
+:mod:`toolkit.replay.tiers.vllm_blocks`; checked against vLLM's own code
+(``benchmarks/vllm_peer.py``, ``tests/test_tiers_vllm.py``). It has no host tier.
+
+All run the one event loop of :mod:`toolkit.replay.tiers.loop`; :mod:`.config` holds the
 run's settings (stdlib only), :mod:`.run` turns a trace into arrays and the loop's
 output into tables.
 
@@ -47,8 +53,8 @@ from toolkit.replay.tiers.config import (
 
 # Loaded on first use, so reading the config (e.g. the CLI's defaults) does not load
 # numba, NumPy or Arrow.
-_RUN = ("SUMMARY_KEYS", "TOKEN_KEYS", "PageStream", "TierReplayResult", "capacities",
-        "page_stream", "replay_tiers", "run_kernel", "save_result", "summary_json")
+_RUN = ("SUMMARY_KEYS", "TOKEN_KEYS", "PageStream", "TierReplayResult", "block_stream",
+        "capacities", "page_stream", "replay_tiers", "run_kernel", "save_result", "summary_json")
 _SCHEMA = ("TIER_REQUESTS", "TIER_RUNS")
 
 
@@ -67,6 +73,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "SEMANTICS", "SUMMARY_KEYS", "TIER_REQUESTS", "TIER_RUNS", "TOKEN_KEYS", "UNBOUNDED",
     "PageStream", "ServiceAssumptions", "ServiceTimes", "TierReplayConfig",
-    "TierReplayResult", "TierService", "capacities", "page_stream", "replay_tiers",
+    "TierReplayResult", "TierService", "block_stream", "capacities", "page_stream", "replay_tiers",
     "run_kernel", "save_result", "summary_json",
 ]

@@ -13,6 +13,7 @@ from toolkit.config import fingerprint
 
 UNBOUNDED = -1  # a capacity of -1 tokens means "never evicts"
 SEMANTICS = ("sglang", "page")
+ENGINES = ("sglang", "vllm")  # --engine-semantics; radix_semantics applies to sglang
 # SGLang's evict_policy.py: lru = last access; lfu = (hit count, last access);
 # sglang-slru = SLRUStrategy(protected_threshold=2), i.e. (hit_count >= 2, last access);
 # priority = (request priority, last access). Traces carry no request priority, so every
@@ -96,6 +97,10 @@ class TierReplayConfig:
             split into sub-pages covering the same tokens) or a multiple of it.
         radix_semantics: sglang (SGLang's RadixCache, default) | page (page-granular).
         sequential: one request at a time in arrival order, no decode pages.
+        engine_semantics: sglang (default: ``radix_semantics`` picks the device tier) |
+            vllm (vLLM v1's block pool and prefix cache, ``block_tokens`` blocks; no
+            host tier; see :mod:`toolkit.replay.tiers.vllm_blocks`).
+        block_tokens: vLLM's block size (its default 16); read only under vllm.
         policy: device eviction: lru | lfu | sglang-slru | priority (sglang
             evict_policy.py; with no request priorities in a trace, priority orders exactly
             as lru). ``slru`` is an alias of sglang-slru, stored as sglang-slru.
@@ -121,6 +126,8 @@ class TierReplayConfig:
     max_running: int = 0
     radix_semantics: str = "sglang"
     sequential: bool = False
+    engine_semantics: str = "sglang"
+    block_tokens: int = 16
     price_tier: str = "hyperscaler"
     assumptions: ServiceAssumptions = ServiceAssumptions()
 
@@ -135,6 +142,12 @@ class TierReplayConfig:
             raise ValueError(
                 f"radix_semantics must be sglang or page; got {self.radix_semantics!r}"
             )
+        if self.engine_semantics not in ENGINES:
+            raise ValueError(
+                f"engine_semantics must be sglang or vllm; got {self.engine_semantics!r}"
+            )
+        if self.block_tokens < 1:
+            raise ValueError(f"block_tokens must be >= 1, got {self.block_tokens}")
         if self.page_tokens is not None and self.page_tokens < 1:
             raise ValueError(f"page_tokens must be >= 1, got {self.page_tokens}")
         if self.write_policy not in WRITE_CODES:

@@ -32,7 +32,8 @@ write_back copies it now; else it is dropped); write_through copies every new
 piece to host, write_through_selective a node's pieces once its hit count (as
 ``insert`` counts it) reaches the threshold; host-only pieces form an LRU, deepest
 piece of a victim first; a request's host run follows its device run and is loaded back
-into the new leaf. Capacities and all sizes are tokens.
+into the new leaf unless it is shorter than 10 tokens (``load_back_threshold``: then it
+is recomputed and its host copies stay). Capacities and all sizes are tokens.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ from toolkit.replay.tiers.loop import (
 
 # policy codes: 0 lru / priority, 1 lfu, 2 sglang-slru (SLRUStrategy(protected_threshold=2))
 SLRU_PROTECTED_HITS = 2
+# UnifiedRadixCache.init_hicache: load_back_threshold = 10; _load_back_transfers skips a
+# host run of fewer tokens (it is recomputed)
+LOAD_BACK_MIN_TOKENS = 10
 # indices into the state vector ``st`` (tokens unless said); S_USED and S_HOST are the
 # loop's SZ_DEV and SZ_HOST
 S_USED, S_EVICTABLE, S_HOST, S_HOST_EV, S_STO, S_CLOCK, S_HEAP = 0, 1, 2, 3, 4, 5, 6
@@ -320,9 +324,14 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
                sto_cap, scratch, st, cnt)
     # host and storage runs after the device run (HiCache: device, then host, then L3)
     h = d
+    host_run = 0
     while h < m and on_host[keys[b0 + h]]:
+        host_run += ktok[keys[b0 + h]]
         h += 1
-    s_ = h
+    h_found = h
+    if host_run < LOAD_BACK_MIN_TOKENS:
+        h = d  # too short to load back: recomputed (its host copies stay)
+    s_ = h_found
     if sto_cap > 0:
         while s_ < m and on_sto[keys[b0 + s_]]:
             s_ += 1
@@ -360,6 +369,10 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
                 res[1] += ktok[k]
                 if sto_cap > 0 and on_sto[k]:
                     _sto_write(k, ktok, on_sto, sn, sp, n, sto_cap, st, cnt)
+            elif i < h_found:  # host copy skipped by the load-back threshold
+                if hp[k] != -1:
+                    _unlink(hn, hp, k)
+                    st[S_HOST_EV] -= ktok[k]
             elif i < s_:
                 _sto_write(k, ktok, on_sto, sn, sp, n, sto_cap, st, cnt)
                 cnt[C_LOAD_S] += ktok[k]

@@ -25,6 +25,7 @@ from toolkit.replay.tiers.loop import C_OVER, COUNTERS
 from toolkit.replay.tiers.page import simulate_page
 from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
 from toolkit.replay.tiers.radix import simulate_radix
+from toolkit.replay.tiers.vllm_blocks import simulate_vllm
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
 from toolkit.store import Store
 from toolkit.version import __version__
@@ -128,6 +129,26 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None,
     )
 
 
+def block_stream(requests: pa.Table, block_tokens: int = 16) -> PageStream:
+    """vLLM's view of a timeline: each prompt's full ``block_tokens`` blocks, keyed by
+    their chained hash (a partial last block is never hashed, so it is left out).
+
+    ``lengths`` counts full blocks; the partial block still takes a slot while its
+    request runs (:func:`run_kernel` counts it from the prompt length).
+    """
+    from dataclasses import replace
+
+    ps = page_stream(requests, block_tokens, "page")
+    full = ps.tokens == block_tokens
+    req_of = np.repeat(np.arange(ps.lengths.size), ps.lengths)
+    lengths = np.bincount(req_of[full], minlength=ps.lengths.size).astype(np.int64)
+    keys, n_keys = dense_ids(ps.keys[full])
+    starts = np.zeros(lengths.size, np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return replace(ps, keys=keys, n_keys=n_keys, tokens=ps.tokens[full], starts=starts,
+                   lengths=lengths, semantics="vllm")
+
+
 def _sessions(ps: PageStream) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Closed-loop order: sessions by first arrival, turns in order; think gaps per turn."""
     n = ps.prompt.size
@@ -164,10 +185,13 @@ def _open_arrivals(store: Store, cfg: TierReplayConfig, ps: PageStream) -> np.nd
 
 
 def capacities(cfg: TierReplayConfig, service: TierService) -> tuple[int, int, int]:
-    """(device, host, storage) capacities in tokens; -1 unbounded."""
+    """(device, host, storage) capacities in tokens; -1 unbounded. vLLM semantics have
+    no host or storage tier (0)."""
     dev = cfg.device_tokens
     if dev is None:
         dev = service.default_device_tokens()
+    if cfg.engine_semantics == "vllm":
+        return int(dev), 0, 0
     host = cfg.host_tokens
     if host is None:
         host = UNBOUNDED if dev == UNBOUNDED else int(cfg.host_ratio * dev)
@@ -212,7 +236,25 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
     rules = (POLICY_CODES[cfg.policy], WRITE_CODES[cfg.write_policy],
              cfg.write_through_threshold)
     t0 = time.perf_counter()
-    if ps.semantics == "sglang":
+    if ps.semantics == "vllm":
+        bt = page
+        held = ps.prompt if cfg.sequential else ps.prompt + ps.output
+        nblocks = -(-held // bt)
+        hitcap = np.minimum(ps.lengths, np.maximum(ps.prompt - 1, 0) // bt)
+        big = int(nblocks.sum() + 1)
+        # vLLM's pool: device_tokens // block blocks, less the null block
+        usable = big if caps[0] == UNBOUNDED else max(caps[0] // bt - 1, 0)
+        lim = np.array([ps.n_keys, usable, 0, 0, bt, 0, 0], np.int64)
+        makespan = simulate_vllm(
+            ps.keys, ps.starts, hitcap, ps.lengths, nblocks, ps.prompt, ps.output, lim,
+            sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas,
+        )
+        over = cnt[C_OVER]
+        cnt //= page
+        cnt[C_OVER] = over
+        out["host_pages"] //= page
+        areas /= page
+    elif ps.semantics == "sglang":
         aligned = ps.prompt // page * page
         rest = ps.prompt - aligned + (0 if cfg.sequential else ps.output)
         trans = -(-rest // page) * page  # partial page (+ decode) slots, whole pages
@@ -270,13 +312,20 @@ def replay_tiers(
     (:func:`toolkit.cost.from_replay.price_tier_run`) and saves it (:func:`save_result`).
     Pass ``stream`` to reuse one flattened trace across a sweep.
     """
-    ps = stream or page_stream(store.read("requests", cfg.trace), cfg.page_tokens,
-                               cfg.radix_semantics)
-    if cfg.page_tokens is not None and cfg.page_tokens != ps.page_tokens:
-        raise ValueError(f"stream has {ps.page_tokens}-token pages, config asks {cfg.page_tokens}")
-    if ps.semantics != cfg.radix_semantics:
-        raise ValueError(f"stream is for {ps.semantics} semantics, config asks "
-                         f"{cfg.radix_semantics}")
+    vllm = cfg.engine_semantics == "vllm"
+    if stream is not None:
+        ps = stream
+    elif vllm:
+        ps = block_stream(store.read("requests", cfg.trace), cfg.block_tokens)
+    else:
+        ps = page_stream(store.read("requests", cfg.trace), cfg.page_tokens,
+                         cfg.radix_semantics)
+    want = "vllm" if vllm else cfg.radix_semantics
+    pages = cfg.block_tokens if vllm else cfg.page_tokens
+    if pages is not None and pages != ps.page_tokens:
+        raise ValueError(f"stream has {ps.page_tokens}-token pages, config asks {pages}")
+    if ps.semantics != want:
+        raise ValueError(f"stream is for {ps.semantics} semantics, config asks {want}")
     max_batch = cfg.concurrency or (cfg.max_running or 1024)
     svc = service.times(int(ps.prompt.mean()), max_batch)
     caps = capacities(cfg, service)
@@ -369,6 +418,6 @@ def summary_json(result: TierReplayResult) -> dict[str, Any]:
 
 
 __all__ = [
-    "PageStream", "TierReplayResult", "capacities", "page_stream", "replay_tiers",
+    "PageStream", "TierReplayResult", "block_stream", "capacities", "page_stream", "replay_tiers",
     "run_kernel", "save_result", "summary_json",
 ]

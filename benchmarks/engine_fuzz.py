@@ -1,0 +1,218 @@
+"""Differential fuzzing: the toolkit's sequential tier replay vs the engines' own cache code.
+
+Thousands of small random traces (shared prefixes, branching sessions, partial last
+blocks and pages, ties in arrival, capacities near the working set) go through
+``replay tiers --sequential`` and through the engine's real cache classes, request by
+request; the script reports how many requests were checked and the first divergent case.
+
+The engines live in their own venvs (not the toolkit's, not ``make test``). This script
+runs under the toolkit's venv and calls itself under the engine's python for the engine
+side, passing the cases as JSON::
+
+    .venv/bin/python benchmarks/engine_fuzz.py --engine vllm \\
+        --engine-python /work/venvs/vllm/bin/python --cases 2000
+    .venv/bin/python benchmarks/engine_fuzz.py --engine sglang \\
+        --engine-python /work/venvs/sglang/bin/python --cases 2000
+
+Engines: ``vllm`` = vLLM's ``KVCacheManager`` (``benchmarks/vllm_peer.py``'s driver) vs
+``--engine-semantics vllm``; ``sglang`` = SGLang's ``RadixCache`` (``sglang_peer.py``'s
+driver) vs the default sglang radix semantics, device tier only (``--host-gb 0``).
+
+In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
+uninstalled and an empty stand-in module satisfies the multimodal config imports on the
+way to ``radix_cache`` (no cache code uses it).
+
+Trace model: 8-token trace blocks with chained hashes; token ``j`` of block ``h`` is
+``h * 8 + j``. Any divergent case is printed as a JSON line, to become a regular test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = 8  # tokens per trace block in the fuzz traces
+
+
+def gen_case(rng: np.random.Generator, engine: str) -> dict:
+    """One random trace and cache setting (see the module docstring)."""
+    n = int(rng.integers(1, 25))
+    fan = int(rng.integers(1, 5))  # children per node: low = long shared prefixes
+    ids: dict[tuple, int] = {}
+    hashes, prompts = [], []
+    for _ in range(n):
+        depth = int(rng.integers(1, 7))
+        path: tuple = ()
+        row = []
+        for _ in range(depth):
+            path = (*path, int(rng.integers(0, fan)))
+            row.append(ids.setdefault(path, len(ids)))
+        hashes.append(row)
+        prompts.append(BLOCK * (depth - 1) + int(rng.integers(1, BLOCK + 1)))
+    arrival = np.sort(rng.integers(0, max(n // 2, 1), n)).astype(float).tolist()  # ties
+    unit = int(rng.choice([2, 4, 8, 16])) if engine == "vllm" else int(rng.choice([1, 2, 4, 8]))
+    work = sum(prompts)
+    # SGLang's scheduler never admits a prompt larger than the pool (the toolkit counts it
+    # oversize and skips it) but sglang_peer's driver would insert it over capacity: keep
+    # every prompt within the pool there. vLLM's allocate_slots refuses it like the toolkit.
+    low = unit if engine == "vllm" else max(-(-p // unit) * unit for p in prompts)
+    cap = -1 if rng.random() < 0.1 else int(rng.integers(low, max(work // 2, low) + 2 * unit))
+    return {"hashes": hashes, "prompts": prompts, "arrival": arrival, "unit": unit,
+            "cap": cap}
+
+
+def order_of(case: dict) -> list[int]:
+    """Replay order: (arrival, line), as the toolkit sorts (request id = line)."""
+    return sorted(range(len(case["prompts"])), key=lambda i: (case["arrival"][i], i))
+
+
+def tokens(h: list[int], prompt: int) -> list[int]:
+    return [x * BLOCK + j for x in h for j in range(BLOCK)][:prompt]
+
+
+# -- engine side (runs under the engine's python) ----------------------------------------
+def engine_vllm(case: dict) -> list[int]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from vllm_peer import Peer
+
+    bt, cap = case["unit"], case["cap"]
+    nb = sum(-(-p // bt) for p in case["prompts"])
+    peer = Peer(bt, nb + 2 if cap < 0 else max(cap // bt, 1))
+    out = [0] * len(case["prompts"])
+    for i in order_of(case):
+        out[i] = peer.request(tokens(case["hashes"][i], case["prompts"][i]))
+    return out
+
+
+def _stub_torchvision() -> None:
+    """SGLang's config package imports torchvision.transforms for multimodal models; the
+    PyPI torchvision wheel is CUDA-built and fails its operator registration on CPU torch.
+    No cache code uses it, so an empty stand-in is enough to import ``radix_cache``."""
+    import importlib.util
+    import types
+
+    try:
+        import torchvision.transforms  # noqa: F401
+        return
+    except Exception:  # any failure of the real wheel: stub it
+        for k in [k for k in sys.modules if k.startswith("torchvision")]:
+            del sys.modules[k]
+    import transformers.utils.import_utils  # noqa: F401 - decides "no torchvision" first
+
+    tv = types.ModuleType("torchvision")
+    tv.__spec__ = importlib.util.spec_from_loader("torchvision", loader=None)
+    tr = types.ModuleType("torchvision.transforms")
+    tr.__spec__ = importlib.util.spec_from_loader("torchvision.transforms", loader=None)
+    tr.InterpolationMode = types.SimpleNamespace(BICUBIC=3, BILINEAR=2)
+    fn = types.ModuleType("torchvision.transforms.functional")
+    fn.__spec__ = importlib.util.spec_from_loader(fn.__name__, loader=None)
+    fn.InterpolationMode = tr.InterpolationMode
+    tr.__path__ = []
+    tv.__path__ = []
+    tr.functional = fn
+    tv.transforms = tr
+    sys.modules["torchvision"] = tv
+    sys.modules["torchvision.transforms"] = tr
+    sys.modules[fn.__name__] = fn
+
+
+def engine_sglang(case: dict) -> list[int]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    _stub_torchvision()
+    import sglang_peer as sp
+
+    sp.BLOCK = BLOCK
+    order = order_of(case)
+    hashes = [np.asarray(case["hashes"][i], np.int64) for i in order]
+    prompt = np.asarray([case["prompts"][i] for i in order], np.int64)
+    hits = sp.run(hashes, prompt, case["unit"], case["cap"])
+    out = [0] * len(order)
+    for k, i in enumerate(order):
+        out[i] = int(hits[k])
+    return out
+
+
+# -- toolkit side ----------------------------------------------------------------------------
+def toolkit_hits(store, case: dict, engine: str) -> list[int]:
+    from toolkit.cost.from_replay import run_tiers
+    from toolkit.ingest.fields import requests_table
+    from toolkit.replay.tiers import TierReplayConfig
+
+    n = len(case["prompts"])
+    t = requests_table("f", case["arrival"], case["prompts"], [1] * n, BLOCK, case["hashes"])
+    store.write("requests", "f", t, replace=True)
+    kw = ({"engine_semantics": "vllm", "block_tokens": case["unit"]} if engine == "vllm"
+          else {"page_tokens": case["unit"]})
+    res = run_tiers(store, TierReplayConfig("f", device_tokens=case["cap"], host_tokens=0,
+                                            sequential=True, **kw), save=False)
+    got = dict(zip(res.requests.column("request_id").to_pylist(),
+                   res.requests.column("device_tokens").to_pylist(), strict=True))
+    return [got[i] for i in range(n)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", choices=("vllm", "sglang"), required=True)
+    ap.add_argument("--engine-python", default=sys.executable)
+    ap.add_argument("--cases", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fixture", type=Path,
+                    help="also write the cases and the engine's answers here (JSON), for "
+                         "tests/test_tiers_fuzz_cases.py")
+    ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)  # engine side: cases file
+    args = ap.parse_args()
+    if args.serve:
+        cases = json.loads(args.serve.read_text())
+        fn = engine_vllm if args.engine == "vllm" else engine_sglang
+        json.dump([fn(c) for c in cases], sys.stdout)
+        return
+    import toolkit
+
+    rng = np.random.default_rng(args.seed)
+    cases = [gen_case(rng, args.engine) for _ in range(args.cases)]
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "cases.json"
+        f.write_text(json.dumps(cases))
+        proc = subprocess.run([args.engine_python, __file__, "--engine", args.engine,
+                               "--serve", str(f)], capture_output=True, text=True)
+        if proc.returncode:
+            sys.exit(f"engine side failed:\n{proc.stderr[-3000:]}")
+        want = json.loads(proc.stdout)
+        if args.fixture:
+            ver = subprocess.run([args.engine_python, "-c", f"import {args.engine}; "
+                                  f"print({args.engine}.__version__)"], capture_output=True,
+                                 text=True, check=True).stdout.strip().splitlines()[-1]
+            args.fixture.write_text(json.dumps(
+                {"engine": args.engine, "version": ver, "seed": args.seed, "cases": cases,
+                 "engine_hits": want}, separators=(",", ":")) + "\n")
+        t_engine = time.perf_counter() - t0
+        checked = 0
+        first = None
+        with toolkit.open_store(Path(tmp) / "s") as store:
+            for k, case in enumerate(cases):
+                got = toolkit_hits(store, case, args.engine)
+                checked += len(got)
+                if got != want[k] and first is None:
+                    first = {"case": k, **case, "toolkit": got, "engine": want[k]}
+                    break
+    print(f"{args.engine}: {len(cases) if first is None else first['case'] + 1} cases, "
+          f"{checked} requests checked, engine {t_engine:.0f} s, "
+          f"total {time.perf_counter() - t0:.0f} s")
+    if first is None:
+        print("no divergence")
+    else:
+        print("FIRST DIVERGENCE " + json.dumps(first))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
