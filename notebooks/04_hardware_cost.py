@@ -66,10 +66,12 @@ shape = ws.compare("glm-5.2", HARDWARE)
 shape.select(COLS)
 
 # %% [markdown]
-# Read the `p90_ttft_s` column before the prices: with no TTFT bound, the point on the
-# throughput front that meets an interactivity target may queue prompts for minutes (a p90
-# TTFT of hundreds of seconds), since nothing in this first query penalises waiting. Such a
-# row is cheap only because its users wait; the next table adds `max_p90_ttft_s=2`.
+# Read the `p90_ttft_s` column before the prices: without a TTFT bound the point on the
+# throughput front that meets an interactivity target may queue prompts for minutes, and is
+# cheap only because its users wait. `cost compare` therefore keeps only points with p90
+# TTFT <= 10 s unless told otherwise (`--max-p90-ttft-s none` lifts it; section 3 shows a
+# GB200 front at 150 tok/s/user with a p90 TTFT of minutes when it is lifted). The next
+# table tightens the bound to 2 s.
 
 # %%
 shape_2s = ws.compare("glm-5.2", HARDWARE, max_p90_ttft_s=2.0)

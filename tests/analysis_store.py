@@ -21,6 +21,7 @@ from toolkit.replay.mrc import lru_miss_curve
 from toolkit.replay.prefix import sweep_prefix
 from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_selections
 from toolkit.replay.tiers import TierReplayConfig
+from toolkit.sweep.kinds import run_compare
 
 ROOT = Path(__file__).resolve().parents[1]
 TIER_RUNS = (("gb200", 8), ("gb200", 16), ("mi355x", 8), ("mi355x", 16))
@@ -62,4 +63,6 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
             run_engram(s, EngramReplayConfig("heapq", 1e6, policy=policy, backing=backing))
         record_serving_fronts(s, CompareConfig(model="dsr1", hardware=("gb200", "mi355x"),
                                                precision="fp4"))
+        run_compare(s, CompareConfig(model="dsr1", hardware=("gb200", "mi355x"),
+                                     interactivity=(60.0, 100.0)))
         yield s

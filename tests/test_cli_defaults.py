@@ -44,7 +44,11 @@ CONFIG_OPTIONS: dict[tuple[str, ...], tuple[type, Renames]] = {
         "table_gb": ("table_bytes", lambda gb: gb * 1e9),
         "max_batch": "max_batch_per_gpu",
     }),
-    ("cost", "compare"): (CompareConfig, {"interactivity": ("interactivity", _floats)}),
+    ("cost", "compare"): (CompareConfig, {
+        "interactivity": ("interactivity", _floats),
+        # a string option: a number of seconds or 'none'
+        "max_p90_ttft_s": ("max_p90_ttft_s", lambda s: None if s == "none" else float(s)),
+    }),
     ("synth", "selections"): (SyntheticSelectionConfig, {}),
     ("replay", "tiers"): (TierReplayConfig, {
         "host_gb": None,  # None = the pool from --host-ratio

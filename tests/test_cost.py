@@ -310,7 +310,7 @@ class TestCli:
             ],
         )
         assert res.exit_code == 0, res.output
-        assert "usd_per_gpu_hour        4.000000" in res.output
+        assert "usd_per_gpu_hour        4\n" in res.output
 
     def test_cost_bad_tier(self, cli):
         """A bad tier is a one-line error."""

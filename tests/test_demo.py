@@ -15,18 +15,18 @@ def test_demo_writes_report_and_summaries(tmp_path):
     assert html.name == "index.html"
     for stem in ("prefix_hit_ratio", "miss_ratio_curve", "tier_reuse", "step_time",
                  "cost_vs_interactivity_decode", "cost_vs_interactivity_tiers",
-                 "model_vs_measured"):
+                 "model_vs_measured", "cost_compare_band"):
         assert (tmp_path / "report" / f"{stem}.svg").is_file()
         assert (tmp_path / "report" / f"{stem}.png").is_file()
     assert "ingested 12,031 requests" in out and "ingested 8,819 requests" in out
     assert "0.3664" in out and "0.3736" in out  # unbounded block / token hit ratio
     # tiers under SGLang radix semantics (the default since issue 16; page: 0.0671 / 0.0787),
     # timed by the fitted serving model
-    assert "GPU hit 0.0696, host hit 0.0817, overall 0.1512" in out
+    assert "GPU hit 0.0695, host hit 0.0817, overall 0.1512" in out
     assert "0.1566" in out  # HiSparse LRU miss ratio at 2k on the real SmolLM2 trace
     # serving model: held-out errors over all 300 InferenceX points, then GLM-5.2 $/M
     assert "leave-one-hardware-out" in out and "│ all      ┆ 300" in out
-    assert "GLM-5.2 $/M tokens from the serving model" in out
+    assert "GLM-5.2 $/M tokens (agentic mix" in out and "reachable" in out
     # one cost story: the HiSparse replay priced by the same model, against no offload
     assert "every time below" in out and "The same model with HiSparse offload" in out
     assert out.count("no offload") >= 3 and "overlapped" in out
