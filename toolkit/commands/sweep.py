@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, cli_store, fail, guard
+from toolkit.commands.common import StoreOpt, check_workers, cli_store, fail, guard
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
@@ -23,7 +23,8 @@ def sweep_cmd(
     engine: Annotated[str, typer.Option("--engine", help="local (process pool) or ray.")]
     = "local",
     workers: Annotated[
-        int | None, typer.Option("--workers", min=0, help="Local processes or local-Ray CPUs "
+        int | None, typer.Option(
+            "--workers", min=0, callback=check_workers, help="Local processes or local-Ray CPUs "
                                  "(default: all cores); 1 runs cells in this process.")
     ] = None,
     address: Annotated[

@@ -115,6 +115,11 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+WORKER_PROCESS_BYTES = 300 << 20
+"""What one spawned sweep worker holds before its cell's own data: the interpreter,
+NumPy, numba, Arrow, Polars and DuckDB loaded."""
+
+
 class LocalEngine:
     """A process pool of ``workers`` processes (spawned: no inherited locks or threads);
     ``workers=1`` runs every cell in this process, one after another."""
@@ -139,7 +144,13 @@ class LocalEngine:
             for t in tasks:
                 yield run_cell(t, store)
             return
-        self._pool = ProcessPoolExecutor(min(self.workers, len(tasks)),
+        from toolkit.runtime.memory import check_memory
+
+        n = min(self.workers, len(tasks))
+        check_memory(n * WORKER_PROCESS_BYTES,
+                     f"--workers {self.workers} ({n} sweep processes of ~"
+                     f"{WORKER_PROCESS_BYTES >> 20} MiB each)")
+        self._pool = ProcessPoolExecutor(n,
                                          mp_context=multiprocessing.get_context("spawn"))
         self._pending = {self._pool.submit(run_cell, t) for t in tasks}
         while self._pending:
@@ -180,7 +191,9 @@ class RayEngine:
                 if address:
                     ray.init(address=address, log_to_driver=False, logging_level="WARNING")
                 else:  # "local": a new instance even if a cluster runs on this machine
-                    ray.init(address="local", num_cpus=workers or None,
+                    from toolkit.runtime.pool import resolve_workers
+
+                    ray.init(address="local", num_cpus=resolve_workers(workers),
                              include_dashboard=False, log_to_driver=False,
                              logging_level="WARNING")
             except (ConnectionError, RuntimeError) as e:

@@ -237,11 +237,32 @@ def _build(kind: Kind, fields: dict[str, Any], where: str) -> Any:
         raise GridError(f"{where}: {e}") from None
 
 
+MAX_GRID_BYTES = 1 << 20
+"""Largest grid file read (1 MiB: a grid of thousands of cells is a few KiB); a device
+or a huge file given as ``--grid`` is refused before any of it is read."""
+
+
 def load_grid(path: str | Path) -> Grid:
-    """Read and validate a grid file."""
+    """Read and validate a grid file (a regular file of at most ``MAX_GRID_BYTES``)."""
+    import stat
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise GridError(f"{path}: --grid must be a regular TOML file, not a "
+                            f"{'directory' if stat.S_ISDIR(st.st_mode) else 'device or pipe'}")
+        if st.st_size > MAX_GRID_BYTES:
+            raise GridError(f"{path}: --grid file is {st.st_size:,} bytes; a grid file is at "
+                            f"most {MAX_GRID_BYTES:,} bytes")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_GRID_BYTES + 1)  # the file may grow after the stat
     except OSError as e:
         raise GridError(f"{path}: cannot read grid file: {e.strerror or e}") from None
+    if len(data) > MAX_GRID_BYTES:
+        raise GridError(f"{path}: --grid file is over {MAX_GRID_BYTES:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GridError(f"{path}: not UTF-8 text (byte {e.start})") from None
     return parse_grid(text, str(path))

@@ -277,7 +277,8 @@ def replay_tiers(
     if ps.semantics != cfg.radix_semantics:
         raise ValueError(f"stream is for {ps.semantics} semantics, config asks "
                          f"{cfg.radix_semantics}")
-    max_batch = cfg.concurrency or (cfg.max_running or 1024)
+    # a batch never holds more requests than the trace has: the TPOT table stops there
+    max_batch = min(cfg.concurrency or (cfg.max_running or 1024), max(1, ps.prompt.size))
     svc = service.times(int(ps.prompt.mean()), max_batch)
     caps = capacities(cfg, service)
     closed = cfg.concurrency is not None or cfg.sequential
