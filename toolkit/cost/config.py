@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolkit.config import check_number
+
 
 @dataclass(frozen=True)
 class CompareConfig:
@@ -21,3 +23,16 @@ class CompareConfig:
     cached_prefix_fraction: float = 0.0
     engines: dict[str, str] = field(default_factory=dict)
     mtp: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.hardware:
+            raise ValueError("hardware: give at least one accelerator")
+        if not self.interactivity:
+            raise ValueError("interactivity: give at least one target")
+        for v in self.interactivity:
+            check_number("interactivity", v, lo=0.0, lo_open=True)
+        if self.max_p90_ttft_s is not None:
+            check_number("max_p90_ttft_s", self.max_p90_ttft_s, lo=0.0, lo_open=True)
+        check_number("isl", self.isl, lo=1)
+        check_number("osl", self.osl, lo=2)
+        check_number("cached_prefix_fraction", self.cached_prefix_fraction, lo=0.0, hi=1.0)

@@ -8,7 +8,6 @@ earlier sweep, a killed one, or by hand from the CLI) is skipped and points at t
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,13 +21,17 @@ from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.store import Store
 from toolkit.sweep.engines import CellOutcome, CellTask, cell_key, engines
-from toolkit.sweep.grid import Grid, GridError, load_grid
+from toolkit.sweep.grid import Grid, GridError, cell_json, load_grid
 
 ON_ERROR = ("raise", "record")
 
 
 class SweepError(ToolkitError):
     """A cell failed under ``on_error="raise"`` (the failure is recorded first)."""
+
+
+class SweepInterrupted(ToolkitError):
+    """Ctrl-C stopped a sweep; the cells committed so far are kept, a rerun resumes."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,28 @@ def _check_traces(store: Store, grid: Grid, cells: list[Any]) -> None:
             raise GridError(
                 f"{grid.source}: cell {c.index}: trace {trace!r} is not in {store.root} "
                 f"({table}); known: {', '.join(sorted(known)) or 'none'}")
+    if grid.kind == "selections":
+        _check_layers(store, grid, cells)
+
+
+def _check_layers(store: Store, grid: Grid, cells: list[Any]) -> None:
+    """IndexShare Full layers must be layers of the cell's trace: found now, not when
+    that cell replays."""
+    layers: dict[str, int] = {}
+    for c in cells:
+        full = getattr(c.config, "full_layers", None)
+        if not full:
+            continue
+        trace = c.config.trace
+        if trace not in layers:
+            df = store.query("SELECT max(n_layers) AS n FROM selection_traces "
+                             "WHERE trace = $t", {"t": trace})
+            layers[trace] = int(df["n"][0]) if df.height and df["n"][0] is not None else -1
+        n = layers[trace]
+        bad = [la for la in full if n >= 0 and la >= n]
+        if bad:
+            raise GridError(f"{grid.source}: cell {c.index}: full_layers {bad[0]} is not a "
+                            f"layer of trace {trace!r} (layers 0..{n - 1})")
 
 
 def _progress(total: int, enabled: bool | None) -> Any:
@@ -133,7 +158,7 @@ def run(
 
     def row(c: Any) -> dict[str, Any]:
         return {**base, "cell": c.index,
-                "cell_json": json.dumps(c.fields, sort_keys=True, default=str),
+                "cell_json": cell_json(c.fields),
                 "config_fingerprint": c.fingerprint}
 
     todo, skipped_rows = [], []
@@ -168,6 +193,12 @@ def run(
                                           by_index[out.index].fields.items() if k in grid.axes)
                         raise SweepError(f"sweep {sweep_id}: cell {out.index} ({shown}) "
                                          f"failed: {out.error}")
+        except KeyboardInterrupt:
+            (getattr(eng, "abort", None) or eng.cancel)()
+            raise SweepInterrupted(
+                f"interrupted: sweep {sweep_id} stopped after {ran + failed} of {len(todo)} "
+                f"cell(s) to run ({failed} failed); the store keeps every finished cell and "
+                "the same command resumes with the rest") from None
         finally:
             eng.close()
     return SweepResult(sweep_id, len(cells), ran, len(skipped_rows), failed,
