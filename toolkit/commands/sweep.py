@@ -41,7 +41,7 @@ def sweep_cmd(
 ) -> None:
     """Run every cell of a grid not already in the store (resumable; exit 1 if a cell
     failed). Shows a cell counter on a terminal (never with --json)."""
-    from toolkit.sweep import SweepError, load_grid, run
+    from toolkit.sweep import SweepError, SweepInterrupted, load_grid, run
 
     out = Output.from_options(fmt, as_json, output)
     if on_error not in ("raise", "record"):
@@ -57,6 +57,9 @@ def sweep_cmd(
                       on_error=on_error, progress=False if out.quiet else None)
         except SweepError as e:
             fail(str(e), code=1)
+        except SweepInterrupted as e:  # Ctrl-C: one line, exit 130 as a shell reports it
+            typer.echo(str(e), err=True)
+            raise typer.Exit(130) from None
         except (ToolkitError, RegistryError, ValueError) as e:  # nothing ran
             fail(str(e))
     if out.fmt == "table" and out.path is None:
