@@ -382,3 +382,34 @@ class TestServingPredict:
                                   str(out)])
         assert res.exit_code == 0, res.output
         assert out.exists()
+
+
+def _cases(fn) -> int:
+    """Test items of ``fn``: the product of its parametrizations."""
+    n = 1
+    for mark in getattr(fn, "pytestmark", []):
+        if mark.name == "parametrize":
+            n *= len(mark.args[1])
+    return n
+
+
+def test_bad_input_figures_match_the_suite():
+    """The round-two table of docs/formats.md counts the case lists of the suite."""
+    import re
+
+    from . import test_fuzz_readers, test_memory_bounds, test_sweep
+
+    absurd = test_memory_bounds.TestAbsurdFlags
+    counts = {
+        "sweep grids": len(test_sweep.GRID_CASES),
+        "trace readers": len(test_fuzz_readers.READER_CASES),
+        "`serving predict`": len(PREDICT_CASES),
+        "user-given sizes": sum(_cases(getattr(absurd, n)) for n in dir(absurd)
+                                if n.startswith("test_")),
+        "sweep faults": sum(_cases(f) for f in test_sweep.FAULT_TESTS),
+    }
+    doc = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
+    for surface, n in counts.items():
+        m = re.search(rf"^\| {re.escape(surface)} \| (\d+) \| (\d+) \|", doc, re.M)
+        assert m, surface
+        assert (int(m[1]), int(m[2])) == (n, n), (surface, n)

@@ -551,3 +551,26 @@ def test_ctrl_c_stops_in_one_line_and_resumes(bailian_store, tmp_path):
         assert done >= 1
         res = sweep.run(s, parse_grid(grid.read_text()), workers=2)
         assert res.skipped == done and res.ran == 8 - done and res.failed == 0
+
+
+def test_ray_unreachable_address_fails_fast(sel_store, tmp_path):
+    """An unreachable --address ends within --connect-timeout-s with one line naming it;
+    Ray's own log lines stay hidden."""
+    pytest.importorskip("ray")
+    address = "127.0.0.1:1"
+    grid = tmp_path / "g.toml"
+    grid.write_text(SMALL_GRID.replace("[64, 128]", "[48]"))  # cells not in the store yet
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid),
+                                   "--engine", "ray", "--address", address,
+                                   "--connect-timeout-s", "3"])
+    assert time.monotonic() - t0 < 15
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach Ray at " + address), \
+        res.stderr
+
+
+FAULT_TESTS = (test_killed_worker_is_a_failed_cell, test_ctrl_c_stops_in_one_line_and_resumes,
+               test_ray_unreachable_address_fails_fast)
+"""The sweep-fault cases counted in docs/formats.md (with their parametrizations)."""

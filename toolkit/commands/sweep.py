@@ -13,6 +13,7 @@ from toolkit.commands.common import StoreOpt, check_workers, cli_store, fail, gu
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
+from toolkit.sweep.engines import CONNECT_TIMEOUT_S
 
 store_app = typer.Typer(help="Store maintenance.", no_args_is_help=True)
 
@@ -35,6 +36,14 @@ def sweep_cmd(
         str, typer.Option("--on-error", help="raise (stop at the first failed cell) or "
                           "record (record it, run the rest).")
     ] = "raise",
+    connect_timeout_s: Annotated[
+        float, typer.Option("--connect-timeout-s", min=0.001, max=86_400.0,
+                            help="Give up on an unreachable --address after this many "
+                            "seconds.")
+    ] = CONNECT_TIMEOUT_S,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show Ray's own log lines.")
+    ] = False,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
@@ -54,7 +63,8 @@ def sweep_cmd(
     with cli_store(store) as s:
         try:
             res = run(s, g, engine=engine, workers=workers, address=address,
-                      on_error=on_error, progress=False if out.quiet else None)
+                      on_error=on_error, progress=False if out.quiet else None,
+                      connect_timeout_s=connect_timeout_s, verbose=verbose)
         except SweepError as e:
             fail(str(e), code=1)
         except SweepInterrupted as e:  # Ctrl-C: one line, exit 130 as a shell reports it

@@ -23,6 +23,10 @@ from typing import Any, Protocol
 
 from toolkit.registry import Registry
 
+CONNECT_TIMEOUT_S = 30.0
+"""How long ``--engine ray --address`` waits for a cluster (``--connect-timeout-s``)."""
+RAY_CONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+
 
 @dataclass(frozen=True)
 class CellTask:
@@ -283,7 +287,10 @@ class RayEngine:
     name = "ray"
     cell_threads = 1
 
-    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
+    def __init__(self, workers: int | None = None, address: str | None = None, *,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, verbose: bool = False) -> None:
+        if not connect_timeout_s > 0:
+            raise ValueError(f"--connect-timeout-s must be > 0, got {connect_timeout_s}")
         try:
             import ray
         except ImportError:
@@ -292,22 +299,26 @@ class RayEngine:
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
+            if address:
+                _probe(address, connect_timeout_s)
             try:
-                if address:
-                    ray.init(address=address, log_to_driver=False, logging_level="WARNING")
-                else:  # "local": a new instance even if a cluster runs on this machine
-                    from toolkit.runtime.pool import resolve_workers
+                with _ray_output(verbose), _env(RAY_CONNECT_ENV, connect_timeout_s):
+                    if address:
+                        ray.init(address=address, log_to_driver=False,
+                                 logging_level="INFO" if verbose else "ERROR")
+                    else:  # "local": a new instance even if a cluster runs on this machine
+                        from toolkit.runtime.pool import resolve_workers
 
-                    ray.init(address="local", num_cpus=resolve_workers(workers),
-                             include_dashboard=False, log_to_driver=False,
-                             logging_level="WARNING")
-            except (ConnectionError, RuntimeError) as e:
+                        ray.init(address="local", num_cpus=resolve_workers(workers),
+                                 include_dashboard=False, log_to_driver=False,
+                                 logging_level="INFO" if verbose else "ERROR")
+            except Exception as e:
                 where = address or "a new local instance"
                 hint = (" (a cluster with token authentication, Ray's default, needs "
                         "RAY_AUTH_MODE=token here and the cluster's ~/.ray/auth_token)"
                         if "auth" in repr(e.__cause__).lower() else "")
-                raise ValueError(f"cannot connect to Ray at {where}: "
-                                 f"{str(e).splitlines()[0]}{hint}") from None
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ValueError(f"cannot connect to Ray at {where}: {first}{hint}") from None
             self._started = True
         self._refs: list[Any] = []
 
@@ -335,6 +346,62 @@ class RayEngine:
         if self._started:
             self._ray.shutdown()
             self._started = False
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """Reach ``host:port`` over TCP within ``timeout_s`` (Ray itself retries an unreachable
+    address for minutes); ``auto`` and ``ray://`` addresses are left to Ray."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--address {address!r}: expected HOST:PORT (ray start --head "
+                         "prints it)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ValueError(f"cannot reach Ray at {address} within --connect-timeout-s "
+                         f"{timeout_s:g}: {why}") from None
+
+
+@contextlib.contextmanager
+def _env(name: str, value: float) -> Iterator[None]:
+    """``name`` set to ``value`` for the block unless the user set it."""
+    import os
+
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = str(max(1, int(value)))
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+@contextlib.contextmanager
+def _ray_output(verbose: bool) -> Iterator[None]:
+    """Ray's own log lines (its C++ core writes to file descriptor 2) kept off the
+    terminal unless ``verbose``; shown after all when the connection fails and verbose."""
+    import os
+    import sys
+    import tempfile
+
+    if verbose:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 engines: Registry[type] = Registry("sweep engine", "toolkit.sweep_engines")

@@ -124,6 +124,8 @@ def run(
     address: str | None = None,
     on_error: str = "raise",
     progress: bool | None = None,
+    connect_timeout_s: float | None = None,
+    verbose: bool = False,
 ) -> SweepResult:
     """Run every cell of ``grid`` not already in ``store``.
 
@@ -136,6 +138,9 @@ def run(
         on_error: ``raise`` (default) stops at the first failed cell after recording it;
             ``record`` records failures and runs the rest.
         progress: cell counter on stderr (``None`` = on a terminal only).
+        connect_timeout_s: Ray only: give up on an unreachable ``address`` after this
+            many seconds (``None``: 30).
+        verbose: Ray only: show Ray's own log lines.
 
     Raises:
         GridError: the grid or a cell's trace is invalid (nothing ran).
@@ -173,7 +178,9 @@ def run(
         store.write("sweeps", f"{sweep_id}.skipped", pa.Table.from_pylist(skipped_rows))
     ran = failed = 0
     if todo:
-        eng = engines.get(engine)(workers=workers, address=address)
+        opts: dict[str, Any] = {} if engine != "ray" else {"verbose": verbose} | (
+            {} if connect_timeout_s is None else {"connect_timeout_s": connect_timeout_s})
+        eng = engines.get(engine)(workers=workers, address=address, **opts)
         tasks = [CellTask(str(store.root), grid.kind, c.config, row(c), eng.cell_threads)
                  for c in todo]
         by_index = {c.index: c for c in todo}
