@@ -313,3 +313,103 @@ class TestCli:
         assert res.exit_code == 2, res.output
         assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
         assert "Traceback" not in res.output
+
+
+# -- serving predict (issue 34, point 6): what-if ranges, layouts, CSV syntax ----------
+POINTS_HEAD = ("hardware,framework,model,precision,spec_method,disagg,is_multinode,isl,osl,"
+               "conc,num_prefill_gpu,num_decode_gpu,prefill_tp,prefill_ep,"
+               "prefill_dp_attention,decode_tp,decode_ep,decode_dp_attention")
+POINTS_ROW = "gb200,sglang,dsr1,fp8,none,False,False,1024,1024,4,4,4,4,1,False,4,1,False"
+
+
+def points_csv(path: Path, extra: dict[str, str] | None = None,
+               layout: dict[str, str] | None = None, raw: str | None = None) -> Path:
+    head = POINTS_HEAD.split(",") + list(extra or {})
+    row = dict(zip(POINTS_HEAD.split(","), POINTS_ROW.split(","), strict=True))
+    row |= layout or {}
+    body = ",".join([*row.values(), *(extra or {}).values()])
+    path.write_text(",".join(head) + "\n" + POINTS_ROW + ","
+                    * bool(extra) + ",".join(["0"] * len(extra or {})) + "\n"
+                    + (raw if raw is not None else body) + "\n")
+    return path
+
+
+#: (what-if columns, layout changes, raw second row, words in the one-line error)
+PREDICT_CASES = [
+    ({"cached_prefix_fraction": "2.0"}, None, None, ["row 2", "cached_prefix_fraction",
+                                                       "[0, 1]"]),
+    ({"cached_prefix_fraction": "NaN"}, None, None, ["row 2", "cached_prefix_fraction",
+                                                       "finite"]),
+    ({"cached_prefix_fraction": "inf"}, None, None, ["cached_prefix_fraction", "finite"]),
+    ({"host_prefix_fraction": "-0.5"}, None, None, ["host_prefix_fraction", "[0, 1]"]),
+    ({"device_buffer_tokens": "-1"}, None, None, ["device_buffer_tokens", ">= 0"]),
+    ({"miss_rows_per_layer": "nan"}, None, None, ["miss_rows_per_layer", "finite"]),
+    ({"miss_rows_per_layer": "lots"}, None, None, ["miss_rows_per_layer", "not a number"]),
+    ({"hisparse_overlap": "maybe"}, None, None, ["hisparse_overlap", "true/false"]),
+    (None, {"num_decode_gpu": "1000000000"}, None, ["num_decode_gpu", "at most 65,536"]),
+    (None, {"decode_tp": "64"}, None, ["decode_tp", "num_decode_gpu = 4"]),
+    (None, {"prefill_tp": "16"}, None, ["prefill_tp", "num_prefill_gpu = 4"]),
+    (None, None, POINTS_ROW + ",surplus", ["row 2", "19 fields", "18"]),
+    (None, None, 'gb200,"sglang,dsr1', ["row 2", "malformed CSV"]),
+]
+
+
+class TestServingPredict:
+    @pytest.mark.parametrize("extra, layout, raw, words", PREDICT_CASES)
+    def test_refused_in_one_line(self, tmp_path, extra, layout, raw, words):
+        """Out-of-range what-if values, layouts beyond their GPUs and broken CSV rows stop
+        `serving predict` with one line naming the file, row and field; nothing written."""
+        pts = points_csv(tmp_path / "p.csv", extra, layout, raw)
+        out = tmp_path / "o.csv"
+        res = runner.invoke(app, ["serving", "predict", "--points", str(pts), "--out",
+                                  str(out)])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.startswith(f"error: {pts}") and res.stderr.count("\n") == 1, \
+            res.stderr
+        for w in words:
+            assert w in res.stderr, res.stderr
+        assert not out.exists()
+
+    def test_good_what_if_values_run(self, tmp_path):
+        """Values inside every range are accepted (0, 0.5, true)."""
+        pts = points_csv(tmp_path / "p.csv", {"cached_prefix_fraction": "0.5",
+                                              "host_prefix_fraction": "0",
+                                              "device_buffer_tokens": "0",
+                                              "miss_rows_per_layer": "0",
+                                              "hisparse_overlap": "true"})
+        out = tmp_path / "o.csv"
+        res = runner.invoke(app, ["serving", "predict", "--points", str(pts), "--out",
+                                  str(out)])
+        assert res.exit_code == 0, res.output
+        assert out.exists()
+
+
+def _cases(fn) -> int:
+    """Test items of ``fn``: the product of its parametrizations."""
+    n = 1
+    for mark in getattr(fn, "pytestmark", []):
+        if mark.name == "parametrize":
+            n *= len(mark.args[1])
+    return n
+
+
+def test_bad_input_figures_match_the_suite():
+    """The round-two table of docs/formats.md counts the case lists of the suite."""
+    import re
+
+    from . import test_fuzz_readers, test_memory_bounds, test_sweep
+
+    absurd = test_memory_bounds.TestAbsurdFlags
+    counts = {
+        "sweep grids": len(test_sweep.GRID_CASES),
+        "trace readers": len(test_fuzz_readers.READER_CASES),
+        "`serving predict`": len(PREDICT_CASES),
+        "user-given sizes": sum(_cases(getattr(absurd, n)) for n in dir(absurd)
+                                if n.startswith("test_")),
+        "sweep faults": sum(_cases(f) for f in test_sweep.FAULT_TESTS),
+    }
+    doc = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
+    for surface, n in counts.items():
+        m = re.search(rf"^\| {re.escape(surface)} \| (\d+) \| (\d+) \|", doc, re.M)
+        assert m, surface
+        assert (int(m[1]), int(m[2])) == (n, n), (surface, n)

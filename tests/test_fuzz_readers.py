@@ -733,3 +733,74 @@ def test_agentic_exact_or_refused(lab, data):
     for si, hs in zip(sess, hashes, strict=True):
         for h in hs:
             assert owner.setdefault(h, si) == si
+
+
+# -- hand-picked cases of issue 34 (point 5): refused with file, line/row and field -----
+def _deep(depth: int) -> bytes:
+    return b'{"timestamp": 0, "x": ' + b"[" * depth + b"]" * depth + b"}\n"
+
+
+BURST_HEAD = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+BAILIAN_OK = {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.0, "input_length": 16,
+              "output_length": 1, "type": "text", "turn": 1, "hash_ids": [1]}
+
+
+def _agentic(t0: float, t1: float) -> bytes:
+    call = {"type": "n", "model": "m", "in": 1, "out": 1}
+    return (json.dumps({"id": "s", "models": ["m"], "block_size": 64, "hash_id_scope": "local",
+                        "requests": [call | {"t": t0}, call | {"t": t1}]}) + "\n").encode()
+
+
+#: (reader, file name, content, line or None, field or None, words in the message)
+READER_CASES = [
+    ("mooncake", "deep.jsonl", _deep(100_000), 1, None, ["nested too deep"]),
+    ("bailian", "deep.jsonl", _deep(5_000), 1, None, ["nested too deep"]),
+    ("agentic", "deep.jsonl", _deep(100_000), 1, None, ["nested too deep"]),
+    ("dsa-jsonl", "deep.jsonl", _deep(100_000), 1, None, ["nested too deep"]),
+    ("burstgpt", "inf.csv", (BURST_HEAD + "9" * 400 + ",GPT-4,1,1,2,API log\n").encode(), 2,
+     "Timestamp", ["beyond float64"]),
+    ("burstgpt", "nan.csv", (BURST_HEAD + "nan,GPT-4,1,1,2,API log\n").encode(), 2,
+     "Timestamp", ["non-negative decimal"]),
+    ("burstgpt", "dup.csv", (BURST_HEAD.replace("\n", ",Model\n")
+                             + "0,GPT-4,1,1,2,API log,GPT-3\n").encode(), 1, "Model", ["twice"]),
+    ("burstgpt", "extra.csv", (BURST_HEAD + "0,GPT-4,1,1,2,API log,surplus\n").encode(), 2,
+     None, ["expected 6 columns, got 7"]),
+    ("bailian", "big.jsonl", (json.dumps(BAILIAN_OK | {"output_length": 9007199254740993.0})
+                              + "\n").encode(), 1, "output_length", ["beyond 2^53"]),
+    ("bailian", "big_chat.jsonl", (json.dumps(BAILIAN_OK).replace('"chat_id": 1',
+                                   '"chat_id": 9007199254740993.0') + "\n").encode(),
+     1, "chat_id", []),
+    ("agentic", "overflow.jsonl", _agentic(-1.7e308, 1.7e308), 1, "t", ["inf"]),
+]
+
+
+@pytest.mark.parametrize("fmt, name, content, line, field, words", READER_CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in READER_CASES])
+def test_hand_picked_refusals(lab, fmt, name, content, line, field, words):
+    """Each case is refused in one line naming the file, its line and field, and the store
+    is unchanged (``Lab.ingest`` checks both)."""
+    p = lab.dir / name
+    p.write_bytes(content)
+    before = lab.snapshot()
+    with pytest.raises(TraceFormatError) as e:
+        ingest_file(lab.store, fmt, p, "hand")
+    assert str(e.value).startswith(str(p)) and "\n" not in str(e.value), str(e.value)
+    assert (e.value.line, e.value.field) == (line, field), str(e.value)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+    assert lab.snapshot() == before
+
+
+def test_burstgpt_sessions_as_written(lab):
+    """Session ids "007" and "7" stay two sessions; "7" twice is one."""
+    p = lab.dir / "sess.csv"
+    p.write_text(BURST_HEAD.replace("Log Type", "Log Type,Session ID")
+                 + "".join(f"{i},GPT-4,1,1,2,API log,{s}\n"
+                           for i, s in enumerate(["007", "7", "7"])))
+    ingest_file(lab.store, "burstgpt", p, "sess")
+    t = lab.store.read("requests", "sess")
+    lab.store.delete("requests", "sess")
+    lab.store.delete("request_labels", "sess")
+    sess = t.column("session_id").to_pylist()
+    assert sess[0] != sess[1] and sess[1] == sess[2]
+    assert t.column("turn").to_pylist() == [0, 0, 1]

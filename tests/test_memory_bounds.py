@@ -1,16 +1,24 @@
-"""Memory bounded by the work, not by the numbers in it (issue 10, point 4)."""
+"""Memory bounded by the work, not by the numbers in it (issue 10, point 4; issue 34,
+point 1: every user-given size at an absurd value, under a memory limit)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import toolkit
+from toolkit.ingest import ingest_file
 from toolkit.policies import policies
 from toolkit.replay.mrc import lru_miss_curve
 from toolkit.replay.selections import SelectionReplayConfig, replay_selections
 from toolkit.runtime.memory import ResourceError, check_memory
+from toolkit.runtime.pool import max_workers
 
 from .test_selection_replay import make_store, reference
 
@@ -145,3 +153,112 @@ class TestKeptHeap:
         result = CliRunner().invoke(app, ["models", "--help"])
         assert result.exit_code == 0, result.output
         assert calls == [1]
+
+
+# -- every user-given size at an absurd value, under a memory limit (issue 34, point 1) ---
+DATA = Path(__file__).parent / "data"
+LIMIT_BYTES = 6 << 30
+"""Address-space limit of the child: several times what the CLI needs for a tiny trace
+(numba and its threads reserve more than they touch), far below what a size of 10^9
+would allocate (8 GB for a miss curve or a TPOT table)."""
+
+
+def limited_cli(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess:
+    """``toolkit ARGS`` in a child whose address space is capped at ``LIMIT_BYTES``."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
+
+    env = {**os.environ, "TOOLKIT_PROGRESS": "0",
+           "PYTHONPATH": str(Path(__file__).parent.parent)}
+    return subprocess.run([sys.executable, "-m", "toolkit.cli", *args], env=env,
+                          preexec_fn=cap, capture_output=True, text=True, timeout=timeout_s)
+
+
+def one_line_error(res: subprocess.CompletedProcess, *words: str) -> None:
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), \
+        res.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def bailian_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("absurd") / "s"
+    s = toolkit.open_store(root)
+    ingest_file(s, "bailian", DATA / "bailian_sample.jsonl", "b")
+    s.close()
+    return root
+
+
+class TestAbsurdFlags:
+    def test_mrc_max_capacity_1e9(self, tmp_path):
+        """A 6-row selection trace with --max-capacity 10^9: the curve stops at the
+        trace's distinct keys, says so once, and stores that many rows, not 10^9."""
+        rows = [(0, s, 0, 10 + s, (0, 1 + s)) for s in range(6)]
+        make_store(tmp_path, rows, 2).close()
+        res = limited_cli("replay", "mrc", "--store", str(tmp_path / "store"), "--trace",
+                          "t", "--max-capacity", "1000000000", "--json")
+        assert res.returncode == 0, res.stderr
+        assert res.stderr.count("--max-capacity 1,000,000,000 is beyond") == 1
+        s = toolkit.open_store(tmp_path / "store")
+        curve = s.read("miss_curves", "selections-t")
+        assert curve.num_rows == 8  # positions 0..6, plus capacity 0
+        assert curve.column("misses").to_pylist()[-1] == 7  # only cold misses left
+
+    def test_mrc_prefix_needs_no_max_capacity(self, bailian_store):
+        """``--kind prefix`` without --max-capacity runs to the trace's distinct keys."""
+        res = limited_cli("replay", "mrc", "--store", str(bailian_store), "--kind", "prefix",
+                          "--trace", "b", "--json")
+        assert res.returncode == 0, res.stderr
+        s = toolkit.open_store(bailian_store)
+        curve = s.read("miss_curves", "prefix-b")
+        keys = {h for hs in s.read("requests", "b").column("block_hashes").to_pylist()
+                for h in hs}
+        assert curve.num_rows == len(keys) + 1
+        assert "note:" not in res.stderr
+
+    def test_tiers_concurrency_1e9(self, bailian_store):
+        """--concurrency 10^9 on a 5-request trace sizes its batch table by the 5."""
+        res = limited_cli("replay", "tiers", "--store", str(bailian_store), "--trace", "b",
+                          "--concurrency", "1000000000", "--radix-semantics", "page",
+                          "--json")
+        assert res.returncode == 0, res.stderr
+
+    def test_grid_dev_zero(self, bailian_store):
+        """--grid /dev/zero is refused before any of it is read."""
+        res = limited_cli("sweep", "--store", str(bailian_store), "--grid", "/dev/zero")
+        one_line_error(res, "/dev/zero", "--grid")
+
+    @pytest.mark.parametrize("what", ["big", "directory"])
+    def test_grid_file(self, bailian_store, tmp_path, what):
+        """A 2 MiB grid file or a directory: one line naming it."""
+        grid = tmp_path if what == "directory" else tmp_path / "big.toml"
+        if what == "big":
+            grid.write_text('kind = "prefix"\n' + "#" * (2 << 20))
+        one_line_error(cli("sweep", "--store", str(bailian_store), "--grid", str(grid)),
+                       str(grid), "--grid")
+
+    @pytest.mark.parametrize("cmd", ["sweep", "mrc", "selections"])
+    def test_workers_1e9(self, bailian_store, tmp_path, cmd):
+        """--workers 10^9 is refused with a stated maximum, for processes and threads,
+        before anything is allocated."""
+        grid = tmp_path / "g.toml"
+        grid.write_text('kind = "prefix"\ntrace = "b"\n[axes]\ncapacity_blocks = [1, 2]\n')
+        args = {"sweep": ["sweep", "--grid", str(grid)],
+                "mrc": ["replay", "mrc", "--kind", "prefix", "--trace", "b"],
+                "selections": ["replay", "prefix", "--trace", "b"]}[cmd]
+        res = cli(*args, "--store", str(bailian_store), "--workers", "1000000000")
+        one_line_error(res, "--workers 1,000,000,000", f"{max_workers()}")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """``toolkit ARGS`` in this process, for refusals that happen before any allocation."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    r = CliRunner().invoke(app, list(args))
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)

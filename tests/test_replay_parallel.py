@@ -351,7 +351,8 @@ class TestWorkers:
         for n in (1, 64, 150, 300):
             run = replay_selections(store, SelectionReplayConfig("syn", buffer_tokens=n,
                                                                  mode="plain"), save=False)
-            assert one.column("misses")[n].as_py() == run["misses"]
+            stop = one.num_rows - 1  # the curve stops at the distinct positions, flat after
+            assert one.column("misses")[min(n, stop)].as_py() == run["misses"]
         keys = np.array([0, 1, 0, 2, 1, 0, 3, 3, 1], dtype=np.int32)
         seg = np.array([0, 3, 5])
         assert lru_miss_curve(keys, 4, 4, seg, workers=3).tolist() == \

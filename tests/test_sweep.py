@@ -75,6 +75,37 @@ def assert_same(a: dict[str, pl.DataFrame], b: dict[str, pl.DataFrame]) -> None:
         assert a[t].equals(b[t]), t
 
 
+SERVING = 'kind = "serving"\n[fixed]\nmodel = "glm-5.2"\nhardware = "gb200"\n'
+GRID_CASES = [  # issue 34: what the CLI refuses, a grid refuses, naming file, key and cell
+    (SERVING + "interactivity = nan", ["[fixed] interactivity", "finite"]),
+    (SERVING + "[axes]\ninteractivity = [100, -100]", ["[axes] interactivity", ">", "-100"]),
+    (SERVING + "interactivity = []", ["interactivity", "at least one"]),
+    (SERVING + "cached_prefix_fraction = 2.0", ["cached_prefix_fraction", "<= 1"]),
+    (SERVING + "cached_prefix_fraction = inf", ["cached_prefix_fraction", "finite"]),
+    (SERVING + "isl = 0", ["[fixed] isl", ">= 1"]),
+    (SERVING + 'interactivity = "fast"', ["[fixed] interactivity", "expected float"]),
+    ('kind = "serving"\n[fixed]\nmodel = "glm-5.2"\nhardware = []',
+     ["[fixed] hardware", "at least one accelerator"]),
+    ('kind = "selections"\ntrace = "t"\n[fixed]\nrow_bytes = -5', ["row_bytes", ">= 1"]),
+    ('kind = "selections"\ntrace = "t"\n[fixed]\nfull_layers = [-1, 99999]',
+     ["[fixed] full_layers", ">= 0"]),
+    ('kind = "selections"\ntrace = "t"\n[fixed]\nfull_layers = [0, 99999]',
+     ["[fixed] full_layers", "<= 32766"]),
+    ('kind = "tiers"\ntrace = "t"\n[fixed]\nhost_ratio = -1', ["host_ratio", ">= 0"]),
+    ('kind = "tiers"\ntrace = "t"\n[axes]\nmax_running = [0, -3]', ["max_running = -3"]),
+    ('kind = "tiers"\ntrace = "t"\n[fixed]\nassumptions = {gpus_per_replica = 0}',
+     ["[fixed] assumptions", "gpus_per_replica", ">= 1"]),
+    ('kind = "tiers"\ntrace = "t"\n[fixed]\nassumptions = {gpus_per_replica = "8"}',
+     ["assumptions.gpus_per_replica", "expected int"]),
+    ('kind = "tiers"\ntrace = "t"\n[fixed]\nassumptions = {gpus = 8}',
+     ["assumptions", "unknown field", "gpus"]),
+    ('kind = "tiers"\ntrace = "t"\n[fixed]\nassumptions = 8', ["assumptions", "table"]),
+    ('kind = ["prefix"]\ntrace = "t"', ["kind ['prefix']", "unknown"]),
+    ('kind = "prefix"\ntrace = "t"\nfixed = 3', ["'fixed' must be a table"]),
+    ('kind = "prefix"\ntrace = 7', ["[fixed] trace", "expected str"]),
+]
+
+
 class TestGrid:
     """A grid is refused before anything runs, naming the key."""
 
@@ -102,7 +133,7 @@ class TestGrid:
         ('kind = "serving"\n[fixed]\nmodel = "glm-5.2"\n[axes]\nhardware = ["gb200", "x1"]',
          ["[axes] hardware", "unknown hardware 'x1'"]),
         ('kind = "selections"\ntrace = "t"\n[axes]\npolicy = ["lru", "lru"]', ["repeated"]),
-    ])
+    ] + GRID_CASES)
     def test_refused_naming_the_key(self, text, words):
         """Unknown names, bad values, empty axes and bad combinations name file and key."""
         with pytest.raises(GridError) as e:
@@ -111,6 +142,22 @@ class TestGrid:
         assert msg.startswith("g.toml"), msg
         for w in words:
             assert w in msg, msg
+
+    def test_assumptions_table(self):
+        """``[fixed] assumptions = {...}`` builds the nested config and the grid's JSON."""
+        g = parse_grid('kind = "tiers"\ntrace = "t"\n[fixed]\n'
+                       'assumptions = {gpus_per_replica = 4}\n[axes]\nhost_ratio = [1, 2]')
+        assert [c.config.assumptions.gpus_per_replica for c in g.cells()] == [4, 4]
+        assert json.loads(g.canonical_json())["fixed"]["assumptions"]["gpus_per_replica"] == 4
+
+    def test_full_layers_beyond_the_trace(self, sel_store):
+        """A Full layer the trace lacks is refused before any cell runs."""
+        before = snapshot(sel_store.root)
+        g = parse_grid(SMALL_GRID.replace('mode = "plain"', 'mode = "hisparse"\n'
+                                          'full_layers = [0, 400]'), "g.toml")
+        with pytest.raises(GridError, match="g.toml: cell 0: full_layers 400 is not a layer"):
+            sweep.run(sel_store, g, workers=1)
+        assert snapshot(sel_store.root) == before
 
     def test_cells_in_product_order(self):
         """Axes multiply in file order; fixed values and traces (an axis) reach each cell."""
@@ -449,3 +496,81 @@ def test_cells_are_the_product_of_the_axes(policies, caps, traces):
     assert [c.config for c in cells] == want
     assert [c.index for c in cells] == list(range(len(want)))
     assert len({c.fingerprint for c in cells}) == len(want)
+
+
+# -- faults during sweeps (issue 34, point 7) ------------------------------------------
+@pytest.fixture
+def bailian_store(tmp_path):
+    from tests import sweep_fault  # noqa: F401 - registers the "fault" kind
+
+    s = toolkit.open_store(tmp_path / "store")
+    ingest_file(s, "bailian", ROOT / "tests" / "data" / "bailian_sample.jsonl", "b")
+    yield s
+    s.close()
+
+
+def test_killed_worker_is_a_failed_cell(bailian_store):
+    """A pool worker SIGKILLed mid-cell fails that cell with the signal; under
+    on_error=record the other cells run (the one cut off beside it is rerun)."""
+    g = parse_grid('kind = "fault"\ntrace = "b"\n[fixed]\ndie_at = 2\n'
+                   '[axes]\ncapacity_blocks = [1, 2, 3, 4]', "fault.toml")
+    res = sweep.run(bailian_store, g, workers=2, on_error="record")
+    assert (res.ran, res.failed) == (3, 1)
+    rows = bailian_store.query("SELECT cell, status, error FROM sweeps WHERE sweep_id = $s "
+                               "ORDER BY cell", {"s": res.sweep_id})
+    assert rows["status"].to_list() == ["done", "failed", "done", "done"]
+    assert "killed by SIGKILL" in rows["error"][1]
+    assert bailian_store.query("SELECT count(*) FROM replay_runs").item() == 3
+
+
+def test_ctrl_c_stops_in_one_line_and_resumes(bailian_store, tmp_path):
+    """SIGINT to the sweep's process group (Ctrl-C): exit 130, one line on stderr, no
+    traceback; the same sweep then runs only what was not committed."""
+    grid = tmp_path / "slow.toml"
+    grid.write_text('kind = "fault"\ntrace = "b"\n[fixed]\nsleep_s = 2.0\n'
+                    '[axes]\ncapacity_blocks = [1, 2, 3, 4, 5, 6, 7, 8]')
+    root = bailian_store.root
+    bailian_store.close()
+    code = ("import sys; from tests import sweep_fault; from toolkit.cli import app; "
+            "sys.argv = ['toolkit'] + sys.argv[1:]; app()")
+    p = subprocess.Popen([sys.executable, "-c", code, "sweep", "--store", str(root), "--grid",
+                          str(grid), "--workers", "2"], cwd=ROOT, start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "TOOLKIT_PROGRESS": "0"})
+    deadline = time.monotonic() + 120
+    while not list((root / "sweeps").glob("*.0000*.parquet")):  # a cell has committed
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interrupted: sweep "), err
+    with toolkit.open_store(root) as s:
+        done = s.query("SELECT count(*) FROM sweeps WHERE status = 'done'").item()
+        assert done >= 1
+        res = sweep.run(s, parse_grid(grid.read_text()), workers=2)
+        assert res.skipped == done and res.ran == 8 - done and res.failed == 0
+
+
+def test_ray_unreachable_address_fails_fast(sel_store, tmp_path):
+    """An unreachable --address ends within --connect-timeout-s with one line naming it;
+    Ray's own log lines stay hidden."""
+    pytest.importorskip("ray")
+    address = "127.0.0.1:1"
+    grid = tmp_path / "g.toml"
+    grid.write_text(SMALL_GRID.replace("[64, 128]", "[48]"))  # cells not in the store yet
+    t0 = time.monotonic()
+    res = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid),
+                                   "--engine", "ray", "--address", address,
+                                   "--connect-timeout-s", "3"])
+    assert time.monotonic() - t0 < 15
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot reach Ray at " + address), \
+        res.stderr
+
+
+FAULT_TESTS = (test_killed_worker_is_a_failed_cell, test_ctrl_c_stops_in_one_line_and_resumes,
+               test_ray_unreachable_address_fails_fast)
+"""The sweep-fault cases counted in docs/formats.md (with their parametrizations)."""

@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 from toolkit.commands.common import (
     MAX_GB,
     StoreOpt,
+    check_workers,
     choices,
     cli_store,
     fail,
@@ -259,7 +260,8 @@ def replay_prefix_cmd(
         str | None, typer.Option("--model", help=f"Model for --capacity-gb: {choices('model')}.")
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", min=0, help="Threads for a sweep (default: all "
+        int | None, typer.Option(
+            "--workers", min=0, callback=check_workers, help="Threads for a sweep (default: all "
                                  "cores); results do not depend on it.")
     ] = None,
     fmt: FormatOpt = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from typing import Any
 
 
@@ -17,3 +18,18 @@ def fingerprint(cfg: Any, length: int = 12) -> str:
     """Stable hex digest of a config; same config, same run id, so re-runs are idempotent."""
     text = type(cfg).__name__ + config_json(cfg)
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def check_number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None,
+                 lo_open: bool = False) -> None:
+    """The one range check of a config field, run by its ``__post_init__``: the CLI flag,
+    a sweep grid's key and a Python call all reach it, so each refuses what the others
+    refuse. NaN, infinities, booleans and non-numbers are refused with the field's name."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if lo is not None and (value <= lo if lo_open else value < lo):
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo:g}, got {value!r}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be <= {hi:g}, got {value!r}")

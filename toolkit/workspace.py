@@ -202,7 +202,8 @@ class Workspace:
         cfg = EngramReplayConfig(trace, hbm_cache_bytes, **config)
         return run_engram(self.store, cfg, save=save)
 
-    def miss_curve(self, trace: str, kind: str, max_capacity: int, *, save: bool = True,
+    def miss_curve(self, trace: str, kind: str, max_capacity: int | None = None, *,
+                   save: bool = True,
                    workers: int | None = None) -> pa.Table:
         """The one-pass LRU miss curve of a stored trace (``kind``: ``"selections"``,
         ``"prefix"`` or ``"engram"``); see :func:`toolkit.replay.mrc.miss_curve_table`."""

@@ -86,6 +86,16 @@ def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
             shutil.rmtree(s.root, ignore_errors=True)
 
 
+def check_workers(value: int | None) -> int | None:
+    """Option callback of every ``--workers``: a count beyond what this machine can run
+    is one line naming the flag, before anything is allocated."""
+    from toolkit.runtime.pool import resolve_workers
+
+    if value is not None:
+        guard(resolve_workers, value)
+    return value
+
+
 def choices(family: str) -> str:
     """The registered names of a plugin family, for option help: ``--help`` then lists
     what ``--policy``/``--hardware``/``--model`` accept, third-party plug-ins included."""

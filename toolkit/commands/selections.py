@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, choices, cli_store, fail, field_default, guard
+from toolkit.commands.common import (
+    StoreOpt,
+    check_workers,
+    choices,
+    cli_store,
+    fail,
+    field_default,
+    guard,
+)
 from toolkit.commands.mrc import PolicyOpt, SampleKeysOpt, SampleRateOpt, policy_curve_rows
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.commands.timelines import run_ingest
@@ -80,7 +88,8 @@ def replay_selections_cmd(
                           "first (tokens 0..N-1, staging path) or empty (PD direct path).")
     ] = field_default(SelectionReplayConfig, "initial"),
     workers: Annotated[
-        int | None, typer.Option("--workers", min=0, help="Threads (default: all cores); "
+        int | None, typer.Option(
+            "--workers", min=0, callback=check_workers, help="Threads (default: all cores); "
                                  "results do not depend on it.")
     ] = None,
     fmt: FormatOpt = None,
@@ -120,8 +129,10 @@ def replay_mrc_cmd(
     store: StoreOpt,
     trace: Annotated[str, typer.Option("--trace", help="Selection trace or request timeline.")],
     max_capacity: Annotated[
-        int, typer.Option("--max-capacity", min=0, help="Largest buffer/cache size.")
-    ],
+        int | None, typer.Option("--max-capacity", min=0, help="Largest buffer/cache size "
+                                 "(default and upper bound: the trace's distinct keys, "
+                                 "beyond which the curve is flat).")
+    ] = None,
     kind: Annotated[
         str, typer.Option("--kind", help="selections (plain mode), prefix (blocks) or "
                                          "engram (table rows).")
@@ -131,7 +142,8 @@ def replay_mrc_cmd(
                                  "powers of two and the maximum).")
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", min=0, help="Threads over (request, layer) "
+        int | None, typer.Option(
+            "--workers", min=0, callback=check_workers, help="Threads over (request, layer) "
                                  "buffers (default: all cores); results do not depend on it.")
     ] = None,
     fmt: FormatOpt = None,
@@ -158,20 +170,27 @@ def replay_mrc_cmd(
             fail(f"--sizes must be comma-separated integers, got {sizes!r}")
     quiet = False if out.quiet else None
     if policy != "lru" or sample_rate is not None or sample_keys is not None:
-        if not sizes:
-            wanted = [0] + [1 << i for i in range(max_capacity.bit_length())]
-            wanted = sorted(set(wanted) | {max_capacity})
         with cli_store(store) as s, compile_notice(quiet), status(f"miss curve {trace}",
                                                                    quiet):
+            if not sizes:  # sizes up to the trace's distinct keys (the exact LRU pass says)
+                stop = guard(miss_curve_table, s, trace, kind, max_capacity, save=False,
+                             workers=workers).num_rows - 1
+                wanted = [0] + [1 << i for i in range(stop.bit_length()) if 1 << i <= stop]
+                wanted = sorted(set(wanted) | {stop})
             out.emit(policy_curve_rows(s, trace, kind, wanted, policy, sample_rate,
                                        sample_keys, workers))
         return
     with cli_store(store) as s, compile_notice(quiet), status(f"miss curve {trace}", quiet):
         table = guard(miss_curve_table, s, trace, kind, max_capacity, workers=workers)
     df = pl.from_arrow(table)
+    stop = table.num_rows - 1
+    if max_capacity is not None and max_capacity > stop:
+        typer.echo(f"note: --max-capacity {max_capacity:,} is beyond the {stop:,} distinct "
+                   f"keys of {trace!r}; the curve is flat from there and stops at {stop:,}",
+                   err=True)
     if not sizes:
-        wanted = [0] + [1 << i for i in range(max_capacity.bit_length()) if 1 << i <= max_capacity]
-        wanted = sorted(set(wanted) | {max_capacity})
+        wanted = [0] + [1 << i for i in range(stop.bit_length()) if 1 << i <= stop]
+        wanted = sorted(set(wanted) | {stop})
     df = df.filter(pl.col("capacity").is_in(wanted)).select("capacity", "accesses", "misses",
                                                             "miss_ratio")
     out.emit(df)

@@ -10,10 +10,11 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, cli_store, fail, guard
+from toolkit.commands.common import StoreOpt, check_workers, cli_store, fail, guard
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
+from toolkit.sweep.engines import CONNECT_TIMEOUT_S
 
 store_app = typer.Typer(help="Store maintenance.", no_args_is_help=True)
 
@@ -24,7 +25,8 @@ def sweep_cmd(
     engine: Annotated[str, typer.Option("--engine", help="local (process pool) or ray.")]
     = "local",
     workers: Annotated[
-        int | None, typer.Option("--workers", min=0, help="Local processes or local-Ray CPUs "
+        int | None, typer.Option(
+            "--workers", min=0, callback=check_workers, help="Local processes or local-Ray CPUs "
                                  "(default: all cores); 1 runs cells in this process.")
     ] = None,
     address: Annotated[
@@ -35,13 +37,21 @@ def sweep_cmd(
         str, typer.Option("--on-error", help="raise (stop at the first failed cell) or "
                           "record (record it, run the rest).")
     ] = "raise",
+    connect_timeout_s: Annotated[
+        float, typer.Option("--connect-timeout-s", min=0.001, max=86_400.0,
+                            help="Give up on an unreachable --address after this many "
+                            "seconds.")
+    ] = CONNECT_TIMEOUT_S,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show Ray's own log lines.")
+    ] = False,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
 ) -> None:
     """Run every cell of a grid not already in the store (resumable; exit 1 if a cell
     failed). Shows a cell counter on a terminal (never with --json)."""
-    from toolkit.sweep import SweepError, load_grid, run
+    from toolkit.sweep import SweepError, SweepInterrupted, load_grid, run
 
     out = Output.from_options(fmt, as_json, output)
     if on_error not in ("raise", "record"):
@@ -54,9 +64,13 @@ def sweep_cmd(
     with cli_store(store) as s:
         try:
             res = run(s, g, engine=engine, workers=workers, address=address,
-                      on_error=on_error, progress=False if out.quiet else None)
+                      on_error=on_error, progress=False if out.quiet else None,
+                      connect_timeout_s=connect_timeout_s, verbose=verbose)
         except SweepError as e:
             fail(str(e), code=1)
+        except SweepInterrupted as e:  # Ctrl-C: one line, exit 130 as a shell reports it
+            typer.echo(str(e), err=True)
+            raise typer.Exit(130) from None
         except (ToolkitError, RegistryError, ValueError) as e:  # nothing ran
             fail(str(e))
     if out.fmt == "table" and out.path is None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, cli_store, fail, guard
+from toolkit.commands.common import StoreOpt, check_workers, cli_store, fail, guard
 
 
 def synth_selections_cmd(
@@ -24,7 +24,9 @@ def synth_selections_cmd(
     seed: int = 0,
     replace: Annotated[bool, typer.Option("--replace")] = False,
     workers: Annotated[
-        int | None, typer.Option("--workers", min=0, help="Generator threads (default: all cores).")
+        int | None, typer.Option(
+            "--workers", min=0, callback=check_workers,
+            help="Generator threads (default: all cores).")
     ] = None,
 ) -> None:
     """Generate a SYNTHETIC selection trace (sinks + recency + retained + fresh picks),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolkit.config import check_number
+
 DEFAULT_MAX_P90_TTFT_S = 10.0
 """Default p90 TTFT bound of ``cost compare`` (assumed: an interactive service rarely
 tolerates a first token later than 10 s; InferenceX plots every point, so its fronts at low
@@ -47,5 +49,18 @@ class CompareConfig:
             raise ValueError(f"mtp must be 'on' or 'off', got {self.mtp!r}")
         if self.kv_dtype not in ("fp8", "bf16"):
             raise ValueError(f"kv_dtype must be 'fp8' or 'bf16', got {self.kv_dtype!r}")
-        if self.max_p90_ttft_s is not None and not self.max_p90_ttft_s > 0:
-            raise ValueError(f"max_p90_ttft_s must be > 0 or None, got {self.max_p90_ttft_s}")
+        if not self.hardware:
+            raise ValueError("hardware: give at least one accelerator")
+        if not self.interactivity:
+            raise ValueError("interactivity: give at least one target")
+        for v in self.interactivity:
+            check_number("interactivity", v, lo=0.0, lo_open=True)
+        if self.max_p90_ttft_s is not None:
+            check_number("max_p90_ttft_s", self.max_p90_ttft_s, lo=0.0, lo_open=True)
+        check_number("isl", self.isl, lo=1)
+        check_number("osl", self.osl, lo=2)
+        check_number("cached_prefix_fraction", self.cached_prefix_fraction, lo=0.0, hi=1.0)
+        if self.mtp_accept is not None:
+            check_number("mtp_accept", self.mtp_accept, lo=1.0)
+        if self.mtp_draft_tokens is not None:
+            check_number("mtp_draft_tokens", self.mtp_draft_tokens, lo=1)

@@ -25,6 +25,7 @@ block-count rule is imposed.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -86,7 +87,7 @@ def _objects(path: Path):
             raise
         try:
             rec = json.loads(path.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except (UnicodeDecodeError, ValueError, RecursionError):
             raise e from None
         if not isinstance(rec, dict):
             raise e from None
@@ -135,7 +136,12 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
                 at += len(ids)
         n = len(s.t)
         t0 = min(s.t, default=0.0)
-        cols["t"] += [t - t0 for t in s.t]
+        rel = [t - t0 for t in s.t]
+        for i, d in enumerate(rel):
+            if not math.isfinite(d):  # two finite times, a difference beyond float64
+                raise TraceFormatError(path, lineno, "t", f"call {i} at {s.t[i]!r} s is "
+                                       f"{d!r} s after the session's first call at {t0!r} s")
+        cols["t"] += rel
         cols["inp"] += s.inp
         cols["out"] += s.out
         cols["ids"] += s.ids

@@ -11,6 +11,7 @@ distributions. Failed requests (0 response tokens) are kept and counted; ``Model
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +40,11 @@ def _seconds(text: str, path: Path, line: int) -> float:
         shown = repr(text) if len(text) <= 40 else f"{text[:37]!r}..."
         raise TraceFormatError(path, line, "Timestamp",
                                f"expected seconds as a non-negative decimal number, got {shown}")
-    return float(text)
+    t = float(text)
+    if not math.isfinite(t):
+        raise TraceFormatError(path, line, "Timestamp",
+                               f"a {len(text.strip())}-character number is beyond float64")
+    return t
 
 
 def read(path: Path, trace: str, *, model: str | None = None) -> dict[str, pa.Table]:
@@ -78,7 +83,7 @@ def _read(path: Path, trace: str, rows: Iterator[list[str]],
         if not row or all(not c.strip() for c in row):
             continue
         row_no += 1
-        if len(row) < len(header):
+        if len(row) != len(header):
             raise TraceFormatError(path, line, None,
                                    f"expected {len(header)} columns, got {len(row)}")
         t = _seconds(row[idx[0]], path, line)
@@ -132,8 +137,9 @@ def _sessions(raw: list[str | None]) -> tuple[list[int | None] | None, list[int 
     ``turn`` counts each session's requests from 0. None when no row has a session."""
     if all(s is None for s in raw):
         return None, None
-    numeric = all(s is None or (s.isascii() and s.isdigit() and int(s) <= INT64_MAX)
-                  for s in raw)
+    # integers only in their plain form: "007" and "7" are two sessions, as written
+    numeric = all(s is None or (s.isascii() and s.isdigit() and str(int(s)) == s
+                                and int(s) <= INT64_MAX) for s in raw)
     codes: dict[str, int] = {}
     next_turn: dict[int, int] = {}
     sessions: list[int | None] = []
@@ -148,7 +154,8 @@ def _sessions(raw: list[str | None]) -> tuple[list[int | None] | None, list[int 
         turns.append(next_turn.get(sid, 0))
         next_turn[sid] = next_turn.get(sid, 0) + 1
     if not numeric:
-        note("Session ID values are not all integers: numbered 0, 1, ... by first appearance")
+        note("Session ID values are not all plain integers: each distinct string as "
+             "written (\"007\" is not \"7\") numbered 0, 1, ... by first appearance")
     return sessions, turns
 
 

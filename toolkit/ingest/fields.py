@@ -14,6 +14,7 @@ from toolkit.errors import TraceFormatError
 from toolkit.ingest.sniff import hint, line_looks_like
 
 INT64_MAX = (1 << 63) - 1
+EXACT_FLOAT_INT = float(1 << 53)  # from here on a float64 skips integers
 
 
 def as_count(value: object, path: Path, line: int, field: str) -> int:
@@ -25,6 +26,10 @@ def as_count(value: object, path: Path, line: int, field: str) -> int:
     if isinstance(value, float):
         if not value.is_integer():
             raise TraceFormatError(path, line, field, f"expected an integer, got {value!r}")
+        if abs(value) >= EXACT_FLOAT_INT:
+            # 9007199254740993.0 parses as ...992.0: the digits written are already lost
+            raise TraceFormatError(path, line, field, f"{value!r} is a float beyond 2^53, "
+                                   "not an exact integer; write it without a decimal point")
         value = int(value)
     if value < 0:
         raise TraceFormatError(path, line, field, f"must be >= 0, got {value}")
@@ -84,6 +89,10 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, dict, bytes]]:
                     from None
             except ValueError as e:  # e.g. an integer of more than 4300 digits
                 raise TraceFormatError(path, lineno, None, f"invalid JSON: {e}") from None
+            except RecursionError:  # brackets nested ~1000 deep: no format nests past 4
+                raise TraceFormatError(path, lineno, None, "invalid JSON: nested too deep "
+                                       "(no trace record nests more than a few levels)") \
+                    from None
             if not isinstance(rec, dict):
                 raise TraceFormatError(path, lineno, None, "expected a JSON object")
             yield lineno, rec, raw

@@ -86,5 +86,11 @@ def csv_header(path: object, rows: Iterator[list[str]], columns: tuple[str, ...]
             raise TraceFormatError(path, 1, col, f"missing column; header is {header}"
                                    + hint(looks_like(header, not_=fmt)
                                         or line_looks_like(",".join(header), not_=fmt)))
+    seen: set[str] = set()
+    for h in header:
+        if h in seen and h:
+            raise TraceFormatError(path, 1, h, "column appears twice in the header; "
+                                   "which one holds the data is ambiguous")
+        seen.add(h)
     return header
 

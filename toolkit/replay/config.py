@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from toolkit.config import fingerprint
+from toolkit.config import check_number, fingerprint
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class PrefixReplayConfig:
 
 
 MODES = ("plain", "hisparse")
+MAX_LAYER = 32766  # a trace's layers are int16 with n_layers = max + 1 (toolkit.schema)
 KV_DTYPES = ("fp8", "bf16")
 DEFAULT_ROW_BYTES = 656  # FP8 MLA row (512 fp8 + 16 scales + 128 bf16 rope; FlashMLA's format)
 
@@ -85,6 +86,9 @@ class SelectionReplayConfig:
             raise ValueError("IndexShare (full_layers) applies to mode='hisparse' only")
         if self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}")
+        check_number("row_bytes", self.row_bytes, lo=1)
+        for layer in self.full_layers or ():
+            check_number("full_layers", layer, lo=0, hi=MAX_LAYER)
 
     def resolved(self, k: int) -> SelectionReplayConfig:
         """This config with the default buffer (2 x k) filled in: the form that is

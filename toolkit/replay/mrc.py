@@ -79,12 +79,33 @@ def _distance_histogram(keys, n_keys, segments, max_capacity):  # pragma: no cov
     return hist
 
 
+def distinct_keys(keys: np.ndarray, n_keys: int) -> int:
+    """How many different keys ``keys`` holds (each ``< n_keys``)."""
+    if keys.size == 0:
+        return 0
+    if n_keys <= 4 * keys.size + 65_536:
+        return int(np.count_nonzero(np.bincount(keys, minlength=n_keys)))
+    return int(np.unique(keys).size)
+
+
+def _add_flat(curves: list[np.ndarray]) -> np.ndarray:
+    """Sum miss curves of different lengths, each flat beyond its end."""
+    size = max(c.size for c in curves)
+    total = np.zeros(size, dtype=np.int64)
+    for c in curves:
+        total[:c.size] += c
+        total[c.size:] += c[-1]
+    return total
+
+
 def lru_miss_curve(
     keys: np.ndarray,
     n_keys: int,
     max_capacity: int,
     segments: np.ndarray | None = None,
     workers: int | None = 1,
+    *,
+    pad: bool = True,
 ) -> np.ndarray:
     """LRU miss counts for every capacity ``0..max_capacity`` (index = capacity).
 
@@ -92,15 +113,17 @@ def lru_miss_curve(
     every segment restarts cold, so its first access to each key misses at any size.
     Segments are independent, so with ``workers`` threads (``None`` = every core) groups
     of segments are measured in parallel and their histograms added: same result.
+    Reuse distances never exceed the distinct keys, so the curve is flat beyond them:
+    ``pad=False`` stops it there (its length is then bounded by the work, whatever
+    ``max_capacity`` asks), ``pad=True`` repeats the last value up to ``max_capacity``.
     """
     keys = check_keys(keys, n_keys)
     if max_capacity < 0:
         raise ValueError(f"max_capacity must be >= 0, got {max_capacity}")
     keys, n_keys = compact_keys(keys, n_keys)
     requested = int(max_capacity)
-    # reuse distances never exceed the distinct keys: beyond them every curve is flat
-    max_capacity = min(requested, int(n_keys))
-    check_memory(8.0 * requested + 16.0 * n_keys + 12.0 * keys.size,
+    max_capacity = min(requested, distinct_keys(keys, int(n_keys)))
+    check_memory(8.0 * (requested if pad else max_capacity) + 16.0 * n_keys + 12.0 * keys.size,
                  f"a miss curve to capacity {requested:,} over {keys.size:,} accesses")
     seg = as_segments(segments, keys.size)
     bounds = np.r_[seg, keys.size]
@@ -115,7 +138,7 @@ def lru_miss_curve(
     for h in thread_map(hist, parts, resolve_workers(workers)):
         total += h
     curve = keys.size - np.cumsum(total)
-    if requested > max_capacity:
+    if pad and requested > max_capacity:
         curve = np.concatenate([curve, np.full(requested - max_capacity, curve[-1])])
     return curve
 
@@ -154,27 +177,40 @@ def _selection_curve(store: Store, trace: str, max_capacity: int,
     n_workers = resolve_workers(workers)
     inner = n_workers if len(specs) == 1 else 1  # one chunk: split its buffers instead
 
-    def curve(spec: object) -> np.ndarray:
+    def curve(spec: object) -> tuple[np.ndarray, np.ndarray]:
         st = plan(spec)
-        return lru_miss_curve(st.keys, st.n_keys, max_capacity, st.segments, inner)
+        return (lru_miss_curve(st.keys, st.n_keys, max_capacity, st.segments, inner,
+                               pad=False), np.unique(st.keys))
 
-    total = np.zeros(max_capacity + 1, dtype=np.int64)
     work = [functools.partial(curve, spec) for spec in specs]
-    for misses in ordered_results(work, n_workers if len(specs) > 1 else 1):
-        total += misses
+    curves, positions = [], np.zeros(0, dtype=np.int64)
+    for c, pos in ordered_results(work, n_workers if len(specs) > 1 else 1):
+        curves.append(c)
+        positions = np.union1d(positions, pos)
+    # the trace's distinct positions, whatever the chunking: every chunk's curve is flat
+    # beyond its own distinct positions, which are at most these
+    stop = min(max_capacity, positions.size)
+    total = _add_flat([*curves, np.zeros(stop + 1, dtype=np.int64)])
     n = int(total[0])  # capacity 0: every access misses
     return total, n
 
 
-def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
+def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int | None = None,
                      *, save: bool = True, workers: int | None = None) -> pa.Table:
     """One-pass LRU miss curve of a stored trace, as a ``miss_curves`` table.
 
     ``kind="selections"``: plain-mode streams (one cold buffer per request x layer,
     positions ascending within a step). ``kind="prefix"``: the prefix-block stream of a
     request timeline. ``kind="engram"``: an Engram lookup trace's rows, one HBM row cache.
-    Written to the store under ``<kind>-<trace>`` when ``save``.
+    The curve stops at ``max_capacity`` or at the trace's distinct keys, whichever is
+    smaller (``None``: at the distinct keys), since it is flat beyond them; its last
+    ``capacity`` says where it stopped. Written to the store under ``<kind>-<trace>``
+    when ``save``.
     """
+    if max_capacity is None:
+        max_capacity = np.iinfo(np.int64).max // 16
+    if max_capacity < 0:
+        raise ValueError(f"max_capacity must be >= 0, got {max_capacity}")
     if kind == "selections":
         misses, n = _selection_curve(store, trace, max_capacity, workers)
     elif kind == "prefix":
@@ -182,13 +218,15 @@ def miss_curve_table(store: Store, trace: str, kind: str, max_capacity: int,
 
         stream = load_stream(store, trace, workers)
         n = stream.keys.size
-        misses = lru_miss_curve(stream.keys, stream.n_keys, max_capacity, None, workers)
+        misses = lru_miss_curve(stream.keys, stream.n_keys, max_capacity, None, workers,
+                                pad=False)
     elif kind == "engram":
         from toolkit.replay.engram import load_dense
 
         dense = load_dense(store, trace)
         n = dense.keys.size
-        misses = lru_miss_curve(dense.keys, dense.n_distinct, max_capacity, None, workers)
+        misses = lru_miss_curve(dense.keys, dense.n_distinct, max_capacity, None, workers,
+                                pad=False)
     else:
         raise ValueError(f"kind must be 'selections', 'prefix' or 'engram', got {kind!r}")
     table = pa.table({

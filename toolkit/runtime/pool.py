@@ -51,15 +51,35 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
+WORKERS_PER_CPU = 4
+"""``--workers`` may ask for up to this many workers per usable CPU: more never runs
+faster, and each worker holds its own scratch (a sweep worker is a whole process)."""
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def max_workers() -> int:
+    """The most workers :func:`resolve_workers` accepts."""
+    return WORKERS_PER_CPU * usable_cpus()
+
+
 def resolve_workers(workers: int | None) -> int:
-    """``None`` or ``0`` = every core this process may run on."""
+    """``None`` or ``0`` = every core this process may run on; at most
+    :func:`max_workers` (a ``--workers`` of 10^9 is refused, not allocated)."""
     if workers is None or workers == 0:
-        try:
-            return max(1, len(os.sched_getaffinity(0)))
-        except AttributeError:  # pragma: no cover - not Linux
-            return max(1, os.cpu_count() or 1)
+        return usable_cpus()
     if workers < 0:
-        raise ValueError(f"workers must be >= 1 (or 0/None for every core), got {workers}")
+        raise ValueError(f"--workers must be >= 1 (or 0 for every core), got {workers}")
+    if workers > max_workers():
+        raise ValueError(f"--workers {workers:,} is more than {max_workers()} "
+                         f"({WORKERS_PER_CPU} per CPU this process may use, "
+                         f"{usable_cpus()}); 0 uses every core")
     return workers
 
 

@@ -78,13 +78,16 @@ def read_points(path: str | Path) -> pl.DataFrame:
     if not path.is_file():
         raise PointsError(f"{path}: " + ("is a directory; expected a CSV or Parquet file"
                                       if path.is_dir() else "no such file"))
+    if (problem := _csv_problem(path)) is not None:  # Polars pads or drops ragged rows
+        raise PointsError(problem)
     try:
         if path.suffix == ".parquet":
             df = pl.read_parquet(path)
         else:
             df = pl.read_csv(path, infer_schema_length=0)  # all strings: we cast, row by row
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as e:
-        raise PointsError(f"{path}: not a readable CSV/Parquet file: {e}") from None
+        raise PointsError(_csv_problem(path) or f"{path}: not a readable CSV/Parquet file: "
+                          f"{str(e).strip().splitlines()[0]}") from None
     return validate(df, str(path))
 
 
@@ -141,7 +144,7 @@ def validate(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFrame:
     for col in MEASURED_COLUMNS:
         if col in out.columns and out[col].dtype == pl.String:
             out = out.with_columns(pl.col(col).cast(pl.Float64, strict=False))
-    return out
+    return _check_whatif_and_layout(out, where)
 
 
 def _check_names(df: pl.DataFrame, where: str) -> None:
@@ -167,3 +170,98 @@ def _check_names(df: pl.DataFrame, where: str) -> None:
         if prec == "fp4" and get_hardware(hw).dense_fp4_tflops is None:
             raise PointsError(f"{where}: row {i + 1} field 'precision': {hw} has no FP4 "
                               "tensor cores")
+
+
+MAX_GPUS = 65_536
+"""Most GPUs one configuration may use (prefill or decode pool): beyond the largest
+clusters built, and what keeps a typo such as ``1e9`` from reaching the model."""
+
+FRACTION_COLUMNS = ("cached_prefix_fraction", "host_prefix_fraction")
+NON_NEGATIVE_COLUMNS = ("device_buffer_tokens", "miss_rows_per_layer")
+BOOLEAN_WHATIF = ("hisparse_overlap",)
+
+
+def _check_whatif_and_layout(df: pl.DataFrame, where: str) -> pl.DataFrame:
+    """Refuse what-if values outside their range and layouts their GPU counts cannot hold,
+    at the row and field, as the trace readers do (a NaN fraction would otherwise come out
+    as NaN predictions, a fraction of 2 as a negative prompt). Returns ``df`` with the
+    what-if columns cast (numbers to Float64, ``hisparse_overlap`` to Boolean)."""
+    def first(mask: pl.Series) -> int | None:
+        bad = mask.fill_null(False).arg_true()
+        return int(bad[0]) if bad.len() else None
+
+    def number(col: str) -> pl.Series:
+        s = df[col]
+        out = s.cast(pl.Float64, strict=False)
+        i = first(out.is_null() & s.is_not_null())
+        if i is not None:
+            raise PointsError(f"{where}: row {i + 1} field {col!r}: {s[i]!r} is not a number")
+        i = first(~out.is_finite())
+        if i is not None:
+            raise PointsError(f"{where}: row {i + 1} field {col!r} must be finite, "
+                              f"got {out[i]!r}")
+        return out
+
+    cols = []
+    for col in FRACTION_COLUMNS + NON_NEGATIVE_COLUMNS:
+        if col not in df.columns:
+            continue
+        v = number(col)
+        hi = 1.0 if col in FRACTION_COLUMNS else None
+        i = first((v < 0) | (v > hi) if hi is not None else v < 0)
+        if i is not None:
+            want = "in [0, 1]" if hi is not None else ">= 0"
+            raise PointsError(f"{where}: row {i + 1} field {col!r} must be {want}, "
+                              f"got {v[i]!r}")
+        cols.append(v.alias(col))
+    for col in BOOLEAN_WHATIF:
+        if col not in df.columns:
+            continue
+        s = df[col]
+        if s.dtype != pl.Boolean:
+            low = s.cast(pl.String).str.strip_chars().str.to_lowercase()
+            i = first(~low.is_in(["true", "false", "1", "0", "1.0", "0.0"]) & s.is_not_null())
+            if i is not None:
+                raise PointsError(f"{where}: row {i + 1} field {col!r}: {s[i]!r} is not "
+                                  "true/false")
+            s = low.is_in(["true", "1", "1.0"]).alias(col)
+        cols.append(s)
+    for pool in ("prefill", "decode"):
+        n_col = f"num_{pool}_gpu"
+        i = first(df[n_col] > MAX_GPUS)
+        if i is not None:
+            raise PointsError(f"{where}: row {i + 1} field {n_col!r}: {df[n_col][i]:,} GPUs; "
+                              f"at most {MAX_GPUS:,}")
+        # tensor parallelism spans GPUs of its pool; expert parallelism beyond the pool is
+        # capped to it by the layout (an instance never spans more than its pool)
+        col = f"{pool}_tp"
+        i = first(df[col] > df[n_col])
+        if i is not None:
+            raise PointsError(f"{where}: row {i + 1} fields {col!r}, {n_col!r}: "
+                              f"{col} = {df[col][i]} needs more GPUs than {n_col} = "
+                              f"{df[n_col][i]}")
+    return df.with_columns(cols) if cols else df
+
+
+def _csv_problem(path: Path) -> str | None:
+    """The first CSV syntax error of ``path`` as one line naming its row (rows counted
+    from 1 after the header, as :func:`validate` counts them), or None."""
+    import csv
+
+    if path.suffix == ".parquet":
+        return None
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = csv.reader(fh, strict=True)
+            header = next(rows, None)
+            if header is None:
+                return f"{path}: empty file"
+            for i, row in enumerate(rows, start=1):
+                if row and len(row) != len(header):
+                    return (f"{path}: row {i}: {len(row)} fields where the header has "
+                            f"{len(header)} (a stray comma or quote)")
+    except csv.Error as e:
+        return f"{path}: row {max(rows.line_num - 1, 1)}: malformed CSV: {e}"
+    except UnicodeDecodeError as e:
+        return f"{path}: not UTF-8 text (byte {e.start})"
+    return None

@@ -17,10 +17,15 @@ import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from toolkit.registry import Registry
+
+CONNECT_TIMEOUT_S = 30.0
+"""How long ``--engine ray --address`` waits for a cluster (``--connect-timeout-s``)."""
+RAY_CONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
 
 
 @dataclass(frozen=True)
@@ -115,9 +120,19 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+WORKER_PROCESS_BYTES = 300 << 20
+"""What one spawned sweep worker holds before its cell's own data: the interpreter,
+NumPy, numba, Arrow, Polars and DuckDB loaded."""
+
+
 class LocalEngine:
     """A process pool of ``workers`` processes (spawned: no inherited locks or threads);
-    ``workers=1`` runs every cell in this process, one after another."""
+    ``workers=1`` runs every cell in this process, one after another.
+
+    A worker that dies (the OOM killer's SIGKILL, a crash in compiled code) fails only the
+    cell it was running, recorded with the signal; the pool is rebuilt for the other cells.
+    Each worker marks the cell it starts in a scratch directory, which is how that cell is
+    told apart from the ones merely queued behind it."""
 
     name = "local"
 
@@ -128,34 +143,139 @@ class LocalEngine:
             raise ValueError("--address applies to --engine ray")
         self.workers = resolve_workers(workers)
         self._pool: ProcessPoolExecutor | None = None
-        self._pending: set[Future[CellOutcome]] = set()
+        self._pending: dict[Future[CellOutcome], CellTask] = {}
+        self._marks: str | None = None
 
     @property
     def cell_threads(self) -> int:
         return self.workers if self.workers == 1 else 1
 
+    def _new_pool(self, n: int) -> ProcessPoolExecutor:
+        from toolkit.runtime.memory import check_memory
+
+        check_memory(n * WORKER_PROCESS_BYTES,
+                     f"--workers {self.workers} ({n} sweep processes of ~"
+                     f"{WORKER_PROCESS_BYTES >> 20} MiB each)")
+        return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_ignore_sigint)
+
     def run(self, tasks: list[CellTask], store: Any = None) -> Iterator[CellOutcome]:
+        import tempfile
+
         if self.workers == 1 or len(tasks) <= 1:
             for t in tasks:
                 yield run_cell(t, store)
             return
-        self._pool = ProcessPoolExecutor(min(self.workers, len(tasks)),
-                                         mp_context=multiprocessing.get_context("spawn"))
-        self._pending = {self._pool.submit(run_cell, t) for t in tasks}
-        while self._pending:
-            done, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                if not f.cancelled():
-                    yield f.result()
+        self._marks = tempfile.mkdtemp(prefix="toolkit-sweep-")
+        todo = list(tasks)
+        while todo:
+            n = min(self.workers, len(todo))
+            self._pool = self._new_pool(n)
+            self._pending = {self._pool.submit(_pool_cell, t, self._marks): t for t in todo}
+            todo = []
+            procs: dict[int, Any] = {}
+            finished = 0
+            while self._pending:
+                procs.update(getattr(self._pool, "_processes", None) or {})
+                done, _ = wait(self._pending, return_when=FIRST_COMPLETED, timeout=1.0)
+                for f in done:
+                    task = self._pending.pop(f)
+                    if f.cancelled():
+                        continue
+                    try:
+                        out = f.result()
+                    except BrokenProcessPool:
+                        todo.append(task)
+                        continue
+                    finished += 1
+                    yield out
+            if todo:  # the pool broke: fail the cells whose worker died, rerun the rest
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+                dead = self._dead_cells(procs)
+                for t in [t for t in todo if t.index in dead]:
+                    todo.remove(t)
+                    yield CellOutcome(t.index, "failed", None, dead[t.index], 0.0)
+                if not dead and not finished:  # nothing learnt: do not loop
+                    for t in todo:
+                        yield CellOutcome(t.index, "failed", None,
+                                          "the worker pool broke before this cell ran", 0.0)
+                    todo = []
+
+    def _dead_cells(self, procs: dict[int, Any]) -> dict[int, str]:
+        """Cells whose worker died while running them -> how it died."""
+        import os
+        import signal
+
+        out = {}
+        for name in os.listdir(self._marks or "."):
+            path = os.path.join(self._marks or ".", name)
+            with contextlib.suppress(OSError, ValueError):
+                with open(path, encoding="ascii") as fh:
+                    pid = int(fh.read())
+                os.remove(path)
+                p = procs.get(pid)
+                code = p.exitcode if p is not None else None
+                if code == -signal.SIGTERM:
+                    continue  # stopped by the pool when another worker died: rerun it
+                if code is not None and code < 0:
+                    try:
+                        how = f"killed by {signal.Signals(-code).name}"
+                    except ValueError:
+                        how = f"killed by signal {-code}"
+                else:
+                    how = f"exited with code {code}" if code is not None else "died"
+                out[int(name)] = (f"worker process {pid} {how} while running this cell "
+                                  "(out of memory? see the kernel log)")
+        return out
 
     def cancel(self) -> None:
         for f in self._pending:
             f.cancel()
 
+    def abort(self) -> None:
+        """Stop now (Ctrl-C): drop queued cells and terminate running ones; a cell cut off
+        before its commit leaves nothing (its staging files are cleaned by a later open)."""
+        self.cancel()
+        if self._pool is not None:
+            for p in list((getattr(self._pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(Exception):
+                    p.terminate()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self.close()
+
     def close(self) -> None:
+        import shutil
+
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._marks is not None:
+            shutil.rmtree(self._marks, ignore_errors=True)
+            self._marks = None
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent, which stops them: one message, not one
+    traceback per worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _pool_cell(task: CellTask, marks: str) -> CellOutcome:
+    """:func:`run_cell` in a pool worker, its start marked with this process's id."""
+    import os
+
+    mark = os.path.join(marks, str(task.index))
+    with open(mark, "w", encoding="ascii") as fh:
+        fh.write(str(os.getpid()))
+    try:
+        return run_cell(task)
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(mark)
 
 
 class RayEngine:
@@ -167,7 +287,10 @@ class RayEngine:
     name = "ray"
     cell_threads = 1
 
-    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
+    def __init__(self, workers: int | None = None, address: str | None = None, *,
+                 connect_timeout_s: float = CONNECT_TIMEOUT_S, verbose: bool = False) -> None:
+        if not connect_timeout_s > 0:
+            raise ValueError(f"--connect-timeout-s must be > 0, got {connect_timeout_s}")
         try:
             import ray
         except ImportError:
@@ -176,20 +299,26 @@ class RayEngine:
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
+            if address:
+                _probe(address, connect_timeout_s)
             try:
-                if address:
-                    ray.init(address=address, log_to_driver=False, logging_level="WARNING")
-                else:  # "local": a new instance even if a cluster runs on this machine
-                    ray.init(address="local", num_cpus=workers or None,
-                             include_dashboard=False, log_to_driver=False,
-                             logging_level="WARNING")
-            except (ConnectionError, RuntimeError) as e:
+                with _ray_output(verbose), _env(RAY_CONNECT_ENV, connect_timeout_s):
+                    if address:
+                        ray.init(address=address, log_to_driver=False,
+                                 logging_level="INFO" if verbose else "ERROR")
+                    else:  # "local": a new instance even if a cluster runs on this machine
+                        from toolkit.runtime.pool import resolve_workers
+
+                        ray.init(address="local", num_cpus=resolve_workers(workers),
+                                 include_dashboard=False, log_to_driver=False,
+                                 logging_level="INFO" if verbose else "ERROR")
+            except Exception as e:
                 where = address or "a new local instance"
                 hint = (" (a cluster with token authentication, Ray's default, needs "
                         "RAY_AUTH_MODE=token here and the cluster's ~/.ray/auth_token)"
                         if "auth" in repr(e.__cause__).lower() else "")
-                raise ValueError(f"cannot connect to Ray at {where}: "
-                                 f"{str(e).splitlines()[0]}{hint}") from None
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ValueError(f"cannot connect to Ray at {where}: {first}{hint}") from None
             self._started = True
         self._refs: list[Any] = []
 
@@ -206,10 +335,73 @@ class RayEngine:
         for r in self._refs:
             self._ray.cancel(r)
 
+    def abort(self) -> None:
+        """Stop now (Ctrl-C): cancel every cell, running ones included."""
+        for r in self._refs:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(r, force=True)
+        self.close()
+
     def close(self) -> None:
         if self._started:
             self._ray.shutdown()
             self._started = False
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """Reach ``host:port`` over TCP within ``timeout_s`` (Ray itself retries an unreachable
+    address for minutes); ``auto`` and ``ray://`` addresses are left to Ray."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--address {address!r}: expected HOST:PORT (ray start --head "
+                         "prints it)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ValueError(f"cannot reach Ray at {address} within --connect-timeout-s "
+                         f"{timeout_s:g}: {why}") from None
+
+
+@contextlib.contextmanager
+def _env(name: str, value: float) -> Iterator[None]:
+    """``name`` set to ``value`` for the block unless the user set it."""
+    import os
+
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = str(max(1, int(value)))
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+@contextlib.contextmanager
+def _ray_output(verbose: bool) -> Iterator[None]:
+    """Ray's own log lines (its C++ core writes to file descriptor 2) kept off the
+    terminal unless ``verbose``; shown after all when the connection fails and verbose."""
+    import os
+    import sys
+    import tempfile
+
+    if verbose:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 engines: Registry[type] = Registry("sweep engine", "toolkit.sweep_engines")

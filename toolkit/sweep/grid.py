@@ -64,7 +64,7 @@ class Grid:
 
     def canonical_json(self) -> str:
         return json.dumps({"kind": self.kind, "fixed": self.fixed, "axes": self.axes},
-                          sort_keys=True, separators=(",", ":"), default=list)
+                          sort_keys=True, separators=(",", ":"), default=_plain)
 
     @property
     def fingerprint(self) -> str:
@@ -81,6 +81,19 @@ class Grid:
             fields = {**self.fixed, **dict(zip(names, combo, strict=True))}
             out.append(Cell(i, fields, self.kind_spec.build(fields)))
         return out
+
+
+def _plain(v: Any) -> Any:
+    """JSON form of a grid value: a nested config (``assumptions``) as its fields."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.asdict(v)
+    return list(v)
+
+
+def cell_json(fields: dict[str, Any]) -> str:
+    """A cell's values as JSON, nested configs as their fields."""
+    return json.dumps(fields, sort_keys=True, default=lambda v: _plain(v) if
+                      dataclasses.is_dataclass(v) or isinstance(v, tuple) else str(v))
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -110,7 +123,10 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         if unknown:
             raise GridError(f"{where}: unknown field(s) {unknown} of {hint.__name__}; known: "
                             f"{', '.join(sub)}")
-        return hint(**{k: _coerce(v, sub[k], f"{where}.{k}") for k, v in value.items()})
+        try:
+            return hint(**{k: _coerce(v, sub[k], f"{where}.{k}") for k, v in value.items()})
+        except (ValueError, TypeError) as e:
+            raise GridError(f"{where}: {e}") from None
     if origin is tuple:
         elem = args[0] if args else Any
         items = value if isinstance(value, list) else [value]  # "gb200" -> ("gb200",)
@@ -150,7 +166,7 @@ def parse_grid(text: str, source: str = "<grid>") -> Grid:
                         f"{', '.join(TOP_KEYS)} (config fields go under [fixed] or [axes])")
     if "kind" not in doc:
         raise GridError(f"{source}: key 'kind' is missing; one of {', '.join(kinds.names())}")
-    if doc["kind"] not in kinds:
+    if not isinstance(doc["kind"], str) or doc["kind"] not in kinds:
         raise GridError(f"{source}: kind {doc['kind']!r} is unknown; known: "
                         f"{', '.join(kinds.names())}")
     kind = kinds.get(doc["kind"])
@@ -216,11 +232,25 @@ def _check_values(grid: Grid) -> None:
                 if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING]
     base = {k: grid.fixed[k] if k in grid.fixed else grid.axes[k][0] for k in required}
+
+    def where(key: str, v: Any) -> str:
+        return f"{grid.source}: [{'fixed' if key in grid.fixed else 'axes'}] {key} = {v!r}"
+
+    def build_one(key: str, v: Any) -> None:
+        try:
+            _build(kind, {**base, key: v}, where(key, v))
+        except GridError as e:
+            # a required field's own bad value fails every build: name that field
+            blamed = str(e).split(": ", 2)[-1].split(" ", 1)[0].split(":")[0].split(".")[0]
+            if blamed != key and blamed in base:
+                raise GridError(f"{where(blamed, base[blamed])}: "
+                                f"{str(e).split(': ', 2)[-1]}") from None
+            raise
     for key, v in grid.fixed.items():
-        _build(kind, {**base, key: v}, f"{grid.source}: [fixed] {key} = {v!r}")
+        build_one(key, v)
     for key, values in grid.axes.items():
         for v in values:
-            _build(kind, {**base, key: v}, f"{grid.source}: [axes] {key} = {v!r}")
+            build_one(key, v)
     names = list(grid.axes)
     for i, combo in enumerate(itertools.product(*(grid.axes[n] for n in names))):
         cell = dict(zip(names, combo, strict=True))
@@ -237,11 +267,32 @@ def _build(kind: Kind, fields: dict[str, Any], where: str) -> Any:
         raise GridError(f"{where}: {e}") from None
 
 
+MAX_GRID_BYTES = 1 << 20
+"""Largest grid file read (1 MiB: a grid of thousands of cells is a few KiB); a device
+or a huge file given as ``--grid`` is refused before any of it is read."""
+
+
 def load_grid(path: str | Path) -> Grid:
-    """Read and validate a grid file."""
+    """Read and validate a grid file (a regular file of at most ``MAX_GRID_BYTES``)."""
+    import stat
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise GridError(f"{path}: --grid must be a regular TOML file, not a "
+                            f"{'directory' if stat.S_ISDIR(st.st_mode) else 'device or pipe'}")
+        if st.st_size > MAX_GRID_BYTES:
+            raise GridError(f"{path}: --grid file is {st.st_size:,} bytes; a grid file is at "
+                            f"most {MAX_GRID_BYTES:,} bytes")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_GRID_BYTES + 1)  # the file may grow after the stat
     except OSError as e:
         raise GridError(f"{path}: cannot read grid file: {e.strerror or e}") from None
+    if len(data) > MAX_GRID_BYTES:
+        raise GridError(f"{path}: --grid file is over {MAX_GRID_BYTES:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GridError(f"{path}: not UTF-8 text (byte {e.start})") from None
     return parse_grid(text, str(path))

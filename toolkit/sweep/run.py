@@ -8,7 +8,6 @@ earlier sweep, a killed one, or by hand from the CLI) is skipped and points at t
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,13 +21,17 @@ from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.store import Store
 from toolkit.sweep.engines import CellOutcome, CellTask, cell_key, engines
-from toolkit.sweep.grid import Grid, GridError, load_grid
+from toolkit.sweep.grid import Grid, GridError, cell_json, load_grid
 
 ON_ERROR = ("raise", "record")
 
 
 class SweepError(ToolkitError):
     """A cell failed under ``on_error="raise"`` (the failure is recorded first)."""
+
+
+class SweepInterrupted(ToolkitError):
+    """Ctrl-C stopped a sweep; the cells committed so far are kept, a rerun resumes."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,28 @@ def _check_traces(store: Store, grid: Grid, cells: list[Any]) -> None:
             raise GridError(
                 f"{grid.source}: cell {c.index}: trace {trace!r} is not in {store.root} "
                 f"({table}); known: {', '.join(sorted(known)) or 'none'}")
+    if grid.kind == "selections":
+        _check_layers(store, grid, cells)
+
+
+def _check_layers(store: Store, grid: Grid, cells: list[Any]) -> None:
+    """IndexShare Full layers must be layers of the cell's trace: found now, not when
+    that cell replays."""
+    layers: dict[str, int] = {}
+    for c in cells:
+        full = getattr(c.config, "full_layers", None)
+        if not full:
+            continue
+        trace = c.config.trace
+        if trace not in layers:
+            df = store.query("SELECT max(n_layers) AS n FROM selection_traces "
+                             "WHERE trace = $t", {"t": trace})
+            layers[trace] = int(df["n"][0]) if df.height and df["n"][0] is not None else -1
+        n = layers[trace]
+        bad = [la for la in full if n >= 0 and la >= n]
+        if bad:
+            raise GridError(f"{grid.source}: cell {c.index}: full_layers {bad[0]} is not a "
+                            f"layer of trace {trace!r} (layers 0..{n - 1})")
 
 
 def _progress(total: int, enabled: bool | None) -> Any:
@@ -99,6 +124,8 @@ def run(
     address: str | None = None,
     on_error: str = "raise",
     progress: bool | None = None,
+    connect_timeout_s: float | None = None,
+    verbose: bool = False,
 ) -> SweepResult:
     """Run every cell of ``grid`` not already in ``store``.
 
@@ -111,6 +138,9 @@ def run(
         on_error: ``raise`` (default) stops at the first failed cell after recording it;
             ``record`` records failures and runs the rest.
         progress: cell counter on stderr (``None`` = on a terminal only).
+        connect_timeout_s: Ray only: give up on an unreachable ``address`` after this
+            many seconds (``None``: 30).
+        verbose: Ray only: show Ray's own log lines.
 
     Raises:
         GridError: the grid or a cell's trace is invalid (nothing ran).
@@ -133,7 +163,7 @@ def run(
 
     def row(c: Any) -> dict[str, Any]:
         return {**base, "cell": c.index,
-                "cell_json": json.dumps(c.fields, sort_keys=True, default=str),
+                "cell_json": cell_json(c.fields),
                 "config_fingerprint": c.fingerprint}
 
     todo, skipped_rows = [], []
@@ -148,7 +178,9 @@ def run(
         store.write("sweeps", f"{sweep_id}.skipped", pa.Table.from_pylist(skipped_rows))
     ran = failed = 0
     if todo:
-        eng = engines.get(engine)(workers=workers, address=address)
+        opts: dict[str, Any] = {} if engine != "ray" else {"verbose": verbose} | (
+            {} if connect_timeout_s is None else {"connect_timeout_s": connect_timeout_s})
+        eng = engines.get(engine)(workers=workers, address=address, **opts)
         tasks = [CellTask(str(store.root), grid.kind, c.config, row(c), eng.cell_threads)
                  for c in todo]
         by_index = {c.index: c for c in todo}
@@ -168,6 +200,12 @@ def run(
                                           by_index[out.index].fields.items() if k in grid.axes)
                         raise SweepError(f"sweep {sweep_id}: cell {out.index} ({shown}) "
                                          f"failed: {out.error}")
+        except KeyboardInterrupt:
+            (getattr(eng, "abort", None) or eng.cancel)()
+            raise SweepInterrupted(
+                f"interrupted: sweep {sweep_id} stopped after {ran + failed} of {len(todo)} "
+                f"cell(s) to run ({failed} failed); the store keeps every finished cell and "
+                "the same command resumes with the rest") from None
         finally:
             eng.close()
     return SweepResult(sweep_id, len(cells), ran, len(skipped_rows), failed,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from toolkit.config import fingerprint
+from toolkit.config import check_number, fingerprint
 
 UNBOUNDED = -1  # a capacity of -1 tokens means "never evicts"
 SEMANTICS = ("sglang", "page")
@@ -45,6 +45,13 @@ class ServiceAssumptions:
     mem_fraction: float = 0.9
     engine: str = "sglang"
     mechanism: str = "sm_kernel"
+
+    def __post_init__(self) -> None:
+        check_number("assumptions.gpus_per_replica", self.gpus_per_replica, lo=1, hi=1 << 16)
+        check_number("assumptions.mem_fraction", self.mem_fraction, lo=0.0, hi=1.0,
+                     lo_open=True)
+        check_number("assumptions.compute_efficiency", self.compute_efficiency, lo=0.0,
+                     hi=1.0, lo_open=True)
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,9 @@ class TierReplayConfig:
                 raise ValueError(f"{name} must be >= 0, -1 (unbounded) or None (default)")
         if self.storage_tokens < UNBOUNDED:
             raise ValueError("storage_tokens must be >= 0 or -1 (unbounded)")
+        check_number("host_ratio", self.host_ratio, lo=0.0, hi=1e6)
+        check_number("write_through_threshold", self.write_through_threshold, lo=0)
+        check_number("max_running", self.max_running, lo=0)
 
     @property
     def arrival_label(self) -> str:

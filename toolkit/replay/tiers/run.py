@@ -326,7 +326,8 @@ def replay_tiers(
         raise ValueError(f"stream has {ps.page_tokens}-token pages, config asks {pages}")
     if ps.semantics != want:
         raise ValueError(f"stream is for {ps.semantics} semantics, config asks {want}")
-    max_batch = cfg.concurrency or (cfg.max_running or 1024)
+    # a batch never holds more requests than the trace has: the TPOT table stops there
+    max_batch = min(cfg.concurrency or (cfg.max_running or 1024), max(1, ps.prompt.size))
     svc = service.times(int(ps.prompt.mean()), max_batch)
     caps = capacities(cfg, service)
     closed = cfg.concurrency is not None or cfg.sequential
