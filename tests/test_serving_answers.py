@@ -332,3 +332,13 @@ class TestCompare:
                                    measured=False))
         r = df.filter(pl.col("hardware") == "gb300")["tput_ratio_vs_first"][0]
         assert r is not None and 0.95 <= r <= 2.0
+
+
+def test_fully_cached_prompt_is_finite():
+    """cached_prefix_fraction = 1.0 (the top of its validated range): no prefill FLOPs, and
+    every prediction stays finite (it once divided zero by zero)."""
+    rows = [_row(cached_prefix_fraction=c, disagg=d, framework="dynamo-sglang" if d else
+                 "sglang", is_multinode=d) for c in (0.99, 1.0) for d in (False, True)]
+    p = predict(_frame(*rows))
+    for c in ("pred_median_ttft", "pred_tput_per_gpu", "pred_median_tpot"):
+        assert p[c].is_finite().all() and (p[c] > 0).all(), c

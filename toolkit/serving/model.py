@@ -171,8 +171,11 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     flops = (2.0 * d.active_params * new
              + new * d.layers * rows * d.attn_prefill_flops_per_ctx
              + new * d.idx_layers * ctx_avg * d.idx_flops_per_ctx)
-    peak = (2.0 * d.active_params * new * d.peak_w + (flops - 2.0 * d.active_params * new)
-            * d.peak_attn) / np.maximum(flops, 1.0)
+    # FLOP-weighted peak of the GEMMs (weight precision) and attention (FP8); a fully cached
+    # prompt (no new tokens) has no FLOPs and keeps the GEMM peak
+    peak = np.where(flops > 0, (2.0 * d.active_params * new * d.peak_w
+                                + (flops - 2.0 * d.active_params * new) * d.peak_attn)
+                    / np.maximum(flops, 1.0), d.peak_w)
     t_comp = flops / (g * peak * th["eff_prefill"])
     chunks = np.maximum(np.ceil(new / PREFILL_CHUNK_TOKENS), 1.0)
     weights_pg = (d.dense_bytes + d.routed_bytes) / g
