@@ -187,7 +187,7 @@ def one_line_error(res: subprocess.CompletedProcess, *words: str) -> None:
 @pytest.fixture(scope="module")
 def bailian_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("absurd") / "s"
-    s = toolkit.open_store(root)
+    s = toolkit.open_store(root, create=True)
     ingest_file(s, "bailian", DATA / "bailian_sample.jsonl", "b")
     s.close()
     return root

@@ -90,7 +90,7 @@ class TestReportFiles:
         """One SVG and one PNG per chart div, each non-trivial."""
         figs = build_report(analysis_store).figures
         divs = chart_divs((report_dir / "index.html").read_text())
-        assert divs == [f"chart-{f.stem}" for f in figs] and len(divs) == 12
+        assert divs == [f"chart-{f.stem}" for f in figs] and len(divs) == 13
         for f in figs:
             assert (report_dir / f"{f.stem}.svg").read_text().startswith("<svg")
             assert (report_dir / f"{f.stem}.png").read_bytes()[:4] == b"\x89PNG"

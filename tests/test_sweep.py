@@ -503,7 +503,7 @@ def test_cells_are_the_product_of_the_axes(policies, caps, traces):
 def bailian_store(tmp_path):
     from tests import sweep_fault  # noqa: F401 - registers the "fault" kind
 
-    s = toolkit.open_store(tmp_path / "store")
+    s = toolkit.open_store(tmp_path / "store", create=True)
     ingest_file(s, "bailian", ROOT / "tests" / "data" / "bailian_sample.jsonl", "b")
     yield s
     s.close()

@@ -50,8 +50,8 @@ class ServiceAssumptions:
         check_number("assumptions.gpus_per_replica", self.gpus_per_replica, lo=1, hi=1 << 16)
         check_number("assumptions.mem_fraction", self.mem_fraction, lo=0.0, hi=1.0,
                      lo_open=True)
-        check_number("assumptions.compute_efficiency", self.compute_efficiency, lo=0.0,
-                     hi=1.0, lo_open=True)
+        if not isinstance(self.engine, str) or not self.engine:
+            raise ValueError(f"assumptions.engine must be an engine name, got {self.engine!r}")
 
 
 @dataclass(frozen=True)
