@@ -19,6 +19,13 @@ _USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "Usag
 _CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__
                         if c.__name__ == "ClickException")
 INTERRUPTED = 130  # 128 + SIGINT, the shell's code for a process stopped by Ctrl-C
+_REPORTED: list[bool] = []
+
+
+def interrupted_reported() -> None:
+    """A command that printed its own one-line Ctrl-C message (e.g. how far a sweep got)
+    calls this before exiting 130, so the group does not print a second line."""
+    _REPORTED.append(True)
 
 
 def usage_line(e: Any) -> str:
@@ -60,7 +67,7 @@ class OneLineErrors(TyperGroup):
         except typer.Abort:
             typer.echo("aborted", err=True)
             sys.exit(1)
-        if rc == INTERRUPTED:  # Typer turns KeyboardInterrupt into Exit(130)
+        if rc == INTERRUPTED and not _REPORTED:  # Typer turns KeyboardInterrupt into Exit(130)
             typer.echo(f"\ninterrupted: {_command_words(argv)} (Ctrl-C); the store is intact "
                        "(every write is all-or-nothing: an interrupted one is finished or "
                        "discarded when the store is next opened)", err=True)

@@ -69,7 +69,10 @@ def sweep_cmd(
         except SweepError as e:
             fail(str(e), code=1)
         except SweepInterrupted as e:  # Ctrl-C: one line, exit 130 as a shell reports it
+            from toolkit.commands.oneline import interrupted_reported
+
             typer.echo(str(e), err=True)
+            interrupted_reported()
             raise typer.Exit(130) from None
         except (ToolkitError, RegistryError, ValueError) as e:  # nothing ran
             fail(str(e))
