@@ -27,7 +27,7 @@ duration, divided by the GPUs (InferenceX's divisors).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 NUM_PROMPTS_PER_USER = 10
 """InferenceX: ``--num-prompts $((CONC * 10))``."""
@@ -266,7 +266,7 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     out[5] = completed
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: np.ndarray,
                 cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
                 bs: np.ndarray, ts: np.ndarray, pre_tok_s: np.ndarray,
@@ -276,7 +276,7 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
     out = np.zeros((n, 6))
     isl_sum = np.zeros(n)
     osl_sum = np.zeros(n)
-    for i in range(n):  # rows are independent runs
+    for i in prange(n):  # rows are independent runs (one thread each)
         n_req = int(conc[i]) * per_user
         # lengths depend on the configuration, not on the row's position in the table
         np.random.seed((seed + int(conc[i]) * 1000003 + int(isl_l[i]) * 7919
