@@ -50,7 +50,7 @@ def _selection_store(root: Path):
     from toolkit.store import open_store
     from toolkit.synth.selections import SyntheticSelectionConfig, generate
 
-    store = open_store(root / "store")
+    store = open_store(root / "store", create=True)
     cfg = SyntheticSelectionConfig(requests=2, prompt_tokens=300, steps=4, layers=2, k=32,
                                    sinks=2, recent_window=8, seed=1)
     store.write_many(generate(cfg, "warm"), "warm")
@@ -78,7 +78,7 @@ def _prefix(root: Path, traces: Path) -> None:
     from toolkit.store import open_store
     from toolkit.synth.agentic import AgenticConfig, write_agentic
 
-    with open_store(root / "store") as store:
+    with open_store(root / "store", create=True) as store:
         write_agentic(store, AgenticConfig(sessions=4), "warm")
         for policy in policies.names():
             replay_prefix(store, PrefixReplayConfig("warm", policy, 64))
