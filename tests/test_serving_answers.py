@@ -284,8 +284,7 @@ class TestCompare:
         """--measurements takes InferenceX's own export columns; its rows answer first."""
         mine = points.filter((pl.col("hardware") == "b200") & (pl.col("framework") == "sglang")
                              & (pl.col("isl") == 8192) & (pl.col("precision") == "fp8"))
-        if mine.height == 0:
-            pytest.skip("no bundled b200 sglang fp8 8k rows")
+        assert mine.height == 5  # the bundled B200 SGLang FP8 8K/1K rows
         src = tmp_path / "mine.csv"
         mine.with_columns(pl.col("tput_per_gpu") * 3).write_csv(src)
         cfg = CompareConfig("dsr1", ("b200",), (float(mine["median_intvty"].min()),),
