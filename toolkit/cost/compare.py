@@ -278,20 +278,19 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None) -> pl.DataF
     return _ratios(pl.DataFrame(out, infer_schema_length=None), cfg.hardware[0])
 
 
+def _at_target(series, target: float) -> dict | None:
+    """A front's answer at ``target`` plus the front row that meets it (``_row``)."""
+    if series is None:
+        return None
+    x, ys, f = series
+    ans = _front_answer(x, ys, target)
+    ans["_row"] = f[ans["_at"]].to_dicts()[0] if ans["_at"] is not None else None
+    return ans
+
+
 def _answer(hw: str, engine: str, target: float, mod, mea, basis: str) -> dict:
     row: dict = {"hardware": hw, "engine": engine, "interactivity": target}
-    model_ans = None
-    if mod is not None:
-        x, ys, f = mod
-        model_ans = _front_answer(x, ys, target)
-        model_ans["_row"] = f[model_ans["_at"]].to_dicts()[0] if model_ans["_at"] is not None \
-            else None
-    mea_ans = None
-    if mea is not None:
-        x, ys, f = mea
-        mea_ans = _front_answer(x, ys, target)
-        mea_ans["_row"] = f[mea_ans["_at"]].to_dicts()[0] if mea_ans["_at"] is not None \
-            else None
+    model_ans, mea_ans = _at_target(mod, target), _at_target(mea, target)
     use_measured = mea_ans is not None and mea_ans["reachable"]
     ans = mea_ans if use_measured else (model_ans or mea_ans)
     row.update(source="measured" if use_measured else "model",
