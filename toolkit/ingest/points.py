@@ -278,13 +278,14 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
         return None if total_tokens is None or not done else int(round(total_tokens / done))
 
     model_id = rec.get("model_id")
-    date = rec.get("date")
     return {
         **dict.fromkeys(INFERENCEX_COLUMNS),
         "framework": framework,
         "model": model_id if isinstance(model_id, str) else None,
         "isl": mean_len(tin), "osl": mean_len(tout), "conc": conc,
-        "date": date if isinstance(date, str) else None,
+        "date": bench_date(rec.get("date")),
+        # the GPUs that served it (the divisor above); the rest of the layout is not recorded
+        "num_prefill_gpu": gpus, "num_decode_gpu": gpus,
         "tput_per_gpu": total / gpus, "output_tput_per_gpu": out_tput / gpus,
         "input_tput_per_gpu": None if in_tput is None else in_tput / gpus,
         "median_intvty": 1000.0 / tpot_ms,
@@ -294,6 +295,19 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
         "median_e2el": ms(e2e[0]), "p90_e2el": ms(e2e[1]), "median_itl": ms("median_itl_ms"),
         "source_format": kind, "source_row": at,
     }
+
+
+def bench_date(value: object) -> str | None:
+    """A bench result's ``date`` as an ISO day: vLLM writes ``YYYYMMDD-HHMMSS``; anything
+    else that is not already ``YYYY-MM-DD...`` is dropped (the date only ages the engine)."""
+    if not isinstance(value, str):
+        return None
+    v = value.strip()
+    if len(v) >= 8 and v[:8].isdigit():
+        return f"{v[:4]}-{v[4:6]}-{v[6:8]}"
+    if len(v) >= 10 and v[4] == "-" and v[7] == "-" and (v[:4] + v[5:7] + v[8:10]).isdigit():
+        return v[:10]
+    return None
 
 
 #: The column names ``cost-at-interactivity`` used to ask for, mapped to InferenceX's.
