@@ -17,9 +17,11 @@ from dataclasses import dataclass, fields
 
 import polars as pl
 
-from toolkit.ingest.points import BENCH_FORMATS
 from toolkit.models import get_model
 from toolkit.registry import RegistryError
+
+#: ``source_format`` of rows read from bench results (the rows this module fills).
+BENCH_FORMATS = ("sglang-bench", "vllm-bench")
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ def resolve_model(name: str | None) -> str | None:
 
 
 def fill_bench_layout(df: pl.DataFrame, layout: BenchLayout, where: str, *,
-                      require: bool, prefix: str = "--") -> tuple[pl.DataFrame, list[str]]:
+                      require: bool, prefix: str = "--", resolve: bool = True
+                      ) -> tuple[pl.DataFrame, list[str]]:
     """Fill the layout and context columns of bench rows from ``layout``.
 
     Args:
@@ -112,6 +115,8 @@ def fill_bench_layout(df: pl.DataFrame, layout: BenchLayout, where: str, *,
             hardware, model or precision, ``gpus`` that differ from ``tp``); without it,
             fill what is given and leave the rest null (``ingest points``).
         prefix: how the command spells the flags (``--`` or ``--measured-``).
+        resolve: replace model ids by registered names (off when storing a table, which
+            keeps the file's own ``model_id``).
 
     Returns:
         The frame and the notes to show (defaults applied).
@@ -126,10 +131,10 @@ def fill_bench_layout(df: pl.DataFrame, layout: BenchLayout, where: str, *,
         v = getattr(layout, f)
         if v is not None:
             df = df.with_columns(pl.col(f).fill_null(v))
-    given_model = resolve_model(layout.model) or layout.model
+    given_model = (resolve_model(layout.model) if resolve else None) or layout.model
     models = []
     for m, b in zip(df["model"].to_list(), bench.to_list(), strict=True):
-        known = resolve_model(m)
+        known = resolve_model(m) if resolve else None
         # a bench's model_id is a repository path; the flag names it when no alias does
         models.append(known or (given_model if m is None or (b and given_model) else m))
     df = df.with_columns(pl.Series("model", models, dtype=pl.String))
@@ -146,13 +151,18 @@ def fill_bench_layout(df: pl.DataFrame, layout: BenchLayout, where: str, *,
         df = df.with_columns([pl.when(bench).then(pl.col(c).fill_null(layout.gpus))
                               .otherwise(pl.col(c)).alias(c)
                               for c in ("num_prefill_gpu", "num_decode_gpu")])
+    if not require and layout.tp is None:  # a front needs no layout: fill none
+        return df, notes
+    stored = {"ep": "decode_ep", "dp_attention": "decode_dp_attention",
+              "spec_method": "spec_method"}
     used = []
     values = {}
     for f in ("tp", "ep", "dp_attention", "spec_method"):
         v = getattr(layout, f)
         if v is None and f in DEFAULTS:
             v = DEFAULTS[f]
-            used.append(f"{flag(f, prefix)} {str(v).lower()}")
+            if (bench & df[stored[f]].is_null()).any():  # a default that fills something
+                used.append(f"{flag(f, prefix)} {str(v).lower()}")
         values[f] = v
     fills = {"disagg": False, "is_multinode": False, "spec_method": values["spec_method"],
              "prefill_ep": values["ep"], "decode_ep": values["ep"],

@@ -37,6 +37,11 @@ import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
+from toolkit.ingest.bench_layout import (  # noqa: F401  (BENCH_FORMATS: re-exported)
+    BENCH_FORMATS,
+    BenchLayout,
+    fill_bench_layout,
+)
 from toolkit.ingest.fields import requests_table
 
 STRING, BOOL, INT, FLOAT = pl.String, pl.Boolean, pl.Int64, pl.Float64
@@ -59,7 +64,6 @@ REQUIRED = ("tput_per_gpu", "median_intvty")
 #: 1-based row (CSV/Parquet row, JSON list index or JSONL line).
 PROVENANCE = {"source_format": STRING, "source_row": INT}
 POINT_COLUMNS = {**INFERENCEX_COLUMNS, **PROVENANCE}
-BENCH_FORMATS = ("sglang-bench", "vllm-bench")
 SIGNATURE = ("tput_per_gpu", "median_intvty")  # an InferenceX row (flat or nested metrics)
 
 
@@ -473,14 +477,31 @@ def _timeline(path: Path, trace: str, rec: dict) -> pa.Table:
 
 def read(path: Path, name: str, *, hardware: str | None = None, gpus: int | None = None,
          framework: str | None = None, model: str | None = None,
-         precision: str | None = None) -> dict[str, pa.Table]:
+         precision: str | None = None, tp: int | None = None, ep: int | None = None,
+         dp_attention: bool | None = None, spec_method: str | None = None
+         ) -> dict[str, pa.Table]:
     """The ``measured_points`` rows of ``path`` (and, for a bench result with per-request
-    lists, its ``requests`` timeline under the same name)."""
+    lists, its ``requests`` timeline under the same name). Given ``tp``, bench rows also
+    store their server's layout (``ep``, ``dp_attention``, ``spec_method`` default to the
+    engines' defaults, noted), so the table serves ``serving fit`` without further flags."""
     from toolkit.schema import MEASURED_POINTS
 
     df, details = _read_file(path, gpus)
     df = _finish(df, {"hardware": hardware, "framework": framework, "model": model,
                       "precision": precision}, _Where(path, "row"))
+    if tp is not None or ep is not None or dp_attention is not None or spec_method:
+        if tp is None:
+            raise TraceFormatError(path, None, "decode_tp", "--ep, --dp-attention and "
+                                   "--spec-method describe a layout: give --tp N with them")
+        try:
+            df, said = fill_bench_layout(df, BenchLayout(gpus=gpus, tp=tp, ep=ep,
+                                                         dp_attention=dp_attention,
+                                                         spec_method=spec_method),
+                                         str(path), require=False, resolve=False)
+        except ValueError as e:
+            raise TraceFormatError(path, None, None, str(e)) from None
+        for n in said:
+            note(n)
     df = df.with_columns(pl.lit(name).alias("name"), pl.lit(str(path)).alias("source"))
     tables = {"measured_points": df.select(MEASURED_POINTS.names).to_arrow()
               .cast(MEASURED_POINTS)}
