@@ -201,7 +201,7 @@ def _check_complete(df: pl.DataFrame, bench: pl.Series, where: str, prefix: str)
             i = int(bad[0])
             extra = (f" (its model_id {df['model'][i]!r} names no registered model)"
                      if col == "model" and df["model"][i] else "")
-            raise LayoutError(f"{_at(df, i, where)} field {col!r}: a {df['source_format'][i]} "
+            raise LayoutError(f"{_at(df, i, where)} field {col!r}: the {df['source_format'][i]} "
                               f"result does not record {what}{extra}; pass "
                               f"{flag(f, prefix)}")
     bad = (bench & (df["decode_tp"] != df["num_decode_gpu"])).fill_null(False).arg_true()
