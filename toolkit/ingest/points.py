@@ -252,7 +252,9 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
         in_tput = _num(rec, "input_throughput", where, at)
         total = None if in_tput is None else in_tput + out_tput
         e2e = ("median_e2e_latency_ms", "p90_e2e_latency_ms")
-    done = _num(rec, "completed", where, at)
+    done = rec.get("completed")
+    if done is not None and (isinstance(done, bool) or not isinstance(done, int) or done < 0):
+        raise where.err(at, "completed", f"expected a request count, got {done!r}"[:120])
     dur = _num(rec, "duration", where, at)
     tin = _num(rec, "total_input_tokens", where, at)
     tout = _num(rec, "total_output_tokens", where, at)
