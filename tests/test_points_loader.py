@@ -156,6 +156,10 @@ class TestFitInput:
                                   "--measured-points", "sg", "--scheme", "hardware"])
         assert "stub: no cross-validation" in res.output
         assert [d.select(COMPARED).equals(want.select(COMPARED)) for d in seen] == [True, True]
+        cli("serving", "fit", "--points", SGLANG, *FLAGS_8, "--ep", "8", "--dp-attention",
+            "--spec-method", "mtp", "--no-bands")
+        assert seen[-1].select("decode_ep", "prefill_dp_attention", "spec_method").unique(
+            ).rows() == [(8, True, "mtp")]
 
 
 class TestRefusals:

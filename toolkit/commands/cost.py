@@ -353,7 +353,9 @@ def cost_compare_cmd(
             isl=isl, osl=osl, cached_prefix_fraction=cached_prefix_fraction, engines=engines,
             mtp=mtp, mtp_accept=mtp_accept, mtp_draft_tokens=mtp_draft_tokens,
             kv_dtype=kv_dtype, engine_versions=versions, all_engines=all_engines,
-            measured=measured, measurements=src)
+            measured=measured, measurements=(
+                src.path if src is not None and src.path and not src.layout.given()
+                else src))
         p = ServingParams.load(params) if params else bundled_params()
         df = compare(cfg, p)
     except (ToolkitError, RegistryError, ValueError) as e:

@@ -83,12 +83,11 @@ def load_measurements(source: str | Path | MeasurementSource, *, for_model: bool
     prefix = src.flag_prefix
     if src.path is not None:
         path = Path(src.path)
-        if path.suffix.lower() in TABULAR:
+        if path.suffix.lower() in TABULAR and for_model:
             if src.layout.given():
-                notes.append(f"{path}: an InferenceX table carries its own layout; the "
-                             "bench-result flags do not apply to it")
-            if for_model:
-                return read_points(path)
+                notes.append(f"{path}: an InferenceX table carries its own layout and "
+                             "names; the bench-result flags do not apply to it")
+            return read_points(path)
         try:
             df = read_measured_points(path, gpus=src.layout.gpus)
         except ToolkitError as e:
