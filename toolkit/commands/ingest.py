@@ -65,7 +65,7 @@ def ingest_points_cmd(
     hardware: Annotated[str | None, typer.Option(
         "--hardware", help="Hardware name for rows without one (bench results).")] = None,
     framework: Annotated[str | None, typer.Option(
-        "--framework", help="Engine for rows without one (default for bench results: "
+        "--framework", "--engine", help="Engine for rows without one (default for bench results: "
         "sglang or vllm).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model for rows without "
                                               "one.")] = None,

@@ -16,7 +16,8 @@ PANEL = "Bench results (sglang.bench_serving JSONL, vllm bench serve JSON)"
 
 HELP = {
     "hardware": "Accelerator that served the benchmark (bench results never name it).",
-    "framework": "Engine, for rows without one (bench results name theirs: sglang, vllm).",
+    "framework": "Engine (InferenceX's framework), for rows without one (bench results "
+                 "name theirs: sglang, vllm).",
     "model": "Model served (name or alias); replaces a model_id that names no registered "
              "model.",
     "precision": "Weights' precision: fp4, fp8 or bf16.",
@@ -28,8 +29,8 @@ HELP = {
 }
 
 
-def _opt(flag: str, key: str, **kw):
-    return typer.Option(flag, help=HELP[key], rich_help_panel=PANEL, **kw)
+def _opt(flag: str, key: str, *aliases: str, **kw):
+    return typer.Option(flag, *aliases, help=HELP[key], rich_help_panel=PANEL, **kw)
 
 
 StoreOpt = Annotated[Path | None, typer.Option(
@@ -39,7 +40,7 @@ MeasuredPointsOpt = Annotated[str | None, typer.Option(
     "instead of a file.")]
 
 HardwareOpt = Annotated[str | None, _opt("--hardware", "hardware")]
-FrameworkOpt = Annotated[str | None, _opt("--framework", "framework")]
+FrameworkOpt = Annotated[str | None, _opt("--framework", "framework", "--engine")]
 ModelOpt = Annotated[str | None, _opt("--model", "model")]
 PrecisionOpt = Annotated[str | None, _opt("--precision", "precision")]
 GpusOpt = Annotated[int | None, _opt("--gpus", "gpus", min=1)]
@@ -49,7 +50,8 @@ DpaOpt = Annotated[bool | None, _opt("--dp-attention/--no-dp-attention", "dp_att
 SpecOpt = Annotated[str | None, _opt("--spec-method", "spec_method")]
 
 MHardwareOpt = Annotated[str | None, _opt("--measured-hardware", "hardware")]
-MFrameworkOpt = Annotated[str | None, _opt("--measured-framework", "framework")]
+MFrameworkOpt = Annotated[str | None, _opt("--measured-framework", "framework",
+                                           "--measured-engine")]
 MModelOpt = Annotated[str | None, _opt("--measured-model", "model")]
 MPrecisionOpt = Annotated[str | None, _opt("--measured-precision", "precision")]
 MGpusOpt = Annotated[int | None, _opt("--measured-gpus", "gpus", min=1)]
