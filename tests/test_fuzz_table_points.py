@@ -202,11 +202,9 @@ POINT_SAMPLES = {"inferencex_points_sample.json": {}, "sglang_bench_sample.jsonl
                  "vllm_bench_sample.json": {"gpus": 1}}
 
 
-@FUZZ
-@given(data=st.data(), sample=st.sampled_from(sorted(POINT_SAMPLES)))
-def test_points_field_values(lab, data, sample):
-    """Any value in any field of a points file is read or refused cleanly; what is read has
-    positive throughput and interactivity."""
+def _field_mutated(lab, data, sample: str) -> Path | None:
+    """The sample with one field of its first record set to a nasty value (None when json
+    cannot write the value)."""
     text = (DATA / sample).read_text()
     try:
         recs = [json.loads(text)]
@@ -223,8 +221,19 @@ def test_points_field_values(lab, data, sample):
     try:
         body = json.dumps(recs[0]) if one else "".join(json.dumps(r) + "\n" for r in recs)
     except ValueError:  # a value json cannot write (nan is allowed; none here fails)
-        return
+        return None
     path.write_text(body)
+    return path
+
+
+@FUZZ
+@given(data=st.data(), sample=st.sampled_from(sorted(POINT_SAMPLES)))
+def test_points_field_values(lab, data, sample):
+    """Any value in any field of a points file is read or refused cleanly; what is read has
+    positive throughput and interactivity."""
+    path = _field_mutated(lab, data, sample)
+    if path is None:
+        return
     tables = lab.ingest("points", path, **POINT_SAMPLES[sample])
     if tables is not None:
         pts = tables["measured_points"]
@@ -239,3 +248,29 @@ def test_points_mutations(lab, data, sample):
     path = lab.dir / sample
     path.write_bytes(data.draw(mutated(raw)))
     lab.ingest("points", path, **POINT_SAMPLES[sample])
+
+
+@FUZZ
+@given(data=st.data(), sample=st.sampled_from(sorted(POINT_SAMPLES)))
+def test_points_as_model_input(lab, data, sample):
+    """Any value in any field, loaded for the serving model with the layout flags given:
+    validated rows with every configuration column set, or one line naming the file."""
+    from toolkit.ingest.bench_layout import BenchLayout
+    from toolkit.serving.measurements import MeasurementSource, load_measurements
+    from toolkit.serving.points import CONFIG_COLUMNS, PointsError
+
+    path = _field_mutated(lab, data, sample)
+    if path is None:
+        return
+    gpus = POINT_SAMPLES[sample].get("gpus")
+    layout = BenchLayout(hardware="h200", model="dsr1", precision="fp8", gpus=gpus,
+                         tp=gpus) if gpus else BenchLayout()
+    try:
+        df = load_measurements(MeasurementSource(str(path), layout=layout))
+    except PointsError as e:
+        text = str(e)
+        assert str(path) in text and "\n" not in text, text
+        event("refused")
+        return
+    event("loaded")
+    assert df.height >= 1 and all(df[c].null_count() == 0 for c in CONFIG_COLUMNS)

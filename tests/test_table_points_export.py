@@ -285,7 +285,7 @@ class TestCostAtInteractivity:
         assert read_measurements(bundled_points_path()).equals(read_measurements(raw))
         out = cli("cost-at-interactivity", "--measurements", bundled_points_path(),
                   "--interactivity", "100", "--format", "csv")
-        assert out.splitlines()[0].startswith("hardware,engine,n_points")
+        assert out.splitlines()[0].startswith("hardware,engine,model,precision,isl,osl,n_points")
 
     def test_stored_measured_points(self, tmp_path):
         """Steffen through the sample's front (30, 700), (60, 300), (80, 100): at 60 the

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from toolkit.commands import measured as m
 from toolkit.commands.common import choices, fail, field_default
 from toolkit.commands.output import FormatOpt, Output, OutputOpt
 from toolkit.cost.config import CompareConfig
@@ -137,7 +138,9 @@ def cost_at_interactivity_cmd(
     measurements: Annotated[
         Path | None, typer.Option("--measurements", help="InferenceX CSV/JSON/Parquet as "
                                   "exported (hardware, framework, conc, tput_per_gpu, "
-                                  "median_intvty, p90_ttft), or the renamed layout.")
+                                  "median_intvty, p90_ttft), the renamed layout, "
+                                  "sglang.bench_serving JSONL or vllm bench serve JSON (with "
+                                  "--gpus and --hardware).")
     ] = None,
     price_tier: Annotated[
         str, typer.Option("--price-tier", help="hyperscaler, neocloud or rental.")
@@ -148,30 +151,33 @@ def cost_at_interactivity_cmd(
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
-    store: Annotated[Path | None, typer.Option("--store", help="Store holding "
-                                               "--measured-points.")] = None,
-    measured_points: Annotated[str | None, typer.Option(
-        "--measured-points", help="Name of a measured_points table (toolkit ingest points) "
-        "in --store, instead of --measurements.")] = None,
+    store: m.StoreOpt = None,
+    measured_points: m.MeasuredPointsOpt = None,
+    hardware: m.HardwareOpt = None,
+    framework: m.FrameworkOpt = None,
+    model: m.ModelOpt = None,
+    precision: m.PrecisionOpt = None,
+    gpus: m.GpusOpt = None,
 ) -> None:
-    """$/M tokens per (hardware, engine) at a target interactivity: Steffen spline on each
-    series' throughput-vs-interactivity Pareto front, as InferenceX does."""
-    from toolkit.commands.common import cli_store, guard
+    """$/M tokens per (hardware, engine, model, precision, ISL, OSL) at a target
+    interactivity: Steffen spline on each series' throughput-vs-interactivity Pareto front,
+    as InferenceX does."""
     from toolkit.cost.interpolate import cost_at_interactivity, read_measurements
 
     out = Output.from_options(fmt, as_json, output)
-    if (measurements is None) == (measured_points is None) or (measured_points and not store):
+    src = m.measurement_source(measurements, store, measured_points,
+                               file_flag="--measurements", hardware=hardware,
+                               framework=framework, model=model, precision=precision,
+                               gpus=gpus)
+    if src is None:
         fail("give --measurements FILE, or --store S --measured-points NAME")
-    if measured_points is not None:
-        import polars as pl
-
-        with cli_store(store) as s:
-            measurements = pl.from_arrow(guard(s.read, "measured_points", measured_points))
+    notes: list[str] = []
     try:
-        df = cost_at_interactivity(read_measurements(measurements), interactivity, price_tier,
-                                   max_p90_ttft_s=max_p90_ttft_s)
+        df = cost_at_interactivity(read_measurements(src, notes=notes), interactivity,
+                                   price_tier, max_p90_ttft_s=max_p90_ttft_s)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
+    m.show_notes(notes)
     out.emit(df)
 
 
@@ -278,8 +284,20 @@ def cost_compare_cmd(
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV-cache dtype: fp8 or bf16.")] = (
         field_default(CompareConfig, "kv_dtype")),
     measurements: Annotated[Path | None, typer.Option(
-        "--measurements", help="Measured points in InferenceX's export columns (CSV/Parquet), "
-        "used before the model where they cover the question.")] = None,
+        "--measurements", help="Measured points used before the model where they cover the "
+        "question: InferenceX CSV/Parquet/JSON as exported, sglang.bench_serving JSONL or "
+        "vllm bench serve JSON (bench results need the --measured-* flags).")] = None,
+    store: m.StoreOpt = None,
+    measured_points: m.MeasuredPointsOpt = None,
+    measured_hardware: m.MHardwareOpt = None,
+    measured_framework: m.MFrameworkOpt = None,
+    measured_model: m.MModelOpt = None,
+    measured_precision: m.MPrecisionOpt = None,
+    measured_gpus: m.MGpusOpt = None,
+    measured_tp: m.MTpOpt = None,
+    measured_ep: m.MEpOpt = None,
+    measured_dp_attention: m.MDpaOpt = None,
+    measured_spec_method: m.MSpecOpt = None,
     measured: Annotated[bool, typer.Option(
         "--measured/--model-only", help="Answer from the bundled InferenceX measurements where "
         "they cover the question (default), or from the model only.")] = True,
@@ -312,6 +330,21 @@ def cost_compare_cmd(
     if mtp not in ("on", "off"):
         fail(f"--mtp {mtp!r}: give on or off")
     ttft = _ttft_bound(max_p90_ttft_s)
+    src = m.measurement_source(
+        measurements, store, measured_points, file_flag="--measurements",
+        prefix="--measured-", hardware=measured_hardware, framework=measured_framework,
+        model=measured_model, precision=measured_precision, gpus=measured_gpus,
+        tp=measured_tp, ep=measured_ep, dp_attention=measured_dp_attention,
+        spec_method=measured_spec_method)
+    if src is not None:  # refuse a bad file before the sweep; show what was assumed
+        from toolkit.serving.measurements import load_measurements
+
+        notes: list[str] = []
+        try:
+            load_measurements(src, notes=notes)
+        except (ToolkitError, RegistryError, ValueError) as e:
+            fail(str(e))
+        m.show_notes(notes)
     try:
         cfg = CompareConfig(
             model=model, hardware=tuple(h.lower() for h in _csv_list(hardware, "--hardware")),
@@ -320,7 +353,9 @@ def cost_compare_cmd(
             isl=isl, osl=osl, cached_prefix_fraction=cached_prefix_fraction, engines=engines,
             mtp=mtp, mtp_accept=mtp_accept, mtp_draft_tokens=mtp_draft_tokens,
             kv_dtype=kv_dtype, engine_versions=versions, all_engines=all_engines,
-            measured=measured, measurements=str(measurements) if measurements else None)
+            measured=measured, measurements=(
+                src.path if src is not None and src.path and not src.layout.given()
+                else src))
         p = ServingParams.load(params) if params else bundled_params()
         df = compare(cfg, p)
     except (ToolkitError, RegistryError, ValueError) as e:

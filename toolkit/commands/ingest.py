@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands.common import StoreOpt, fail
+from toolkit.commands.measured import DpaOpt, EpOpt, SpecOpt, TpOpt
 from toolkit.commands.timelines import NameOpt, PathArg, ReplaceOpt, run_ingest
 
 
@@ -64,7 +65,7 @@ def ingest_points_cmd(
     hardware: Annotated[str | None, typer.Option(
         "--hardware", help="Hardware name for rows without one (bench results).")] = None,
     framework: Annotated[str | None, typer.Option(
-        "--framework", help="Engine for rows without one (default for bench results: "
+        "--framework", "--engine", help="Engine for rows without one (default for bench results: "
         "sglang or vllm).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model for rows without "
                                               "one.")] = None,
@@ -72,11 +73,18 @@ def ingest_points_cmd(
                                                   "without one (fp4, fp8, bf16).")] = None,
     name: NameOpt = None,
     replace: ReplaceOpt = False,
+    tp: TpOpt = None,
+    ep: EpOpt = None,
+    dp_attention: DpaOpt = None,
+    spec_method: SpecOpt = None,
 ) -> None:
     """Measured serving points into the measured_points table (InferenceX columns and units);
-    a bench result's per-request lists also become the request timeline of the same name."""
+    a bench result's per-request lists also become the request timeline of the same name.
+    With --tp, bench rows also store their server's layout (serving fit reads the table
+    without further flags)."""
     run_ingest("points", path, store, name, replace, gpus=gpus, hardware=hardware,
-               framework=framework, model=model, precision=precision)
+               framework=framework, model=model, precision=precision, tp=tp, ep=ep,
+               dp_attention=dp_attention, spec_method=spec_method)
 
 
 #: format name -> command, for cli.py's ingest group.

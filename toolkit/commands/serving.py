@@ -11,6 +11,21 @@ from typing import Annotated
 import typer
 
 from toolkit.commands.common import fail, guard
+from toolkit.commands.measured import (
+    DpaOpt,
+    EpOpt,
+    FrameworkOpt,
+    GpusOpt,
+    HardwareOpt,
+    MeasuredPointsOpt,
+    ModelOpt,
+    PrecisionOpt,
+    SpecOpt,
+    StoreOpt,
+    TpOpt,
+    measurement_source,
+    show_notes,
+)
 from toolkit.commands.output import FormatOpt, Output, OutputOpt, check_output_file
 
 serving_app = typer.Typer(
@@ -20,8 +35,10 @@ serving_app = typer.Typer(
 )
 
 PointsOpt = Annotated[Path | None, typer.Option(
-    "--points", help="CSV/Parquet with InferenceX config columns (default: the bundled "
-    "InferenceX DeepSeek-R1 points, SemiAnalysis InferenceX, Apache-2.0).")]
+    "--points", help="Measured points: InferenceX CSV/Parquet/JSON as exported, "
+    "sglang.bench_serving JSONL or vllm bench serve JSON (bench results need --hardware, "
+    "--model, --precision, --gpus, --tp); default: the bundled InferenceX DeepSeek-R1 "
+    "points, SemiAnalysis InferenceX, Apache-2.0.")]
 ParamsOpt = Annotated[Path | None, typer.Option(
     "--params", help="Parameter file from `serving fit` (default: the bundled fit).")]
 
@@ -30,6 +47,20 @@ def _points(path: Path | None):
     from toolkit.serving.points import bundled_points_path, read_points
 
     return guard(read_points, path or bundled_points_path())
+
+
+def _measured(points: Path | None, store: Path | None, name: str | None, **layout):
+    """The fit's rows: ``--points FILE``, ``--store S --measured-points NAME`` or the
+    bundled InferenceX points, through the one measurement loader."""
+    from toolkit.serving.measurements import load_measurements
+
+    src = measurement_source(points, store, name, file_flag="--points", **layout)
+    if src is None:
+        return _points(None), "bundled dsr1_serving_points.csv (SemiAnalysis InferenceX)"
+    notes: list[str] = []
+    df = guard(load_measurements, src, notes=notes)
+    show_notes(notes)
+    return df, src.label
 
 
 def _params(path: Path | None):
@@ -48,6 +79,17 @@ def fit_cmd(
     bands: Annotated[bool, typer.Option(
         "--bands/--no-bands", help="Also cross-validate (5-fold and leave-one-hardware-out) "
         "to attach error bands; about 1 + 5 + hardware-count fits.")] = True,
+    store: StoreOpt = None,
+    measured_points: MeasuredPointsOpt = None,
+    hardware: HardwareOpt = None,
+    framework: FrameworkOpt = None,
+    model: ModelOpt = None,
+    precision: PrecisionOpt = None,
+    gpus: GpusOpt = None,
+    tp: TpOpt = None,
+    ep: EpOpt = None,
+    dp_attention: DpaOpt = None,
+    spec_method: SpecOpt = None,
 ) -> None:
     """Least-squares fit of the bounded efficiency terms (log error of TPOT, throughput and,
     at half weight, TTFT); writes them with kind = "fitted", the data used, in-sample
@@ -58,9 +100,10 @@ def fit_cmd(
 
     if out is not None:
         check_output_file(out, "--out", (".json",))
-    df = _points(points)
-    label = f"{points or 'bundled dsr1_serving_points.csv (SemiAnalysis InferenceX)'}: "
-    label += f"{df.height} rows"
+    df, label = _measured(points, store, measured_points, hardware=hardware, framework=framework,
+                         model=model, precision=precision, gpus=gpus, tp=tp, ep=ep,
+                         dp_attention=dp_attention, spec_method=spec_method)
+    label += f": {df.height} rows"
     t0 = time.perf_counter()
 
     def progress(i, n, fold):
@@ -125,6 +168,17 @@ def validate_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Same as --format json (no "
                                           "progress).")] = False,
     output: OutputOpt = None,
+    store: StoreOpt = None,
+    measured_points: MeasuredPointsOpt = None,
+    hardware: HardwareOpt = None,
+    framework: FrameworkOpt = None,
+    model: ModelOpt = None,
+    precision: PrecisionOpt = None,
+    gpus: GpusOpt = None,
+    tp: TpOpt = None,
+    ep: EpOpt = None,
+    dp_attention: DpaOpt = None,
+    spec_method: SpecOpt = None,
 ) -> None:
     """Leave-one-hardware-out and leave-one-shape-out cross-validation: median / p90 |error|
     of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only."""
@@ -136,7 +190,9 @@ def validate_cmd(
     as_json = out.quiet
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         fail(f"--out-dir {out_dir}: exists and is not a directory")
-    df = _points(points)
+    df, _ = _measured(points, store, measured_points, hardware=hardware, framework=framework,
+                         model=model, precision=precision, gpus=gpus, tp=tp, ep=ep,
+                         dp_attention=dp_attention, spec_method=spec_method)
     schemes = ("hardware", "shape", "time", "dsa") if scheme == "both" else (scheme,)
     result = {}
     t0 = time.perf_counter()

@@ -165,15 +165,18 @@ MEASURED_KEYS = ("hardware", "framework", "model", "precision", "isl", "osl")
 
 def measured_points(cfg: CompareConfig) -> pl.DataFrame:
     """Measured rows that answer ``cfg``: the bundled InferenceX points plus
-    ``cfg.measurements`` (InferenceX export columns), for its model, precision and shape,
-    MTP rows only when ``mtp = "on"``, p90 TTFT within the bound."""
+    ``cfg.measurements`` (a file any :func:`toolkit.serving.measurements.load_measurements`
+    reads, or a :class:`~toolkit.serving.measurements.MeasurementSource` naming a bench file
+    with its layout or a store's ``measured_points`` table), for its model, precision and
+    shape, MTP rows only when ``mtp = "on"``, p90 TTFT within the bound."""
+    from toolkit.serving.measurements import load_measurements
     from toolkit.serving.points import bundled_points_path, read_points
 
     if not cfg.measured and cfg.measurements is None:
         return pl.DataFrame()
     frames = [read_points(bundled_points_path())] if cfg.measured else []
     if cfg.measurements is not None:
-        frames.append(read_points(cfg.measurements))
+        frames.append(load_measurements(cfg.measurements))
     need = ("tput_per_gpu", "median_intvty", "p90_ttft")
     frames = [f for f in frames if all(c in f.columns for c in need)]
     if not frames:

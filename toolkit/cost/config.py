@@ -4,8 +4,12 @@ model so the CLI reads its field defaults (its option defaults) without importin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from toolkit.config import check_number
+
+if TYPE_CHECKING:
+    from toolkit.serving.measurements import MeasurementSource
 
 DEFAULT_MAX_P90_TTFT_S = 10.0
 """Default p90 TTFT bound of ``cost compare`` (assumed: an interactive service rarely
@@ -40,7 +44,7 @@ class CompareConfig:
     engine_versions: dict[str, str] = field(default_factory=dict)
     all_engines: bool = False
     measured: bool = True
-    measurements: str | None = None
+    measurements: str | MeasurementSource | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.mtp, bool):  # older configs said mtp = true/false

@@ -9,6 +9,7 @@ at >= 0, and re-derive $/M from the interpolated throughput (never spline $/M it
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,9 @@ from toolkit.cost.price import usd_per_million_tokens
 from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 
+if TYPE_CHECKING:
+    from toolkit.serving.measurements import MeasurementSource
+
 MEASUREMENT_COLUMNS: dict[str, type[pl.DataType]] = {
     "hardware": pl.String,
     "engine": pl.String,
@@ -25,6 +29,14 @@ MEASUREMENT_COLUMNS: dict[str, type[pl.DataType]] = {
     "tput_per_gpu": pl.Float64,
     "median_interactivity": pl.Float64,
     "p90_ttft_s": pl.Float64,
+}
+#: Columns that split points into separate fronts where a table has them: a front mixes
+#: neither models, weight precisions nor request shapes (ISL/OSL).
+SERIES_COLUMNS: dict[str, type[pl.DataType]] = {
+    "model": pl.String,
+    "precision": pl.String,
+    "isl": pl.Int64,
+    "osl": pl.Int64,
 }
 
 
@@ -107,16 +119,19 @@ def pareto_front(interactivity: npt.ArrayLike, tput: npt.ArrayLike) -> np.ndarra
     return np.array(keep[::-1], dtype=np.int64)
 
 
-def read_measurements(source: str | Path | pl.DataFrame) -> pl.DataFrame:
-    """Measured points with the columns in ``MEASUREMENT_COLUMNS``, from any file
-    ``toolkit ingest points`` reads (InferenceX CSV/JSON/Parquet as exported, e.g. the
-    bundled ``dsr1_serving_points.csv``; a ``measured_points`` table; the renamed layout of
-    ``MEASUREMENT_COLUMNS``) or from such a frame.
+def read_measurements(source: str | Path | MeasurementSource | pl.DataFrame, *,
+                      notes: list[str] | None = None) -> pl.DataFrame:
+    """Measured points with the columns in ``MEASUREMENT_COLUMNS`` (and those of
+    ``SERIES_COLUMNS`` the source has), from any file ``toolkit ingest points`` reads
+    (InferenceX CSV/JSON/Parquet as exported, e.g. the bundled ``dsr1_serving_points.csv``;
+    sglang.bench_serving JSONL and vllm bench serve JSON with their GPU count and hardware
+    given in a :class:`~toolkit.serving.measurements.MeasurementSource`; the renamed layout
+    of ``MEASUREMENT_COLUMNS``), a store's ``measured_points`` table (a ``MeasurementSource``
+    naming it) or such a frame. Files and tables go through
+    :func:`toolkit.serving.measurements.load_measurements`, the loader every command shares.
 
     InferenceX's ``framework``, ``conc``, ``median_intvty`` and ``p90_ttft`` (seconds)
     become ``engine``, ``concurrency``, ``median_interactivity`` and ``p90_ttft_s``.
-    Bench results (sglang, vllm) need a GPU count and a hardware name: ingest them with
-    ``toolkit ingest points FILE --gpus N --hardware H`` and pass the stored table.
 
     Raises:
         MeasurementError: unreadable file, a missing column or an unusable value (the
@@ -124,19 +139,23 @@ def read_measurements(source: str | Path | pl.DataFrame) -> pl.DataFrame:
     """
     from toolkit.errors import TraceFormatError
     from toolkit.ingest.points import read_measured_points
+    from toolkit.serving.measurements import as_source, load_measurements
 
-    if not isinstance(source, pl.DataFrame):
-        source = Path(source)
-        if not source.is_file():
-            raise MeasurementError(f"{source}: " + (
-                "is a directory; expected a CSV, JSON or Parquet file"
-                if source.is_dir() else "no such file"))
-    where = "<frame>" if isinstance(source, pl.DataFrame) else str(source)
+    if isinstance(source, pl.DataFrame):
+        try:
+            return validate_measurements(read_measured_points(source), "<frame>")
+        except TraceFormatError as e:
+            raise MeasurementError(str(e)) from None
+    src = as_source(source)
+    if src.path is not None and not Path(src.path).is_file():
+        raise MeasurementError(f"{src.path}: " + (
+            "is a directory; expected a CSV, JSON or Parquet file"
+            if Path(src.path).is_dir() else "no such file"))
     try:
-        points = read_measured_points(source)
-    except TraceFormatError as e:
+        points = load_measurements(src, for_model=False, notes=notes)
+    except ToolkitError as e:
         raise MeasurementError(str(e)) from None
-    return validate_measurements(points, where)
+    return validate_measurements(points, src.label)
 
 
 def _measurement_layout(df: pl.DataFrame) -> pl.DataFrame:
@@ -159,7 +178,8 @@ def validate_measurements(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFr
             f"{where}: missing column(s) {missing}; need {list(MEASUREMENT_COLUMNS)} "
             "or InferenceX's hardware, framework, conc, tput_per_gpu, median_intvty, p90_ttft"
         )
-    df = df.select([pl.col(c).cast(t) for c, t in MEASUREMENT_COLUMNS.items()])
+    df = df.select([pl.col(c).cast(t) for c, t in MEASUREMENT_COLUMNS.items()]
+                   + [pl.col(c).cast(t) for c, t in SERIES_COLUMNS.items() if c in df.columns])
     for c in ("tput_per_gpu", "median_interactivity"):
         bad = df.with_row_index("row").filter(pl.col(c).is_null() | (pl.col(c) <= 0))
         if bad.height:
@@ -181,7 +201,9 @@ def cost_at_interactivity(
     max_p90_ttft_s: float | None = None,
     prices_usd_per_gpu_hour: dict[str, float] | None = None,
 ) -> pl.DataFrame:
-    """Interpolated throughput and $/M total tokens per (hardware, engine) at a target.
+    """Interpolated throughput and $/M total tokens per series at a target: one series per
+    (hardware, engine) and, where the table has them, model, precision, ISL and OSL (a
+    front never mixes request shapes: an 8K/1K point is not a faster 1K/1K point).
 
     Args:
         measurements: points as returned by :func:`read_measurements`.
@@ -191,7 +213,8 @@ def cost_at_interactivity(
         prices_usd_per_gpu_hour: per-hardware prices that replace the spec's.
 
     Returns:
-        One row per series: hardware, engine, n_points, n_front, target_interactivity,
+        One row per series: hardware, engine, the ``SERIES_COLUMNS`` the table has,
+        n_points, n_front, target_interactivity,
         clamped (target outside the front's range), tput_per_gpu, usd_per_gpu_hour,
         usd_per_million_tokens, price_tier, survey.
     """
@@ -199,7 +222,9 @@ def cost_at_interactivity(
     if max_p90_ttft_s is not None:
         df = df.filter(pl.col("p90_ttft_s") <= max_p90_ttft_s)
     rows = []
-    for (hw_name, engine), g in df.group_by(["hardware", "engine"], maintain_order=True):
+    series = ["hardware", "engine", *(c for c in SERIES_COLUMNS if c in df.columns)]
+    for key, g in df.group_by(series, maintain_order=True):
+        hw_name = key[0]
         x = g["median_interactivity"].to_numpy()
         y = g["tput_per_gpu"].to_numpy()
         front = pareto_front(x, y)
@@ -212,8 +237,7 @@ def cost_at_interactivity(
             price, survey = spec.price_usd_per_gpu_hour(price_tier), spec.price_vintage(price_tier)
         rows.append(
             {
-                "hardware": hw_name,
-                "engine": engine,
+                **dict(zip(series, key, strict=True)),
                 "n_points": g.height,
                 "n_front": int(front.size),
                 "target_interactivity": float(target_interactivity),
@@ -227,4 +251,4 @@ def cost_at_interactivity(
                 "survey": survey,
             }
         )
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, infer_schema_length=None)

@@ -37,6 +37,11 @@ import pyarrow as pa
 
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
+from toolkit.ingest.bench_layout import (  # noqa: F401  (BENCH_FORMATS: re-exported)
+    BENCH_FORMATS,
+    BenchLayout,
+    fill_bench_layout,
+)
 from toolkit.ingest.fields import requests_table
 
 STRING, BOOL, INT, FLOAT = pl.String, pl.Boolean, pl.Int64, pl.Float64
@@ -59,7 +64,6 @@ REQUIRED = ("tput_per_gpu", "median_intvty")
 #: 1-based row (CSV/Parquet row, JSON list index or JSONL line).
 PROVENANCE = {"source_format": STRING, "source_row": INT}
 POINT_COLUMNS = {**INFERENCEX_COLUMNS, **PROVENANCE}
-BENCH_FORMATS = ("sglang-bench", "vllm-bench")
 SIGNATURE = ("tput_per_gpu", "median_intvty")  # an InferenceX row (flat or nested metrics)
 
 
@@ -248,7 +252,9 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
         in_tput = _num(rec, "input_throughput", where, at)
         total = None if in_tput is None else in_tput + out_tput
         e2e = ("median_e2e_latency_ms", "p90_e2e_latency_ms")
-    done = _num(rec, "completed", where, at)
+    done = rec.get("completed")
+    if done is not None and (isinstance(done, bool) or not isinstance(done, int) or done < 0):
+        raise where.err(at, "completed", f"expected a request count, got {done!r}"[:120])
     dur = _num(rec, "duration", where, at)
     tin = _num(rec, "total_input_tokens", where, at)
     tout = _num(rec, "total_output_tokens", where, at)
@@ -278,13 +284,14 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
         return None if total_tokens is None or not done else int(round(total_tokens / done))
 
     model_id = rec.get("model_id")
-    date = rec.get("date")
     return {
         **dict.fromkeys(INFERENCEX_COLUMNS),
         "framework": framework,
         "model": model_id if isinstance(model_id, str) else None,
         "isl": mean_len(tin), "osl": mean_len(tout), "conc": conc,
-        "date": date if isinstance(date, str) else None,
+        "date": bench_date(rec.get("date")),
+        # the GPUs that served it (the divisor above); the rest of the layout is not recorded
+        "num_prefill_gpu": gpus, "num_decode_gpu": gpus,
         "tput_per_gpu": total / gpus, "output_tput_per_gpu": out_tput / gpus,
         "input_tput_per_gpu": None if in_tput is None else in_tput / gpus,
         "median_intvty": 1000.0 / tpot_ms,
@@ -294,6 +301,19 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
         "median_e2el": ms(e2e[0]), "p90_e2el": ms(e2e[1]), "median_itl": ms("median_itl_ms"),
         "source_format": kind, "source_row": at,
     }
+
+
+def bench_date(value: object) -> str | None:
+    """A bench result's ``date`` as an ISO day: vLLM writes ``YYYYMMDD-HHMMSS``; anything
+    else that is not already ``YYYY-MM-DD...`` is dropped (the date only ages the engine)."""
+    if not isinstance(value, str):
+        return None
+    v = value.strip()
+    if len(v) >= 8 and v[:8].isdigit():
+        return f"{v[:4]}-{v[4:6]}-{v[6:8]}"
+    if len(v) >= 10 and v[4] == "-" and v[7] == "-" and (v[:4] + v[5:7] + v[8:10]).isdigit():
+        return v[:10]
+    return None
 
 
 #: The column names ``cost-at-interactivity`` used to ask for, mapped to InferenceX's.
@@ -459,14 +479,31 @@ def _timeline(path: Path, trace: str, rec: dict) -> pa.Table:
 
 def read(path: Path, name: str, *, hardware: str | None = None, gpus: int | None = None,
          framework: str | None = None, model: str | None = None,
-         precision: str | None = None) -> dict[str, pa.Table]:
+         precision: str | None = None, tp: int | None = None, ep: int | None = None,
+         dp_attention: bool | None = None, spec_method: str | None = None
+         ) -> dict[str, pa.Table]:
     """The ``measured_points`` rows of ``path`` (and, for a bench result with per-request
-    lists, its ``requests`` timeline under the same name)."""
+    lists, its ``requests`` timeline under the same name). Given ``tp``, bench rows also
+    store their server's layout (``ep``, ``dp_attention``, ``spec_method`` default to the
+    engines' defaults, noted), so the table serves ``serving fit`` without further flags."""
     from toolkit.schema import MEASURED_POINTS
 
     df, details = _read_file(path, gpus)
     df = _finish(df, {"hardware": hardware, "framework": framework, "model": model,
                       "precision": precision}, _Where(path, "row"))
+    if tp is not None or ep is not None or dp_attention is not None or spec_method:
+        if tp is None:
+            raise TraceFormatError(path, None, "decode_tp", "--ep, --dp-attention and "
+                                   "--spec-method describe a layout: give --tp N with them")
+        try:
+            df, said = fill_bench_layout(df, BenchLayout(gpus=gpus, tp=tp, ep=ep,
+                                                         dp_attention=dp_attention,
+                                                         spec_method=spec_method),
+                                         str(path), require=False, resolve=False)
+        except ValueError as e:
+            raise TraceFormatError(path, None, None, str(e)) from None
+        for n in said:
+            note(n)
     df = df.with_columns(pl.lit(name).alias("name"), pl.lit(str(path)).alias("source"))
     tables = {"measured_points": df.select(MEASURED_POINTS.names).to_arrow()
               .cast(MEASURED_POINTS)}
