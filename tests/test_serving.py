@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import polars as pl
@@ -245,13 +244,12 @@ class TestCli:
         assert res.exit_code == 2 and "row 2 field 'hardware'" in res.output
 
     def test_cost_compare_json(self):
-        """cost compare prints per-hardware $/M with ratios to the first, under 10 s."""
-        t0 = time.perf_counter()
+        """cost compare prints per-hardware $/M with ratios to the first (its speed is measured
+        in benchmarks/serving_speed_bench.py, not here)."""
         res = runner.invoke(app, ["cost", "compare", "--model", "glm-5.2", "--hardware",
                                   "gb200,gb300,mi355x", "--interactivity", "100,150",
                                   "--max-p90-ttft-s", "2", "--json"])
         assert res.exit_code == 0, res.output
-        assert time.perf_counter() - t0 < 10
         out = json.loads(res.output)
         rows = out["rows"]
         assert [r["hardware"] for r in rows] == ["gb200"] * 2 + ["gb300"] * 2 + ["mi355x"] * 2

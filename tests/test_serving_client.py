@@ -14,12 +14,13 @@ GRID = np.array([[0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0]])
 
 
 def _run(conc, isl, osl, *, step0=0.010, per_req=0.001, accept=1.0, cap=1e9, n_dec=1,
-         n_pre=1, disagg=False, pre=1e-5, xfer=0.0, per_user=1, ratio=1.0):
+         n_pre=1, disagg=False, pre=1e-5, xfer=0.0, per_user=1, ratio=1.0, fixed=None):
     step = (step0 + per_req * GRID)  # step time linear in the batch
     out = replay_client(np.array([conc]), np.array([isl]), np.array([osl]), np.array([accept]),
                         np.array([cap]), np.array([n_dec]), np.array([n_pre]),
                         np.array([disagg]), GRID, step, np.array([pre]), np.array([xfer]),
-                        per_user=per_user, ratio=ratio)
+                        per_user=per_user, ratio=ratio,
+                        prefill_s_per_chunk=None if fixed is None else np.array([fixed]))
     return {k: float(v[0]) for k, v in out.items()}
 
 
@@ -39,6 +40,25 @@ class TestExact:
         r = _run(1, 1000, 11, disagg=True, xfer=2e-6)
         assert r["median_ttft_s"] == pytest.approx(1000 * 1e-5 + 1000 * 2e-6)
         assert r["median_tpot_s"] == pytest.approx(0.011)
+
+    def test_lone_prompt_pays_the_chunk_cost(self):
+        """Disaggregated, alone: 1,000 x 10 us of compute plus one chunk's fixed 5 ms."""
+        r = _run(1, 1000, 11, disagg=True, fixed=0.005)
+        assert r["median_ttft_s"] == pytest.approx(1000 * 1e-5 + 0.005)
+
+    def test_prefill_pool_batches_queued_prompts(self):
+        """Four users arrive together; one prefill instance takes all four 1,000-token prompts
+        in one 8,192-token chunk: one fixed 5 ms for the batch, so every TTFT is
+        4,000 x 10 us + 5 ms (unbatched, the fourth would wait for 4 x 15 ms)."""
+        r = _run(4, 1000, 11, disagg=True, fixed=0.005)
+        assert r["median_ttft_s"] == pytest.approx(4000 * 1e-5 + 0.005)
+        assert r["p90_ttft_s"] == pytest.approx(4000 * 1e-5 + 0.005)
+
+    def test_prefill_batch_stops_at_the_chunk(self):
+        """Three 5,000-token prompts: no two fit one 8,192-token chunk, so they run one after
+        another; the median user waits for one other: 2 x (5,000 x 10 us + 5 ms)."""
+        r = _run(3, 5000, 11, disagg=True, fixed=0.005)
+        assert r["median_ttft_s"] == pytest.approx(2 * (5000 * 1e-5 + 0.005))
 
     def test_mtp_acceptance_divides_steps(self):
         """Two tokens accepted per step: 10 output tokens after the first take 5 steps."""

@@ -92,7 +92,7 @@ def fit_cmd(
     spec_method: SpecOpt = None,
 ) -> None:
     """Least-squares fit of the bounded efficiency terms (log error of TPOT, throughput and,
-    at half weight, TTFT); writes them with kind = "fitted", the data used, in-sample
+    at full weight, TTFT at <= 64 users); writes them with kind = "fitted", the data used, in-sample
     residuals and cross-validated error bands. Exits 1 naming every parameter that ends at
     a bound of its range (the model is then compensating for something it lacks)."""
     from toolkit.serving.crossval import fit_with_bands

@@ -18,8 +18,11 @@ model (:mod:`toolkit.serving.model`) through three per-row inputs:
 
 Engines modelled: aggregated instances schedule one prefill chunk per step ahead of decode
 (SGLang/vLLM chunked prefill) and admit a request only when its KV fits (``cap``);
-disaggregated deployments run a FIFO prefill pool of ``n_pre`` instances, transfer the KV
-and hand the request to the decode instance with the fewest requests. TPOT of a request is
+disaggregated deployments run a FIFO prefill pool of ``n_pre`` instances, each taking the
+queued prompts that fit one chunk into one forward (SGLang's and TensorRT-LLM's prefill
+workers batch up to their token budget), which pays the weights read and launches once
+(``prefill_s_per_chunk``), transfer the KV and hand the request to the decode instance with
+the fewest requests. TPOT of a request is
 ``(end - first token) / (output tokens - 1)``; throughput is every token over the run's
 duration, divided by the GPUs (InferenceX's divisors).
 """
@@ -68,8 +71,8 @@ def _quantile(x: np.ndarray, q: float) -> float:
 @njit(cache=True)
 def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept: float,
                 cap: int, n_dec: int, n_pre: int, disagg: bool, bs: np.ndarray,
-                ts: np.ndarray, pre_tok_s: float, xfer_tok_s: float, chunk: int,
-                out: np.ndarray) -> None:
+                ts: np.ndarray, pre_tok_s: float, pre_fixed_s: float, xfer_tok_s: float,
+                chunk: int, out: np.ndarray) -> None:
     """One benchmark run; writes median TTFT, p90 TTFT, median TPOT, duration, mean
     decode batch per instance and completed requests into ``out``.
 
@@ -100,7 +103,8 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     dq_head, dq_tail = 0, 0
     rem = isl.copy()  # prompt tokens left to prefill (aggregated chunks)
     pre_free = np.zeros(n_pre)
-    pre_job = np.full(n_pre, -1, dtype=np.int64)
+    pre_job = np.full(n_pre, -1, dtype=np.int64)  # first request of the batch (index in q)
+    pre_cnt = np.zeros(n_pre, dtype=np.int64)
     heap_t = np.empty(n_req)  # disaggregated: KV arrivals, a min-heap
     heap_r = np.empty(n_req, dtype=np.int64)
     n_heap = 0
@@ -136,12 +140,16 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
                 reserved[best] += 1
                 q[q_tail] = r
                 q_tail += 1
-            for p in range(n_pre):
+            for p in range(n_pre):  # a free prefill instance batches queued prompts
                 if pre_job[p] < 0 and q_head < q_tail:
-                    r = q[q_head]
-                    q_head += 1
-                    pre_job[p] = r
-                    pre_free[p] = t + isl[r] * pre_tok_s
+                    tokens = 0
+                    pre_job[p] = q_head
+                    while q_head < q_tail and (tokens == 0 or tokens + isl[q[q_head]] <= chunk):
+                        tokens += isl[q[q_head]]
+                        q_head += 1
+                    pre_cnt[p] = q_head - pre_job[p]
+                    pre_free[p] = (t + tokens * pre_tok_s
+                                   + np.ceil(tokens / chunk) * pre_fixed_s)
         else:
             for i in range(n_dec):  # an idle instance with a queued prompt prefills it
                 if step_end[i] == inf and q_head < q_tail and batch[i] < cap:
@@ -164,20 +172,21 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             break  # nothing can move (cannot happen with cap >= 1)
         busy_b += (t_next - t) * batch.sum()
         t = t_next
-        if kind == 1:  # a prefill finished: its KV travels to the decode instance
-            r = pre_job[who]
+        if kind == 1:  # a prefill batch finished: each KV travels to its decode instance
+            for k in range(pre_job[who], pre_job[who] + pre_cnt[who]):
+                r = q[k]
+                j = n_heap
+                n_heap += 1
+                heap_t[j] = t + isl[r] * xfer_tok_s
+                heap_r[j] = r
+                while j > 0:
+                    par = (j - 1) // 2
+                    if heap_t[par] <= heap_t[j]:
+                        break
+                    heap_t[par], heap_t[j] = heap_t[j], heap_t[par]
+                    heap_r[par], heap_r[j] = heap_r[j], heap_r[par]
+                    j = par
             pre_job[who] = -1
-            j = n_heap
-            n_heap += 1
-            heap_t[j] = t + isl[r] * xfer_tok_s
-            heap_r[j] = r
-            while j > 0:
-                par = (j - 1) // 2
-                if heap_t[par] <= heap_t[j]:
-                    break
-                heap_t[par], heap_t[j] = heap_t[j], heap_t[par]
-                heap_r[par], heap_r[j] = heap_r[j], heap_r[par]
-                j = par
             continue
         if kind == 2:  # KV arrived: first token out, the request joins its reserved slot
             r = heap_r[0]
@@ -270,7 +279,8 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
 def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: np.ndarray,
                 cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
                 bs: np.ndarray, ts: np.ndarray, pre_tok_s: np.ndarray,
-                xfer_tok_s: np.ndarray, ratio: float, per_user: int, chunk: int,
+                pre_fixed_s: np.ndarray, xfer_tok_s: np.ndarray, ratio: float,
+                per_user: int, chunk: int,
                 seed: int) -> tuple:
     n = conc.size
     out = np.zeros((n, 6))
@@ -289,7 +299,7 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
             osl[r] = max(np.random.randint(lo_o, int(osl_l[i]) + 1), 2)
         _replay_one(int(conc[i]), n_req, isl, osl, accept[i], max(int(cap[i]), 1),
                     int(n_dec[i]), int(n_pre[i]), disagg[i], bs[i], ts[i], pre_tok_s[i],
-                    xfer_tok_s[i], chunk, out[i])
+                    pre_fixed_s[i], xfer_tok_s[i], chunk, out[i])
         isl_sum[i] = isl.sum()
         osl_sum[i] = osl.sum()
     return out, isl_sum, osl_sum
@@ -298,12 +308,18 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
 def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np.ndarray,
                   cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
                   batch_grid: np.ndarray, step_s: np.ndarray, prefill_s_per_token: np.ndarray,
-                  xfer_s_per_token: np.ndarray, *, seed: int = 0,
+                  xfer_s_per_token: np.ndarray, *, prefill_s_per_chunk=None, seed: int = 0,
                   per_user: int = NUM_PROMPTS_PER_USER,
                   ratio: float = RANGE_RATIO) -> dict[str, np.ndarray]:
     """Replay every row's benchmark run; arrays are per row, ``batch_grid`` / ``step_s`` are
     (rows x grid points). Returns median/p90 TTFT, median TPOT (s), duration (s), tokens
-    in and out, and the time-averaged decode batch per instance."""
+    in and out, and the time-averaged decode batch per instance.
+
+    ``prefill_s_per_chunk``: a disaggregated prefill instance's fixed cost per forward chunk
+    (weights read, launches), shared by the prompts it batches; default 0."""
+    n = np.asarray(conc).size
+    fixed = (np.zeros(n) if prefill_s_per_chunk is None
+             else np.broadcast_to(np.asarray(prefill_s_per_chunk, np.float64), (n,)))
     out, isl_sum, osl_sum = _replay_all(
         np.ascontiguousarray(conc, dtype=np.float64), np.asarray(isl, dtype=np.float64),
         np.asarray(osl, dtype=np.float64), np.asarray(accept, dtype=np.float64),
@@ -311,7 +327,8 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
         np.asarray(n_pre, np.float64), np.asarray(disagg, dtype=np.bool_),
         np.ascontiguousarray(batch_grid, dtype=np.float64),
         np.ascontiguousarray(step_s, dtype=np.float64),
-        np.asarray(prefill_s_per_token, np.float64), np.asarray(xfer_s_per_token, np.float64),
+        np.asarray(prefill_s_per_token, np.float64), np.ascontiguousarray(fixed),
+        np.asarray(xfer_s_per_token, np.float64),
         float(ratio), int(per_user), CHUNK_TOKENS, int(seed))
     return {"median_ttft_s": out[:, 0], "p90_ttft_s": out[:, 1], "median_tpot_s": out[:, 2],
             "duration_s": out[:, 3], "mean_batch_per_instance": out[:, 4],

@@ -187,7 +187,7 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     t_host = d.isl * d.host_prefix_fraction * kv_per_token / (g * d.h2d_bw)
     age = _age_factor(d, th)
     return {"t_prefill_s": (t_comp + t_chunks) * age + t_host, "prefill_flops": flops,
-            "t_prefill_compute_s": t_comp * age,
+            "t_prefill_compute_s": t_comp * age, "t_prefill_per_chunk_s": t_chunks / chunks * age,
             "t_kv_transfer_s": t_xfer, "t_host_prefix_load_s": t_host}
 
 
@@ -225,6 +225,11 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     replay's (:func:`client`)."""
     pre = prefill_terms(d, th)
     s_p = pre["t_prefill_s"]
+    # a disaggregated prefill instance batches queued prompts up to a chunk: under load each
+    # prompt's share of the per-chunk fixed cost shrinks to its share of the chunk's tokens
+    s_cap = np.where(d.disagg, s_p - pre["t_prefill_per_chunk_s"] * (
+        np.maximum(np.ceil(d.isl / PREFILL_CHUNK_TOKENS), 1.0)
+        - d.isl / PREFILL_CHUNK_TOKENS), s_p)
     cap = np.maximum(max_batch(d), 1e-3)
     hi = np.minimum(d.conc / d.n_dec, cap)
     lo = np.minimum(np.full(d.n, 1e-6), hi)
@@ -233,8 +238,8 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         dec = decode_terms(d, th, batch)
         resid = np.maximum(d.osl - 1.0, 1.0) * dec["tpot_s"]
         x = d.n_dec * batch / resid
-        rho = x * s_p / d.n_pre
-        wait = _gdc_wait(s_p, rho, d.n_pre, np.ones(d.n))
+        rho = x * s_cap / d.n_pre
+        wait = _gdc_wait(s_cap, rho, d.n_pre, np.ones(d.n))
         ttft = (th["request_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait
                 + np.where(d.disagg, 0.0, dec["t_step_s"]))
         conc = np.where(rho < 1.0, d.n_dec * batch + x * ttft, np.inf)
@@ -291,13 +296,14 @@ def client(d: Design, th: dict[str, np.ndarray], cap: np.ndarray) -> dict[str, n
     step = np.stack([decode_terms(dd, th, grid[:, j])["t_step_s"]
                      for j in range(BATCH_GRID_POINTS)], axis=1)
     pre = prefill_terms(d, th)
-    # per prompt token (cached or not): a disaggregated prefill instance pays the whole
-    # prefill; an aggregated chunk rides on a decode step that already reads the weights
-    per_tok = np.where(d.disagg, pre["t_prefill_s"], pre["t_prefill_compute_s"]
-                       + pre["t_host_prefix_load_s"]) / np.maximum(d.isl, 1.0)
+    # per prompt token (cached or not) the compute; a disaggregated prefill instance also pays
+    # a fixed cost per forward chunk (weights read, launches), shared by the prompts it
+    # batches; an aggregated chunk rides on a decode step that already reads the weights
+    per_tok = (pre["t_prefill_compute_s"] + pre["t_host_prefix_load_s"]) / np.maximum(d.isl, 1.0)
+    fixed = np.where(d.disagg, pre["t_prefill_per_chunk_s"], 0.0)
     xfer = pre["t_kv_transfer_s"] / np.maximum(d.isl, 1.0)
     out = replay_client(d.conc, d.isl, d.osl, d.mtp_accept, cap, d.n_dec, d.n_pre, d.disagg,
-                        grid, step, per_tok, xfer)
+                        grid, step, per_tok, xfer, prefill_s_per_chunk=fixed)
     dur = np.maximum(out["duration_s"], 1e-12)
     ovh = th["request_overhead_s"]  # outside the GPUs: latency only, no capacity
     return {

@@ -53,7 +53,7 @@ PARAM_HELP: dict[str, str] = {
                             "per layer; 2x beyond the scale-up domain (assumed)",
     "request_overhead_s": "fixed latency of a request outside the GPUs' work: HTTP, "
                           "tokenisation, scheduling, router, first-token return; fitted on "
-                          "TTFT at <= 16 users only, where no queue forms",
+                          "TTFT at <= 64 users only, where it is mostly prefill, not queueing",
     "drift_per_100d": "engine software drift: log step-time growth per 100 days of engine age "
                       "before the reference date (older images are slower)",
 }
