@@ -155,3 +155,22 @@ def test_sql_loads_no_kernel(tmp_path):
     assert "42" in out
     assert lines[-2] == "no named"
     assert "numba" not in json.loads(lines[-1]) and "llvmlite" not in json.loads(lines[-1])
+
+
+def test_a_command_imports_only_its_own_module():
+    """`toolkit replay selections --help` imports the selections commands (and what they
+    import), none of the other groups' modules, and no heavy library."""
+    code = ("import sys\nfrom toolkit.cli import app\n"
+            "sys.argv = ['toolkit', 'replay', 'selections', '--help']\n"
+            "try:\n    app()\nexcept SystemExit:\n    pass\n"
+            "print('mods', sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+            "if m.startswith('toolkit.commands.')))")
+    out = _python(code + "\nimport json\nprint(json.dumps(sorted(m for m in "
+                  f"{list(HEAVY)!r} if m in sys.modules)))")
+    lines = out.splitlines()
+    assert json.loads(lines[-1]) == []
+    loaded = set(lines[-2].removeprefix("mods ").strip("[]").replace("'", "").split(", "))
+    assert "selections" in loaded
+    assert not loaded & {"sweep", "tiers", "engram", "cost", "serving", "models", "export",
+                         "warmup", "synth"}, loaded
+    assert "--buffer-tokens" in out
