@@ -12,7 +12,10 @@ touches compiles. The calls are what commands make on a first run:
 
 An earlier revision's ``toolkit/store/parquet/{topk_pages,table}.py`` are taken from git
 (``--ref``) and imported from a scratch directory; the rest of ``toolkit`` is this tree's.
-Run: ``.venv/bin/python benchmarks/compile_bench.py --ref 51f6744``.
+``--decode``: then, in one process, both decoders read the same 20.5M-position ``topk``
+file (k = 512, ascending positions below 32,768) in turns, 25 times each; the best time a
+position of each (a compile-time saving must not cost decode speed).
+Run: ``.venv/bin/python benchmarks/compile_bench.py --ref 51f6744 --decode``.
 """
 
 from __future__ import annotations
@@ -87,6 +90,39 @@ print(json.dumps(t))
 """
 
 
+DECODE = r"""
+import importlib, sys, time
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from toolkit.store.parquet.sink import parquet_options
+mods = {n: importlib.import_module(n) for n in sys.argv[3:]}
+f = Path(sys.argv[2]) / "topk.parquet"
+rng = np.random.default_rng(0)
+rows, k = 40_000, 512
+topk = np.sort(rng.integers(0, 32_768, (rows, k)), axis=1).astype(np.int32)
+t = pa.table({"topk": pa.ListArray.from_arrays(pa.array(np.arange(rows + 1) * k, pa.int32()),
+                                               pa.array(topk.ravel()))})
+t = t.cast(pa.schema([pa.field("topk", pa.list_(pa.field("element", pa.int32(),
+                                                          nullable=False)), nullable=False)]))
+pq.write_table(t, f, **parquet_options(t.schema, t), row_group_size=4_000)
+groups = list(range(pq.read_metadata(f).num_row_groups))
+scratch = {n: m.Scratch() for n, m in mods.items()}
+for n, m in mods.items():
+    v, o = m.read_topk(f, groups, scratch[n])
+    assert np.array_equal(v, topk.ravel()), n
+best = dict.fromkeys(mods, 1e9)
+for _ in range(25):
+    for n, m in mods.items():
+        t0 = time.perf_counter()
+        m.read_topk(f, groups, scratch[n])
+        best[n] = min(best[n], time.perf_counter() - t0)
+print(" ".join(f"{n}={best[n] / topk.size * 1e9:.3f}" for n in mods))
+"""
+
+
 def run(scratch: Path, topk: str, table: str, label: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as cache, \
             tempfile.TemporaryDirectory(prefix="compile-bench-data-") as data:
@@ -110,6 +146,7 @@ def load() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ref", default=None, help="git revision to compare with")
+    ap.add_argument("--decode", action="store_true", help="also compare decode speed")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="compile-bench-ref-") as scratch:
         versions = [("this tree", "toolkit.store.parquet.topk_pages",
@@ -131,6 +168,20 @@ def main() -> None:
             print(f"| {label} | {t['read_flat']:.1f} | {t['read_topk']:.1f} | "
                   f"{t['read_small_ids']:.1f} | {t['FlatWriter']:.1f} | {total:.1f} | "
                   f"{t['cpu_s']:.1f} | {before} / {load()} |", flush=True)
+        if args.decode:
+            with tempfile.TemporaryDirectory(prefix="compile-bench-") as cache, \
+                    tempfile.TemporaryDirectory(prefix="compile-bench-data-") as data:
+                env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+                before = load()
+                res = subprocess.run([sys.executable, "-c", DECODE, scratch, data,
+                                      *[topk for _, topk, _ in versions]],
+                                     capture_output=True, text=True, env=env, cwd=ROOT)
+            if res.returncode != 0:
+                raise SystemExit(f"decode: {res.stderr.strip()}")
+            best = dict(kv.split("=") for kv in res.stdout.split())
+            print("\ndecode, best of 25 in turns (ns a position): " + ", ".join(
+                f"{label} {best[topk]}" for label, topk, _ in versions)
+                + f" (load {before} / {load()})")
 
 
 if __name__ == "__main__":
