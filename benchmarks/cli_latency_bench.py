@@ -88,7 +88,7 @@ def run(args: argparse.Namespace, root: Path) -> None:
                                    k=2048, seed=1)
     cfg = SelectionReplayConfig("syn", "lru", 4096, mode="hisparse")
     rows: list[tuple[str, float, str]] = []
-    with open_store(root) as store:
+    with open_store(root, create=True) as store:
         store.write_many(generate(syn, "syn"), "syn")
         n = replay_selections(store, cfg, workers=1, progress=False)["accesses"]
         inproc = {}

@@ -104,3 +104,73 @@ def test_concurrent_first_lookups_see_every_policy():
         "ts = [threading.Thread(target=look, args=(n,)) for n in names]\n"
         "[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(found))")
     assert out.strip() == "16"
+
+
+def test_root_help_table_matches_the_commands():
+    """``toolkit --help`` lists :data:`toolkit.cli.ROOT_HELP` without importing the command
+    modules; the table holds exactly the root's commands, in order, each with the help its
+    command shows (a new command registered without its line fails here)."""
+    import typer
+
+    from toolkit import cli
+
+    group = typer.main.get_command(cli.app)
+    actual = {}
+    for name in group.list_commands(None):  # mounts every command module
+        command = group.get_command(None, name)
+        actual[name] = command.short_help or command.help
+    assert list(actual.items()) == list(cli.ROOT_HELP.items()), (
+        f"toolkit/cli.py ROOT_HELP should be {actual!r}")
+
+
+def test_help_imports_no_command_module():
+    """`toolkit --help` draws its list from the table: no command module, no heavy
+    library is imported."""
+    code = ("import sys\nfrom toolkit.cli import app\nsys.argv = ['toolkit', '--help']\n"
+            "try:\n    app()\nexcept SystemExit:\n    pass\n"
+            "print('mods', sorted(m for m in sys.modules if m.startswith('toolkit.commands.')"
+            " and m.rsplit('.', 1)[1] not in ('common', 'oneline', 'output')))")
+    out = _python(code + "\nimport json\nprint(json.dumps(sorted(m for m in "
+                  f"{list(HEAVY)!r} if m in sys.modules)))")
+    lines = out.splitlines()
+    assert json.loads(lines[-1]) == []
+    assert lines[-2] == "mods []"
+    assert "warm-up" in out and "cost-at-interactivity" in out
+
+
+def test_sql_loads_no_kernel(tmp_path):
+    """`toolkit sql --store S "SELECT 1"` opens the store without numba (the Parquet
+    encoders and page decoder load their kernels when they first encode or decode) and
+    without the named queries."""
+    store = tmp_path / "s"
+    _python(f"from toolkit.store import open_store\nopen_store({str(store)!r}, create=True)"
+            ".close()")
+    code = ("import sys\nfrom toolkit.cli import app\n"
+            f"sys.argv = ['toolkit', 'sql', '--store', {str(store)!r}, 'SELECT 42 AS x', "
+            "'--json']\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
+            "print('named' if 'toolkit.analysis.queries' in sys.modules else 'no named')")
+    out = _python(code + "\nimport json\nprint(json.dumps(sorted(m for m in "
+                  f"{list(HEAVY)!r} if m in sys.modules)))")
+    lines = out.splitlines()
+    assert "42" in out
+    assert lines[-2] == "no named"
+    assert "numba" not in json.loads(lines[-1]) and "llvmlite" not in json.loads(lines[-1])
+
+
+def test_a_command_imports_only_its_own_module():
+    """`toolkit replay selections --help` imports the selections commands (and what they
+    import), none of the other groups' modules, and no heavy library."""
+    code = ("import sys\nfrom toolkit.cli import app\n"
+            "sys.argv = ['toolkit', 'replay', 'selections', '--help']\n"
+            "try:\n    app()\nexcept SystemExit:\n    pass\n"
+            "print('mods', sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+            "if m.startswith('toolkit.commands.')))")
+    out = _python(code + "\nimport json\nprint(json.dumps(sorted(m for m in "
+                  f"{list(HEAVY)!r} if m in sys.modules)))")
+    lines = out.splitlines()
+    assert json.loads(lines[-1]) == []
+    loaded = set(lines[-2].removeprefix("mods ").strip("[]").replace("'", "").split(", "))
+    assert "selections" in loaded
+    assert not loaded & {"sweep", "tiers", "engram", "cost", "serving", "models", "export",
+                         "warmup", "synth"}, loaded
+    assert "--buffer-tokens" in out

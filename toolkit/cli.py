@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,22 +26,29 @@ from toolkit.replay.config import PrefixReplayConfig
 
 
 class _Commands(dict):
-    """The root's commands, each turned into a click command when first looked up.
+    """A group's commands, each turned into a click command when first looked up.
 
     Typer converts a command by evaluating every annotation of its function, and the
     command modules import what their options list (hardware, models, policies): doing that
     for the whole tree took longer than the rest of start-up, while ``--version``,
-    ``--help`` or ``toolkit sql`` need one command or none. The command modules are mounted
-    when a name defined there is looked up, or the commands are listed.
+    ``--help`` or ``toolkit sql`` need one command or none. A command module (:data:`LAZY`)
+    is imported when a name defined there is looked up, or the commands are listed.
+
+    ``build(name)``: the click command, or None for an unknown name; ``names()``: every
+    name, in listing order; ``built``: commands already converted.
     """
+
+    def __init__(self, build: Callable[[str], Any], names: Callable[[], list[str]],
+                 built: dict[str, Any] | None = None) -> None:
+        super().__init__(built or {})
+        self._make, self._names = build, names
 
     def _build(self, name: str) -> Any:
         if not dict.__contains__(self, name):
-            if name not in _DEFERRED or hasattr(_DEFERRED[name], "typer_instance"):
-                _mount_once()  # a sub-app gets commands from the command modules too
-            if name not in _DEFERRED:
+            command = self._make(name)
+            if command is None:
                 return None
-            dict.__setitem__(self, name, _convert(_DEFERRED[name]))
+            dict.__setitem__(self, name, command)
         return dict.get(self, name)
 
     def __getitem__(self, name: str) -> Any:
@@ -58,8 +65,7 @@ class _Commands(dict):
         return self.get(name) is not None
 
     def __iter__(self) -> Iterator[str]:
-        _mount_once()
-        return iter(list(_DEFERRED))
+        return iter(self._names())
 
     def __len__(self) -> int:
         return len(list(iter(self)))
@@ -89,6 +95,77 @@ def _convert(info: Any) -> Any:
     return fn(info, **{k: v for k, v in options.items() if k in accepted})
 
 
+def _load(where: tuple[str, str] | Callable[[], Any]) -> Any:
+    """A :data:`LAZY` entry -> its command function or Typer sub-app (imports its module)."""
+    if callable(where):
+        return where()
+    import importlib
+
+    module, attr = where
+    return getattr(importlib.import_module(f"toolkit.commands.{module}"), attr)
+
+
+def _info(name: str, obj: Any) -> Any:
+    """A command function or Typer sub-app -> the Typer info :func:`_convert` takes."""
+    holder = typer.Typer()
+    if isinstance(obj, typer.Typer):
+        holder.add_typer(obj, name=name)
+        return holder.registered_groups[0]
+    holder.command(name)(obj)
+    return holder.registered_commands[0]
+
+
+_ROOT_INFOS: dict[str, Any] = {}
+
+
+def _root_info(name: str) -> Any:
+    """The Typer info of root command ``name`` (defined here or in :data:`LAZY`), or None."""
+    if name in _DEFERRED:
+        return _DEFERRED[name]
+    if name not in LAZY[""]:
+        return None
+    if name not in _ROOT_INFOS:
+        _ROOT_INFOS[name] = _info(name, _load(LAZY[""][name]))
+    return _ROOT_INFOS[name]
+
+
+class _LazyGroup(TyperGroup):
+    """A sub-app whose commands from ``toolkit/commands/*.py`` (:data:`LAZY` under the
+    group's name) are imported when looked up or listed: ``toolkit replay selections``
+    imports the selections commands, not the tier or Engram ones. Listed after the
+    group's own commands (before them with ``lazy_first``)."""
+
+    lazy_first = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self._build, self._names, self.commands)
+
+    def _lazy(self) -> dict[str, Any]:
+        return LAZY.get(self.name or "", {})
+
+    def _build(self, name: str) -> Any:
+        if name not in self._lazy():
+            return None
+        return _convert(_info(name, _load(self._lazy()[name])))
+
+    def _names(self) -> list[str]:
+        own = [n for n in dict.keys(self.commands) if n not in self._lazy()]
+        lazy = list(self._lazy())
+        return lazy + own if self.lazy_first else own + lazy
+
+
+def _build_root(name: str) -> Any:
+    info = _root_info(name)
+    return None if info is None else _convert(info)
+
+
+def _root_names() -> list[str]:
+    """Root commands in :data:`ROOT_HELP`'s order (any missing from it last)."""
+    known = [*_DEFERRED, *LAZY[""]]
+    return [n for n in ROOT_HELP if n in known] + [n for n in known if n not in ROOT_HELP]
+
+
 class _LazyRoot(OneLineErrors):
     """The root group: its commands are registered on ``app`` as usual, then handed over
     to :class:`_Commands` at the end of this module (``_defer_commands``); usage errors and
@@ -96,10 +173,60 @@ class _LazyRoot(OneLineErrors):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.commands = _Commands()  # one per conversion: built commands are not shared
+        # one per conversion: built commands are not shared
+        self.commands = _Commands(_build_root, _root_names)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """``toolkit --help``: the command list from :data:`ROOT_HELP`, not from the
+        command modules (importing them all to read one line each took ~1-4 s)."""
+        from typer.core import TyperCommand
+
+        commands = self.commands
+        self.commands = {name: TyperCommand(name=name, help=text)  # type: ignore[assignment]
+                         for name, text in ROOT_HELP.items()}
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.commands = commands
 
 
 _DEFERRED: dict[str, Any] = {}
+
+ROOT_HELP: dict[str, str] = {
+    "sql": "Run SQL, or a named query, against a store (views: requests, replay_runs, ...).\n"
+           "Read-only unless --allow-write; --output FILE exports the rows.",
+    "report": "Write a self-contained HTML report of a store plus SVG and PNG of every "
+              "chart.",
+    "info": "List a store's tables: keys (traces or runs) and rows in each.",
+    "demo": "The main job on the bundled real traces: ingest, replay (prefix, tiers, "
+            "HiSparse),\nprice on GB200/GB300/MI355X, print summaries, write charts to the "
+            "report directory.",
+    "cost-at-interactivity": "$/M tokens per (hardware, engine) at a target interactivity: "
+                             "Steffen spline on each\nseries' throughput-vs-interactivity "
+                             "Pareto front, as InferenceX does.",
+    "sweep": "Run every cell of a grid not already in the store (resumable; exit 1 if a "
+             "cell\nfailed). Shows a cell counter on a terminal (never with --json).",
+    "warm-up": "Compile every kernel the commands use, once (make setup runs it); later "
+               "commands\nload them from numba's cache.",
+    "ingest": "Ingest a trace file into a store.",
+    "replay": "Replay a stored trace through a cache.",
+    "synth": "Generate labelled-SYNTHETIC traces.",
+    "record": "Record traces: selections (default) or engram lookups.",
+    "hardware": "Accelerator specs with provenance.",
+    "models": "Model specs (geometry for row bytes, IndexShare, weights) with the source of "
+              "every value.",
+    "cost": "$ per million tokens: at a given throughput (no subcommand), or `compare` "
+            "accelerators from the serving model.",
+    "serving": "Serving-performance model: fit efficiencies to measured points, predict TPOT "
+               "/ TTFT / throughput per GPU for configurations, cross-validate.",
+    "export": "Export a run's timeline (Perfetto) or a whole store (Parquet).",
+    "store": "Store maintenance.",
+}
+"""Every root command and sub-app in the order ``toolkit --help`` lists them, with the
+help text it shows there (the command's docstring, or the sub-app's ``help``). The listing
+is drawn from this table so that it imports no command module. A new root command is
+registered twice: in :func:`_mount_commands` (or with ``@app.command`` in this module) and
+here; ``tests/test_startup.py`` fails, printing the entry to add, when the two differ."""
 
 app = typer.Typer(
     cls=_LazyRoot,  # lazy commands; one-line usage errors and Ctrl-C (OneLineErrors)
@@ -110,12 +237,14 @@ app = typer.Typer(
 )
 
 
-class _IngestGroup(TyperGroup):
+class _IngestGroup(_LazyGroup):
     """``toolkit ingest``: one command per registered reader, built when the group is used.
 
     Listing the readers imports each reader module (Arrow, the store); building their
     commands on first use keeps that out of every other command's start-up.
     """
+
+    lazy_first = True
 
     def _load_readers(self) -> None:
         if getattr(self, "_readers_loaded", False):
@@ -137,8 +266,10 @@ class _IngestGroup(TyperGroup):
 
 ingest_app = typer.Typer(help="Ingest a trace file into a store.", no_args_is_help=True,
                          cls=_IngestGroup)
-replay_app = typer.Typer(help="Replay a stored trace through a cache.", no_args_is_help=True)
-synth_app = typer.Typer(help="Generate labelled-SYNTHETIC traces.", no_args_is_help=True)
+replay_app = typer.Typer(help="Replay a stored trace through a cache.", no_args_is_help=True,
+                         cls=_LazyGroup)
+synth_app = typer.Typer(help="Generate labelled-SYNTHETIC traces.", no_args_is_help=True,
+                        cls=_LazyGroup)
 app.add_typer(ingest_app, name="ingest")
 app.add_typer(replay_app, name="replay")
 app.add_typer(synth_app, name="synth")
@@ -348,10 +479,11 @@ def sql_cmd(
     Read-only unless --allow-write; --output FILE exports the rows."""
     import duckdb
 
-    from toolkit.commands.queries import list_named, run_named
     from toolkit.store.readonly import WriteRefused
 
     if list_queries:
+        from toolkit.commands.queries import list_named
+
         typer.echo(list_named())
         return
     out = Output.from_options(fmt, as_json, output)
@@ -364,7 +496,9 @@ def sql_cmd(
              "or --query NAME")
     with cli_store(store) as s:
         try:
-            if named is not None:
+            if named is not None:  # the named queries' module: ~0.3 s, not for plain SQL
+                from toolkit.commands.queries import run_named
+
                 df = run_named(s, named, param or [])
             else:
                 df = s.query(query, allow_write=allow_write)
@@ -431,64 +565,57 @@ def demo_cmd(
         guard(run_demo, store, report, traces, echo=st.write)
 
 
-def _mount_commands() -> None:
-    from toolkit.commands import cost, engram, models, selections, serving, synth, tiers
+def _record_app() -> typer.Typer:
+    from toolkit.commands import engram, selections
 
-    ingest_app.command("selections")(selections.ingest_selections_cmd)
-    replay_app.command("selections")(selections.replay_selections_cmd)
-    replay_app.command("mrc")(selections.replay_mrc_cmd)
-    replay_app.command("tiers")(tiers.tiers_cmd)
     record_app = typer.Typer(cls=engram.DefaultSelectionsGroup, no_args_is_help=True,
                              help="Record traces: selections (default) or engram lookups.")
     record_app.command("selections")(selections.record_cmd)
     record_app.command("engram")(engram.record_engram_cmd)
-    app.add_typer(record_app, name="record")
-    replay_app.command("engram")(engram.replay_engram_cmd)
-    synth_app.command("selections")(synth.synth_selections_cmd)
-    synth_app.command("agentic")(synth.synth_agentic_cmd)
-    app.add_typer(cost.hardware_app, name="hardware")
-    app.add_typer(models.models_app, name="models")
-    app.add_typer(cost.cost_app, name="cost")
-    app.add_typer(serving.serving_app, name="serving")
-    app.command("cost-at-interactivity")(cost.cost_at_interactivity_cmd)
-    from toolkit.commands.export import export_app  # issue 38
+    return record_app
 
-    app.add_typer(export_app, name="export")
-    from toolkit.commands import sweep  # issue 12
 
-    app.command("sweep")(sweep.sweep_cmd)
-    app.add_typer(sweep.store_app, name="store")
-    from toolkit.commands import warmup
-
-    app.command("warm-up")(warmup.warm_up_cmd)
+LAZY: dict[str, dict[str, tuple[str, str] | Callable[[], Any]]] = {
+    "": {  # the root: commands, then sub-apps (each a typer.Typer)
+        "cost-at-interactivity": ("cost", "cost_at_interactivity_cmd"),
+        "sweep": ("sweep", "sweep_cmd"),
+        "warm-up": ("warmup", "warm_up_cmd"),
+        "record": _record_app,
+        "hardware": ("cost", "hardware_app"),
+        "models": ("models", "models_app"),
+        "cost": ("cost", "cost_app"),
+        "serving": ("serving", "serving_app"),
+        "export": ("export", "export_app"),
+        "store": ("sweep", "store_app"),
+    },
+    "ingest": {"selections": ("selections", "ingest_selections_cmd")},
+    "replay": {
+        "selections": ("selections", "replay_selections_cmd"),
+        "mrc": ("selections", "replay_mrc_cmd"),
+        "tiers": ("tiers", "tiers_cmd"),
+        "engram": ("engram", "replay_engram_cmd"),
+    },
+    "synth": {
+        "selections": ("synth", "synth_selections_cmd"),
+        "agentic": ("synth", "synth_agentic_cmd"),
+    },
+}
+"""Commands defined in ``toolkit/commands/*.py``, by the group they are listed in (``""``:
+the root): name -> (module under ``toolkit.commands``, attribute: a command function or,
+at the root, a ``typer.Typer`` sub-app), or a function building one. Nothing here is
+imported until that command runs or its group's commands are listed. To add a command:
+one line here and, at the root, its line in :data:`ROOT_HELP`."""
 
 
 def _defer_commands() -> None:
-    """Move the root's commands and sub-apps into ``_DEFERRED`` (commands first, then
-    sub-apps, the order typer lists them in): the root group built from ``app`` converts
-    each on first use (see :class:`_Commands`)."""
-    commands = [(info.name or typer.main.get_command_name(info.callback.__name__), info)
-                for info in app.registered_commands]
-    groups = [(info.name, info) for info in app.registered_groups]
+    """Move the root's commands and sub-apps defined in this module into ``_DEFERRED``:
+    the root group built from ``app`` converts each on first use (see :class:`_Commands`)."""
+    for info in app.registered_commands:
+        _DEFERRED[info.name or typer.main.get_command_name(info.callback.__name__)] = info
+    for info in app.registered_groups:
+        _DEFERRED[info.name] = info
     app.registered_commands = []
     app.registered_groups = []
-    merged = {**{k: v for k, v in _DEFERRED.items() if not hasattr(v, "typer_instance")},
-              **dict(commands),
-              **{k: v for k, v in _DEFERRED.items() if hasattr(v, "typer_instance")},
-              **dict(groups)}
-    _DEFERRED.clear()
-    _DEFERRED.update(merged)
-
-
-_mounted = False
-
-
-def _mount_once() -> None:
-    global _mounted
-    if not _mounted:
-        _mounted = True
-        _mount_commands()
-        _defer_commands()
 
 
 _defer_commands()

@@ -7,7 +7,6 @@ import functools
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from toolkit import schema
@@ -116,6 +115,8 @@ def repeats_whole(t: pa.DataType) -> bool:
 
 def small_ids(column: pa.ChunkedArray) -> bool:
     """Whether a list<int64> column holds only ids in [0, 2**32) (and at least one)."""
+    import pyarrow.compute as pc  # ~0.08 s to import: not for a store that only reads
+
     values = pc.list_flatten(column)
     if len(values) == 0:
         return False

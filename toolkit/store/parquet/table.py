@@ -22,10 +22,8 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from toolkit.schema import null_refused
 from toolkit.store.parquet.row import (
@@ -69,132 +67,34 @@ def writable(schema: pa.Schema) -> bool:
     return all(not f.nullable and f.type in _KINDS for f in schema)
 
 
-@nb.njit(cache=True, nogil=True)
-def _uleb(x, out, at):  # pragma: no cover - compiled
-    while x > np.uint64(0x7F):
-        out[at] = np.uint8((x & np.uint64(0x7F)) | np.uint64(0x80))
-        x >>= np.uint64(7)
-        at += 1
-    out[at] = np.uint8(x)
-    return at + 1
-
-
-@nb.njit(inline="always")
-def _pack32(src, a, w, out, at):  # pragma: no cover - compiled
-    """``src[a:a+32]`` (each below ``2**w``, ``w`` <= 32) -> ``4 * w`` bytes at
-    ``out[at:]``, least significant bit first: fewer than 32 bits wait in ``acc``, so a
-    value never spills past 64."""
-    acc = np.uint64(0)
-    held = 0
-    for j in range(32):
-        acc |= src[a + j] << np.uint64(held)
-        held += w
-        if held >= 32:
-            out[at] = np.uint8(acc & np.uint64(0xFF))
-            out[at + 1] = np.uint8((acc >> np.uint64(8)) & np.uint64(0xFF))
-            out[at + 2] = np.uint8((acc >> np.uint64(16)) & np.uint64(0xFF))
-            out[at + 3] = np.uint8((acc >> np.uint64(24)) & np.uint64(0xFF))
-            at += 4
-            acc >>= np.uint64(32)
-            held -= 32
-    return at
-
-
-@nb.njit(inline="always")
-def _pack_wide(src, a, w, out, at):  # pragma: no cover - compiled
-    """As :func:`_pack32` for 33-64 bits: each value fed as its low 32 bits, then the
-    rest, a byte out at a time."""
-    acc = np.uint64(0)
-    held = 0
-    for j in range(32):
-        v = src[a + j]
-        for part in range(2):
-            piece = v & np.uint64(0xFFFFFFFF) if part == 0 else v >> np.uint64(32)
-            acc |= piece << np.uint64(held)
-            held += 32 if part == 0 else w - 32
-            while held >= 8:
-                out[at] = np.uint8(acc & np.uint64(0xFF))
-                acc >>= np.uint64(8)
-                held -= 8
-                at += 1
-    return at
-
-
-@nb.njit(cache=True, nogil=True)
-def _delta_encode(values, bits, out):  # pragma: no cover - compiled
-    """DELTA_BINARY_PACKED bytes of ``values`` (any integer dtype, each a ``bits``-bit
-    integer, 32 or 64; deltas wrap at that width, as readers add them) into ``out``;
-    returns (bytes used, min, max). Per block of 128 deltas: the deltas, their minimum
-    and the offsets from it in separate passes that LLVM vectorises (loops over a block
-    index: a ``while i < n: ...; i += m`` loop kept it from that, 2-2.5x slower), then
-    each miniblock of 32 packed by :func:`_pack32`."""
-    n = values.shape[0]
-    mask = np.uint64(0xFFFFFFFFFFFFFFFF) if bits == 64 else np.uint64(0xFFFFFFFF)
-    at = _uleb(np.uint64(_BLOCK), out, 0)
-    at = _uleb(np.uint64(_MINI), out, at)
-    at = _uleb(np.uint64(n), out, at)
-    if n == 0:
-        at = _uleb(np.uint64(0), out, at)
-        return at, 0, 0
-    first = np.int64(values[0])
-    at = _uleb(np.uint64((first << 1) ^ (first >> 63)), out, at)
-    lo = first
-    hi = first
-    for j in range(n):
-        v = np.int64(values[j])
-        lo = min(lo, v)
-        hi = max(hi, v)
-    deltas = np.empty(_BLOCK, dtype=np.int64)
-    packed = np.zeros(_BLOCK, dtype=np.uint64)
-    for blk in range((n - 1 + _BLOCK - 1) // _BLOCK):
-        i = 1 + blk * _BLOCK  # the block's first value (its delta is from the one before)
-        m = min(_BLOCK, n - i)
-        if bits == 32:
-            for j in range(m):
-                deltas[j] = np.int32(np.int64(values[i + j]) - np.int64(values[i + j - 1]))
-        else:
-            for j in range(m):
-                deltas[j] = np.int64(np.uint64(values[i + j]) - np.uint64(values[i + j - 1]))
-        dmin = deltas[0]
-        for j in range(1, m):
-            dmin = min(dmin, deltas[j])
-        for j in range(m):
-            packed[j] = (np.uint64(deltas[j]) - np.uint64(dmin)) & mask
-        for j in range(m, _BLOCK):
-            packed[j] = 0  # the last miniblock's padding
-        at = _uleb(np.uint64((dmin << 1) ^ (dmin >> 63)), out, at)
-        widths_at = at
-        at += _MINI
-        for mb in range(_MINI):
-            a = mb * 32
-            if a >= m:
-                out[widths_at + mb] = 0  # a miniblock with no values: width 0, no bytes
-                continue
-            top = np.uint64(0)
-            for j in range(32):
-                top |= packed[a + j]
-            w = 0
-            while top:
-                w += 1
-                top >>= np.uint64(1)
-            out[widths_at + mb] = w
-            if w:
-                at = _pack32(packed, a, w, out, at) if w <= 32 else _pack_wide(
-                    packed, a, w, out, at)
-    return at, lo, hi
+def _one_type(values: np.ndarray) -> np.ndarray:
+    """int64 as it is, any other integer column as int32, read-only either way: the
+    encoder is compiled for these two array types only (it was for seven: four dtypes, each
+    read-only from Arrow or writable, ~3 s of compiling each). Widening an int16 or int8
+    column copies it; those are short per-row columns of a replay's results."""
+    if values.dtype != np.int64 and values.dtype != np.int32:
+        values = values.astype(np.int32)
+    if values.flags.writeable:
+        values = values.view()
+        values.flags.writeable = False
+    return values
 
 
 def _delta_bytes(values: np.ndarray, bits: int) -> tuple[bytes, int, int]:
+    from toolkit.store.parquet.table_kernels import delta_encode
+
     n = values.size
     # header <= 40 bytes; per block a min delta (<= 10), 4 widths, 4 x 32 x 8 bytes at most
     out = np.empty(40 + (n // _BLOCK + 1) * (14 + _BLOCK * 8), dtype=np.uint8)
-    used, lo, hi = _delta_encode(values, bits, out)
+    used, lo, hi = delta_encode(_one_type(values), bits, out)
     return out[:used].tobytes(), int(lo), int(hi)
 
 
 def _one_string(col: pa.ChunkedArray) -> bytes | None:
     """The single value of a string column (dictionary-encoded or not), as UTF-8; None
     if it holds more than one."""
+    import pyarrow.compute as pc  # ~0.08 s to import: not for a store that only reads
+
     chunks = [c for c in col.chunks if len(c)]
     if not chunks:
         return None
@@ -237,6 +137,8 @@ def _plain_bools(col: pa.ChunkedArray) -> bytes:
 
 def _plain_strings(col: pa.ChunkedArray, name: str) -> bytes:
     """PLAIN BYTE_ARRAY values (a 4-byte length, then the bytes) of a string column."""
+    from toolkit.store.parquet.table_kernels import plain_kernel
+
     arr = col.cast(pa.string()).combine_chunks()
     if arr.null_count:  # e.g. a dictionary entry that is null: a required column
         raise null_refused(name, arr.null_count)
@@ -245,22 +147,8 @@ def _plain_strings(col: pa.ChunkedArray, name: str) -> bytes:
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None \
         else np.zeros(0, np.uint8)
     out = np.empty(4 * len(arr) + int(offsets[-1] - offsets[0]), dtype=np.uint8)
-    _plain_kernel(offsets, data, out)
+    plain_kernel(offsets, data, out)
     return out.tobytes()
-
-
-@nb.njit(cache=True, nogil=True)
-def _plain_kernel(offsets, data, out):  # pragma: no cover - compiled
-    at = 0
-    for r in range(offsets.shape[0] - 1):
-        lo, hi = offsets[r], offsets[r + 1]
-        n = hi - lo
-        for b in range(4):
-            out[at + b] = (n >> (8 * b)) & 0xFF
-        at += 4
-        for j in range(n):
-            out[at + j] = data[lo + j]
-        at += n
 
 
 def _page(kind: int, body: bytes, head_fields: bytes) -> bytes:

@@ -151,42 +151,67 @@ def _load_u64(typingctx, arr, idx):
     return sig, codegen
 
 
-@nb.njit(inline="always")
-def _mini32(buf, pos, w, last, min_delta, out, at):  # pragma: no cover - compiled
-    """One full miniblock of 32 deltas of ``w`` bits at ``buf[pos:]`` -> ``out[at:at+32]``.
-    Each value is one load, shift and mask of its own (no bit buffer carried from value to
-    value), so the only loop-carried chain is the running sum. Reads up to 7 bytes past
-    the body."""
-    mask = (np.uint64(1) << np.uint64(w)) - np.uint64(1)
-    for j in range(32):
-        b = j * w
-        last += min_delta + np.int64((_load_u64(buf, pos + (b >> 3)) >> np.uint64(b & 7)) & mask)
-        out[U(at + j)] = last  # the int32 store wraps as the writer's arithmetic did
-    return last
-
-
 MAX_WIDTH = 57
 """Widest delta this decoder unpacks: one 8-byte load at a byte offset holds 57 bits past
 any bit offset within its first byte. Wider miniblocks (int64 deltas past 2**57) make the
 caller fall back to Arrow."""
 
 
-def _unpack32_by_width():
-    """``unpack32(w, ...)``: :func:`_mini32` inlined once per width 0..32, so each copy has
-    its shifts and masks as constants and LLVM unrolls it (1.5x faster than one loop
-    taking the width at run time). Generated, as Arrow generates its ``unpack32``. (Up to
-    32 only: the 58 copies int64 deltas would need took ~50 s to compile.)"""
-    lines = ["def unpack32(w, buf, pos, last, min_delta, out, at):"]
-    for w in range(33):
-        lines.append(f"    if w == {w}:\n"
-                     f"        return _mini32(buf, pos, {w}, last, min_delta, out, at)")
-    lines.append("    return last")
-    namespace = {"_mini32": _mini32}
-    exec("\n".join(lines), namespace)  # source built above from constants only
-    return nb.njit(inline="always")(namespace["unpack32"])
+@intrinsic
+def _unpack32(typingctx, w, buf, pos, last, min_delta, out, at):
+    """One full miniblock of 32 deltas of ``w`` (0..32) bits at ``buf[pos:]`` ->
+    ``out[at:at+32]``; returns the running value after them. Each value is one unaligned
+    8-byte load, shift and mask of its own (no bit buffer carried from value to value), so
+    the only loop-carried chain is the running sum; reads up to 7 bytes past the body.
 
+    Emitted as LLVM IR, one straight-line case per width with its shifts and masks as
+    constants (as Arrow generates its ``unpack32``; 1.5x faster than one loop taking the
+    width at run time). The same code written in Python and inlined by numba
+    (``inline="always"``), 33 copies of a 32-step loop, spent ~20 s of numba's own IR
+    copying in every compile of :func:`_delta`; as IR it costs LLVM well under a second
+    (``benchmarks/compile_bench.py``)."""
+    sig = types.int64(types.int64, buf, types.int64, types.int64, types.int64, out,
+                      types.int64)
 
-_unpack32 = _unpack32_by_width()
+    def codegen(context, builder, signature, args):
+        w_v, buf_v, pos_v, last_v, min_delta_v, out_v, at_v = args
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        src = context.make_array(signature.args[1])(context, builder, buf_v)
+        dst = context.make_array(signature.args[5])(context, builder, out_v)
+        base = builder.gep(src.data, [pos_v])
+        obase = builder.gep(dst.data, [at_v])
+        entry = builder.block
+        done = builder.append_basic_block("unpack32_done")
+        switch = builder.switch(w_v, done)
+        incoming = [(last_v, entry)]
+        for width in range(33):
+            block = builder.append_basic_block(f"unpack32_w{width}")
+            switch.add_case(ir.Constant(i64, width), block)
+            builder.position_at_end(block)
+            cur = last_v
+            for j in range(32):
+                b = j * width
+                if width:
+                    ptr = builder.bitcast(builder.gep(base, [ir.Constant(i64, b >> 3)]),
+                                          i64.as_pointer())
+                    v = builder.and_(builder.lshr(builder.load(ptr, align=1),
+                                                  ir.Constant(i64, b & 7)),
+                                     ir.Constant(i64, (1 << width) - 1))
+                    cur = builder.add(cur, builder.add(min_delta_v, v))
+                else:
+                    cur = builder.add(cur, min_delta_v)
+                # the int32 store wraps as the writer's arithmetic did
+                builder.store(builder.trunc(cur, i32),
+                              builder.gep(obase, [ir.Constant(i64, j)]))
+            builder.branch(done)
+            incoming.append((cur, builder.block))
+        builder.position_at_end(done)
+        phi = builder.phi(i64)
+        for value, block in incoming:
+            phi.add_incoming(value, block)
+        return phi
+
+    return sig, codegen
 
 
 @nb.njit(cache=True, nogil=True)
@@ -287,55 +312,81 @@ def _row_starts(buf, pos, end, n, offsets, rat, vat):  # pragma: no cover - comp
 
 
 @nb.njit(cache=True, nogil=True)
-def _page(buf, pos, end, n_levels, rep, dfn, values, vat, offsets, rat,
-          ids):  # pragma: no cover - compiled
-    """One data page: levels, then values; rows start where the repetition level is 0.
-    Returns (values written, rows started), (-1, -1) if the page is malformed or not
-    decodable here, or (-2, -2) if it has empty lists and ``rep``/``dfn`` are too small to
-    hold its levels. ``ids``: see :func:`_delta`; such a column (optional elements, so
-    definition levels up to 2) is decoded only when no list is empty and no id null."""
+def _page_levels(buf, pos, end, n_levels, rep, dfn, offsets, vat,
+                 rat, ids):  # pragma: no cover - compiled
+    """One data page's levels: rows start where the repetition level is 0. Returns (where
+    its values start, rows started, values present), (-1, -1, -1) if the page is
+    malformed or not decodable here, or (-2, -2, -2) if it has empty lists and
+    ``rep``/``dfn`` are too small to hold its levels. ``ids``: see :func:`_delta`; such a
+    column (optional elements, so definition levels up to 2) is decoded only when no list
+    is empty and no id null.
+
+    The values are left to the caller's :func:`_delta`: compiled into this kernel, its 33
+    unrolled miniblock copies were optimised again in every caller (and twice, once per
+    call site), which made this kernel take longer to compile than any other."""
     if pos + 4 > end:
-        return -1, -1
+        return -1, -1, -1
     n_rep = np.int64(buf[U(pos)]) | np.int64(buf[U(pos + 1)]) << 8 \
         | np.int64(buf[U(pos + 2)]) << 16 | np.int64(buf[U(pos + 3)]) << 24
     pos += 4
     rep_at = pos
     pos += n_rep
     if pos + 4 > end:
-        return -1, -1
+        return -1, -1, -1
     n_def = np.int64(buf[U(pos)]) | np.int64(buf[U(pos + 1)]) << 8 \
         | np.int64(buf[U(pos + 2)]) << 16 | np.int64(buf[U(pos + 3)]) << 24
     pos += 4
     if _all_present(buf, pos, pos + n_def, n_levels, 2 if ids else 1):  # the usual case
         started = _row_starts(buf, rep_at, rep_at + n_rep, n_levels, offsets, rat, vat)
-        n_vals = _delta(buf, pos + n_def, end, values, vat, ids)
-        if started < 0 or n_vals != n_levels:
-            return -1, -1
-        return n_vals, started
+        if started < 0:
+            return -1, -1, -1
+        return pos + n_def, started, n_levels
     if ids:
-        return -1, -1
+        return -1, -1, -1
     if rep.shape[0] < n_levels or dfn.shape[0] < n_levels:
-        return -2, -2  # the caller retries with scratch arrays for the levels
+        return -2, -2, -2  # the caller retries with scratch arrays for the levels
     if not (_levels(buf, rep_at, rep_at + n_rep, n_levels, rep)
             and _levels(buf, pos, pos + n_def, n_levels, dfn)):
-        return -1, -1
-    pos += n_def
-    n_vals = _delta(buf, pos, end, values, vat, False)
+        return -1, -1, -1
     present = 0
-    for j in range(n_levels):
-        present += dfn[U(j)]
-    if n_vals != present:
-        return -1, -1
     v = vat
     r = rat
     for j in range(n_levels):
         if rep[U(j)] == 0:
             if r >= offsets.shape[0] - 1:
-                return -1, -1
+                return -1, -1, -1
             offsets[U(r)] = v
             r += 1
         v += dfn[U(j)]
-    return n_vals, r - rat
+        present += dfn[U(j)]
+    return pos + n_def, r - rat, present
+
+
+def _page(buf: np.ndarray, pos: int, end: int, n_levels: int, rep: np.ndarray,
+          dfn: np.ndarray, values: np.ndarray, vat: int, offsets: np.ndarray, rat: int,
+          ids: bool) -> tuple[int, int]:
+    """One data page: levels (:func:`_page_levels`), then values (:func:`_delta`).
+    Returns (values written, rows started), (-1, -1) if the page is malformed or not
+    decodable here, or (-2, -2) if ``rep``/``dfn`` are too small for its levels. Two
+    kernel calls a page (~1 MB of values) instead of one cost ~1 us of its ~0.3 ms."""
+    at, started, present = _page_levels(buf, pos, end, n_levels, rep, dfn, offsets, vat,
+                                        rat, ids)
+    if at < 0:
+        return at, at
+    n_vals = _delta(buf, at, end, values, vat, ids)
+    if n_vals != present:
+        return -1, -1
+    return n_vals, started
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """``a`` as a read-only view: the kernels are called with read-only buffers only (a
+    mapped file is read-only), so each is compiled for one buffer type, not two."""
+    if not a.flags.writeable:
+        return a
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 class Scratch:
@@ -425,7 +476,7 @@ def _column_chunk(buf: np.ndarray, size_all: int, values: np.ndarray, vat: int,
             if page.size < plain + 8:
                 page = np.empty(plain + 8, dtype=np.uint8)
             page[:plain] = np.frombuffer(out, dtype=np.uint8)
-            src, at, end = page, 0, plain
+            src, at, end = _readonly(page), 0, plain
         got, started = _page(src, at, end, n_levels, levels[0], levels[1], values, vat,
                              offsets, rat, ids)
         if got == -2:  # levels with empty lists: decode them through scratch arrays
@@ -451,7 +502,7 @@ def _chunk_bytes(f: BinaryIO, at: int, size_all: int, file_bytes: int,
     f.seek(at)
     if f.readinto(memoryview(buf)[:size_all]) != size_all:
         return None
-    return buf
+    return _readonly(buf)
 
 
 def read_topk(path: Path, groups: list[int], scratch: Scratch | None = None,
