@@ -201,9 +201,9 @@ ROOT_HELP: dict[str, str] = {
     "demo": "The main job on the bundled real traces: ingest, replay (prefix, tiers, "
             "HiSparse),\nprice on GB200/GB300/MI355X, print summaries, write charts to the "
             "report directory.",
-    "cost-at-interactivity": "$/M tokens per (hardware, engine) at a target interactivity: "
-                             "Steffen spline on each\nseries' throughput-vs-interactivity "
-                             "Pareto front, as InferenceX does.",
+    "cost-at-interactivity": "$/M tokens per (hardware, engine, model, precision, ISL, OSL) "
+                             "at a target\ninteractivity: Steffen spline on each series' "
+                             "throughput-vs-interactivity Pareto front,\nas InferenceX does.",
     "sweep": "Run every cell of a grid not already in the store (resumable; exit 1 if a "
              "cell\nfailed). Shows a cell counter on a terminal (never with --json).",
     "warm-up": "Compile every kernel the commands use, once (make setup runs it); later "
