@@ -243,13 +243,22 @@ def run_aic(reqs: list[dict], aic_python: str | None, cache: Path, timeout_s: in
 
 
 def heldout(points_csv: Path, out_dir: Path, max_nfev: int) -> pl.DataFrame:
-    """Leave-one-hardware-out predictions (runs ``toolkit serving validate`` once)."""
-    path = out_dir / "heldout_hardware.csv"
-    if not path.is_file():
+    """Leave-one-hardware-out predictions (runs ``toolkit serving validate`` once per version
+    of the serving model: the cache is keyed by a hash of ``toolkit/serving`` and the data)."""
+    import hashlib
+
+    import toolkit.serving as serving_pkg
+
+    h = hashlib.sha256(Path(points_csv).read_bytes())
+    for f in sorted(Path(serving_pkg.__file__).parent.rglob("*.py")):
+        h.update(f.read_bytes())
+    stamp, path = out_dir / "model.sha256", out_dir / "heldout_hardware.csv"
+    if not (path.is_file() and stamp.is_file() and stamp.read_text() == h.hexdigest()):
         exe = Path(sys.executable).with_name("toolkit")
         subprocess.run([str(exe), "serving", "validate", "--points", str(points_csv),
                         "--scheme", "hardware", "--max-nfev", str(max_nfev),
                         "--out-dir", str(out_dir)], check=True)
+        stamp.write_text(h.hexdigest())
     return pl.read_csv(path, infer_schema_length=None)
 
 
