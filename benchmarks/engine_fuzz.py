@@ -13,10 +13,16 @@ side, passing the cases as JSON::
         --engine-python /work/venvs/vllm/bin/python --cases 2000
     .venv/bin/python benchmarks/engine_fuzz.py --engine sglang \\
         --engine-python /work/venvs/sglang/bin/python --cases 2000
+    .venv/bin/python benchmarks/engine_fuzz.py --engine vllm-offload \\
+        --engine-python /work/venvs/vllm/bin/python --cases 2000
 
 Engines: ``vllm`` = vLLM's ``KVCacheManager`` (``benchmarks/vllm_peer.py``'s driver) vs
 ``--engine-semantics vllm``; ``sglang`` = SGLang's ``RadixCache`` (``sglang_peer.py``'s
-driver) vs the default sglang radix semantics, device tier only (``--host-gb 0``).
+driver) vs the default sglang radix semantics, device tier only (``--host-gb 0``);
+``vllm-offload`` = vLLM's ``KVCacheManager`` plus its ``CPUOffloadingManager`` (LRU or
+ARC, ``vllm_peer.py --offload``'s driver) vs ``--engine-semantics vllm --offload-policy``,
+comparing GPU and CPU hit tokens of every request, with CPU capacities near the working
+set.
 
 In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
 uninstalled and an empty stand-in module satisfies the multimodal config imports on the
@@ -58,15 +64,24 @@ def gen_case(rng: np.random.Generator, engine: str) -> dict:
         hashes.append(row)
         prompts.append(BLOCK * (depth - 1) + int(rng.integers(1, BLOCK + 1)))
     arrival = np.sort(rng.integers(0, max(n // 2, 1), n)).astype(float).tolist()  # ties
-    unit = int(rng.choice([2, 4, 8, 16])) if engine == "vllm" else int(rng.choice([1, 2, 4, 8]))
+    units = [2, 4, 8, 16] if engine.startswith("vllm") else [1, 2, 4, 8]
+    unit = int(rng.choice(units))
     work = sum(prompts)
     # SGLang's scheduler never admits a prompt larger than the pool (the toolkit counts it
     # oversize and skips it) but sglang_peer's driver would insert it over capacity: keep
     # every prompt within the pool there. vLLM's allocate_slots refuses it like the toolkit.
     low = unit if engine == "vllm" else max(-(-p // unit) * unit for p in prompts)
     cap = -1 if rng.random() < 0.1 else int(rng.integers(low, max(work // 2, low) + 2 * unit))
-    return {"hashes": hashes, "prompts": prompts, "arrival": arrival, "unit": unit,
+    case = {"hashes": hashes, "prompts": prompts, "arrival": arrival, "unit": unit,
             "cap": cap}
+    if engine == "vllm-offload":
+        # a GPU pool that fits every prompt but little more; a CPU tier near the working set
+        need = max(-(-p // unit) for p in prompts) + 1
+        case["cap"] = unit * int(rng.integers(need, 2 * need + 2))
+        chunks = sum(p // unit for p in prompts)
+        case["host"] = unit * int(rng.integers(1, max(chunks // 2, 1) + 3))
+        case["policy"] = str(rng.choice(["lru", "arc"]))
+    return case
 
 
 def order_of(case: dict) -> list[int]:
@@ -89,6 +104,18 @@ def engine_vllm(case: dict) -> list[int]:
     out = [0] * len(case["prompts"])
     for i in order_of(case):
         out[i] = peer.request(tokens(case["hashes"][i], case["prompts"][i]))
+    return out
+
+
+def engine_vllm_offload(case: dict) -> list[list[int]]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from vllm_peer import Peer
+
+    bt = case["unit"]
+    peer = Peer(bt, case["cap"] // bt, case["host"] // bt, case["policy"])
+    out = [[0, 0]] * len(case["prompts"])
+    for i in order_of(case):
+        out[i] = list(peer.offload_request(tokens(case["hashes"][i], case["prompts"][i])))
     return out
 
 
@@ -141,7 +168,7 @@ def engine_sglang(case: dict) -> list[int]:
 
 
 # -- toolkit side ----------------------------------------------------------------------------
-def toolkit_hits(store, case: dict, engine: str) -> list[int]:
+def toolkit_hits(store, case: dict, engine: str) -> list:
     from toolkit.cost.from_replay import run_tiers
     from toolkit.ingest.fields import requests_table
     from toolkit.replay.tiers import TierReplayConfig
@@ -149,18 +176,27 @@ def toolkit_hits(store, case: dict, engine: str) -> list[int]:
     n = len(case["prompts"])
     t = requests_table("f", case["arrival"], case["prompts"], [1] * n, BLOCK, case["hashes"])
     store.write("requests", "f", t, replace=True)
-    kw = ({"engine_semantics": "vllm", "block_tokens": case["unit"]} if engine == "vllm"
-          else {"page_tokens": case["unit"]})
-    res = run_tiers(store, TierReplayConfig("f", device_tokens=case["cap"], host_tokens=0,
+    kw = ({"engine_semantics": "vllm", "block_tokens": case["unit"]}
+          if engine.startswith("vllm") else {"page_tokens": case["unit"]})
+    host = 0
+    if engine == "vllm-offload":
+        kw["offload_policy"] = case["policy"]
+        host = case["host"]
+    res = run_tiers(store, TierReplayConfig("f", device_tokens=case["cap"], host_tokens=host,
                                             sequential=True, **kw), save=False)
-    got = dict(zip(res.requests.column("request_id").to_pylist(),
-                   res.requests.column("device_tokens").to_pylist(), strict=True))
+    rid = res.requests.column("request_id").to_pylist()
+    dev = res.requests.column("device_tokens").to_pylist()
+    if engine == "vllm-offload":
+        pairs = dict(zip(rid, zip(dev, res.requests.column("host_tokens").to_pylist(),
+                                  strict=True), strict=True))
+        return [list(pairs[i]) for i in range(n)]
+    got = dict(zip(rid, dev, strict=True))
     return [got[i] for i in range(n)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--engine", choices=("vllm", "sglang"), required=True)
+    ap.add_argument("--engine", choices=("vllm", "sglang", "vllm-offload"), required=True)
     ap.add_argument("--engine-python", default=sys.executable)
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
@@ -171,7 +207,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.serve:
         cases = json.loads(args.serve.read_text())
-        fn = engine_vllm if args.engine == "vllm" else engine_sglang
+        fn = {"vllm": engine_vllm, "sglang": engine_sglang,
+              "vllm-offload": engine_vllm_offload}[args.engine]
         json.dump([fn(c) for c in cases], sys.stdout)
         return
     import toolkit
@@ -188,8 +225,9 @@ def main() -> None:
             sys.exit(f"engine side failed:\n{proc.stderr[-3000:]}")
         want = json.loads(proc.stdout)
         if args.fixture:
-            ver = subprocess.run([args.engine_python, "-c", f"import {args.engine}; "
-                                  f"print({args.engine}.__version__)"], capture_output=True,
+            mod = args.engine.split("-")[0]
+            ver = subprocess.run([args.engine_python, "-c", f"import {mod}; "
+                                  f"print({mod}.__version__)"], capture_output=True,
                                  text=True, check=True).stdout.strip().splitlines()[-1]
             args.fixture.write_text(json.dumps(
                 {"engine": args.engine, "version": ver, "seed": args.seed, "cases": cases,
@@ -197,7 +235,7 @@ def main() -> None:
         t_engine = time.perf_counter() - t0
         checked = 0
         first = None
-        with toolkit.open_store(Path(tmp) / "s") as store:
+        with toolkit.open_store(Path(tmp) / "s", create=True) as store:
             for k, case in enumerate(cases):
                 got = toolkit_hits(store, case, args.engine)
                 checked += len(got)

@@ -338,5 +338,61 @@ charts.hit_rate_vs_users(long, "B200 / DeepSeek-R1 agentic sessions: measured (I
 # (d) the measured CPU hit rate drops again past ~48 users when the (unknown) CPU pool
 # overflows; the modelled host pool is an assumed 2 x device.
 
+# %% [markdown]
+# ## 7. The same comparison with vLLM's own cache semantics
+# The measured points are vLLM runs, so here the synthetic sessions replay with
+# `engine_semantics="vllm"`: vLLM v1's block pool and prefix cache (16-token blocks, its
+# default; the benchmark's block size is not in the bundled data: an **assumption**), and,
+# offload on, vLLM's CPU offloading tier with its LRU policy over a host pool of 2 x device
+# (the same **assumed** size as above). Both tiers are proven request by request against
+# vLLM 0.33's own `KVCacheManager` and `CPUOffloadingManager` (`tests/test_tiers_vllm*.py`);
+# what stays modelled is the load: sessions as closed-loop users, transfers completing at
+# once, decode blocks reserved at admission, no preemption. Three user counts bracket the
+# measured cliff (8, 24, 48).
+
+# %%
+vllm_rows = []
+for offload in ("off", "on"):
+    for users in (8, 24, 48):
+        summ = ws.replay_tiers(
+            "synthetic_coding", hardware="b200", model="dsr1", device_tokens=device_tokens,
+            host_tokens=2 * device_tokens, concurrency=users, engine_semantics="vllm",
+            block_tokens=16, offload_policy="lru" if offload == "on" else "none").summary
+        vllm_rows.append({"offload": offload, "users": users,
+                          "vllm_model_gpu": summ["gpu_hit_rate"],
+                          "vllm_model_host": summ["host_hit_rate"]})
+vside = (measured.join(pl.DataFrame(vllm_rows), on=["users", "offload"], how="inner")
+         .join(side.select("offload", "users", pl.col("model_gpu").alias("sglang_model_gpu"),
+                           pl.col("model_host").alias("sglang_model_host")),
+               on=["offload", "users"], how="left")
+         .select("offload", "users", pl.col("gpu").alias("measured_gpu"), "vllm_model_gpu",
+                 "sglang_model_gpu", pl.col("host").alias("measured_host"),
+                 "vllm_model_host", "sglang_model_host")
+         .sort("offload", "users"))
+for r in vside.iter_rows(named=True):
+    print(f"{r['offload']:>3} {r['users']:>2} users: GPU measured {r['measured_gpu']:.1%} vs "
+          f"vLLM model {r['vllm_model_gpu']:.1%} ({r['vllm_model_gpu'] - r['measured_gpu']:+.1%}); "
+          f"CPU measured {r['measured_host']:.1%} vs vLLM model {r['vllm_model_host']:.1%} "
+          f"({r['vllm_model_host'] - r['measured_host']:+.1%})")
+vside
+
+# %% [markdown]
+# **Reading it.** The engine's rules barely move the modelled rates: vLLM's block pool and
+# SGLang's radix tree agree at 8 and 24 users (94.5%) and within 0.4 point at 48 users
+# offload off (34.4% vs 34.1%); with offload on, vLLM's CPU tier serves 53.3% of prompt
+# tokens at 48 users against SGLang's host tier's 55.0%. What separates model and
+# measurement is not the cache rules (vLLM's are proven against its code) but: (a) **the
+# workload**: at 8 users the synthetic sessions reuse 94.5% (their ceiling: a shared 12K
+# system prompt, whole turns appended) against 89.8-90.7% measured; at 24 users the
+# measured GPU rate has already collapsed (6.8% off, 3.6% on) while the synthetic sessions
+# still fit the 1.84M-token pool, so the modelled cliff comes later (between 24 and 48
+# users), which suggests the benchmark's sessions (not bundled) hold longer contexts per
+# user; (b) **the
+# CPU pool**: its size is not published (assumed 2 x device here), and the measured CPU
+# rate at 24-48 users (77%) is above what a 2 x device tier gives the synthetic sessions at
+# 48 (53%): the real pool holds more of its sessions than 2 x device holds of these; (c)
+# **the measured CPU tier itself**: section 6 notes the benchmark offloads through
+# LMCache, whose chunking and eviction are not vLLM's offloading connector modelled here.
+
 # %%
 ws.close()

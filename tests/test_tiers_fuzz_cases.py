@@ -28,3 +28,17 @@ def test_random_traces_equal_engine(store, engine, version):
            if toolkit_hits(store, case, engine) != fx["engine_hits"][k]]
     assert bad == []
     assert sum(map(sum, fx["engine_hits"])) > 0  # the traces do hit
+
+
+def test_random_traces_equal_vllm_offload(store):
+    """150 random traces answered by vLLM 0.33.0's KVCacheManager plus its
+    CPUOffloadingManager (LRU or ARC, CPU tier near the working set): every request's GPU
+    and CPU hit tokens equal the engine's."""
+    fx = json.loads((DATA / "engine_fuzz_vllm-offload.json").read_text())
+    assert fx["engine"] == "vllm-offload" and fx["version"] == "0.33.0"
+    assert len(fx["cases"]) == 150
+    assert {c["policy"] for c in fx["cases"]} == {"lru", "arc"}
+    bad = [k for k, case in enumerate(fx["cases"])
+           if toolkit_hits(store, case, "vllm-offload") != fx["engine_hits"][k]]
+    assert bad == []
+    assert sum(b for hits in fx["engine_hits"] for _, b in hits) > 0  # the CPU tier hits

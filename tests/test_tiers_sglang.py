@@ -230,6 +230,19 @@ class TestRules:
         assert res.requests["host_tokens"].to_pylist() == [0, 0, 0, 0]
         assert res.summary["host_writes"] > 0
 
+    def test_write_back_counts_no_hits(self, store):
+        """HiCache write_back counts no hits (unified_tree_core._inc_hit_count_and_check
+        returns before the increment): under lfu, [1] hit twice is still the older leaf and
+        goes when [3] needs room (demoted to host, then loaded back); write_through counts
+        its hits and keeps it on the device, evicting [2] instead."""
+        name = _store(store, [[1], [1], [2], [3], [1]], [16] * 5, block=16)
+        kw = dict(device_tokens=32, host_tokens=64, policy="lfu", sequential=True)
+        _, back = _dev(store, name, write_policy="write_back", **kw)
+        _, thru = _dev(store, name, write_policy="write_through", **kw)
+        assert back.requests["device_tokens"].to_pylist()[4] == 0
+        assert back.requests["host_tokens"].to_pylist()[4] == 16
+        assert thru.requests["device_tokens"].to_pylist()[4] == 16
+
     def test_fuzz_oversize_prompts_are_skipped(self, store):
         """engine_fuzz's first SGLang divergence (seed 1, case 10; page 1, 17-token pool):
         prompts longer than the pool are skipped whole (SGLang's scheduler never admits

@@ -61,12 +61,17 @@ def tiers_cmd(
     engine_semantics: Annotated[
         str, typer.Option("--engine-semantics",
                           help="sglang (default; --radix-semantics applies) or vllm (vLLM v1's "
-                               "block pool and prefix cache, no host tier).")
+                               "block pool and prefix cache; host tier: --offload-policy).")
     ] = _default("engine_semantics"),
     block_tokens: Annotated[
         int, typer.Option("--block-tokens", min=1,
                           help="vLLM block size in tokens (with --engine-semantics vllm).")
     ] = _default("block_tokens"),
+    offload_policy: Annotated[
+        str, typer.Option("--offload-policy",
+                          help="vLLM's CPU offloading tier (with --engine-semantics vllm): none "
+                               "(default), lru or arc; sized by --host-gb or --host-ratio.")
+    ] = _default("offload_policy"),
     sequential: Annotated[
         bool, typer.Option("--sequential",
                            help="One request at a time in arrival order, no decode pages.")
@@ -105,6 +110,7 @@ def tiers_cmd(
             storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
             write_policy=write_policy, radix_semantics=radix_semantics, sequential=sequential,
             engine_semantics=engine_semantics, block_tokens=block_tokens,
+            offload_policy=offload_policy,
         )
         with cli_store(store) as s, compile_notice(quiet), status(f"replay tiers {trace}",
                                                                    quiet):

@@ -12,7 +12,9 @@ A second engine (``engine_semantics="vllm"``): vLLM v1's block pool and prefix c
 (full ``block_tokens`` blocks, the free queue's LRU order with a request's tail blocks
 freed first, reference counts of running requests), in
 :mod:`toolkit.replay.tiers.vllm_blocks`; checked against vLLM's own code
-(``benchmarks/vllm_peer.py``, ``tests/test_tiers_vllm.py``). It has no host tier.
+(``benchmarks/vllm_peer.py``, ``tests/test_tiers_vllm.py``). Its host tier, with
+``offload_policy`` lru or arc, is vLLM's CPU offloading manager, checked the same way
+(``tests/test_tiers_vllm_offload.py``); without one it has none.
 
 All run the one event loop of :mod:`toolkit.replay.tiers.loop`; :mod:`.config` holds the
 run's settings (stdlib only), :mod:`.run` turns a trace into arrays and the loop's

@@ -23,6 +23,8 @@ ENGINES = ("sglang", "vllm")  # --engine-semantics; radix_semantics applies to s
 POLICY_CODES = {"lru": 0, "lfu": 1, "sglang-slru": 2, "priority": 0}
 POLICY_ALIASES = {"slru": "sglang-slru"}
 WRITE_CODES = {"write_through": 0, "write_through_selective": 1, "write_back": 2}
+# --offload-policy: vLLM's CPU offloading tier (none = no host tier under vllm)
+OFFLOAD_POLICIES = ("none", "lru", "arc")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ class TierReplayConfig:
             vllm (vLLM v1's block pool and prefix cache, ``block_tokens`` blocks; no
             host tier; see :mod:`toolkit.replay.tiers.vllm_blocks`).
         block_tokens: vLLM's block size (its default 16); read only under vllm.
+        offload_policy: vLLM's CPU offloading tier under vllm: none (default: no host
+            tier) | lru | arc (its ``eviction_policy``); the tier holds ``host_tokens`` (or
+            ``host_ratio`` x device) in ``block_tokens`` blocks. See
+            :mod:`toolkit.replay.tiers.vllm_blocks`.
         policy: device eviction: lru | lfu | sglang-slru | priority (sglang
             evict_policy.py; with no request priorities in a trace, priority orders exactly
             as lru). ``slru`` is an alias of sglang-slru, stored as sglang-slru.
@@ -135,6 +141,7 @@ class TierReplayConfig:
     sequential: bool = False
     engine_semantics: str = "sglang"
     block_tokens: int = 16
+    offload_policy: str = "none"
     price_tier: str = "hyperscaler"
     assumptions: ServiceAssumptions = ServiceAssumptions()
 
@@ -153,6 +160,12 @@ class TierReplayConfig:
             raise ValueError(
                 f"engine_semantics must be sglang or vllm; got {self.engine_semantics!r}"
             )
+        if self.offload_policy not in OFFLOAD_POLICIES:
+            raise ValueError(f"offload_policy must be none, lru or arc; got "
+                             f"{self.offload_policy!r}")
+        if self.offload_policy != "none" and self.engine_semantics != "vllm":
+            raise ValueError("offload_policy applies to engine_semantics vllm (vLLM's CPU "
+                             "offloading connector); SGLang's host tier is HiCache")
         if self.block_tokens < 1:
             raise ValueError(f"block_tokens must be >= 1, got {self.block_tokens}")
         if self.page_tokens is not None and self.page_tokens < 1:

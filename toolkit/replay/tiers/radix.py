@@ -33,7 +33,9 @@ piece to host, write_through_selective a node's pieces once its hit count (as
 ``insert`` counts it) reaches the threshold; host-only pieces form an LRU, deepest
 piece of a victim first; a request's host run follows its device run and is loaded back
 into the new leaf unless it is shorter than 10 tokens (``load_back_threshold``: then it
-is recomputed and its host copies stay). Capacities and all sizes are tokens.
+is recomputed and its host copies stay); under write_back with a host tier no node's hit
+count rises (``_inc_hit_count_and_check`` returns first), so lfu and sglang-slru order by
+last access alone there. Capacities and all sizes are tokens.
 """
 
 from __future__ import annotations
@@ -335,14 +337,18 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
     if sto_cap > 0:
         while s_ < m and on_sto[keys[b0 + s_]]:
             s_ += 1
-    # _insert_helper: stamp and count the path, then one new leaf for the rest
+    # _insert_helper: stamp and count the path, then one new leaf for the rest. HiCache's
+    # write_back counts no hits (unified_tree_core._inc_hit_count_and_check returns before
+    # the increment when is_write_back), which lfu and sglang-slru eviction see
+    nocount = write == 2 and host_cap > 0
     st[S_CLOCK] += 1
     t_ins = st[S_CLOCK]
     for i in range(d):
         k = keys[b0 + i]
         if is_tail[k]:
             stamp[k] = t_ins
-            hits[k] += 1
+            if not nocount:
+                hits[k] += 1
             if write == 1 and hits[k] >= sel:  # write_through_selective: back up the node
                 q = head[k]
                 while True:
@@ -387,7 +393,7 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
         ntok[leaf] = nt
         st[S_CLOCK] += 2
         stamp[leaf] = st[S_CLOCK] - 1
-        hits[leaf] = 1
+        hits[leaf] = 0 if nocount else 1
         lock[leaf] = 1  # the running request holds its new leaf too
         nchild[leaf] = 0
         if d > 0:

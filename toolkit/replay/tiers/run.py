@@ -25,7 +25,7 @@ from toolkit.replay.tiers.loop import C_OVER, COUNTERS
 from toolkit.replay.tiers.page import simulate_page
 from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
 from toolkit.replay.tiers.radix import simulate_radix
-from toolkit.replay.tiers.vllm_blocks import simulate_vllm
+from toolkit.replay.tiers.vllm_blocks import OFFLOAD_CODES, simulate_vllm
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
 from toolkit.store import Store
 from toolkit.version import __version__
@@ -186,15 +186,17 @@ def _open_arrivals(store: Store, cfg: TierReplayConfig, ps: PageStream) -> np.nd
 
 def capacities(cfg: TierReplayConfig, service: TierService) -> tuple[int, int, int]:
     """(device, host, storage) capacities in tokens; -1 unbounded. vLLM semantics have
-    no host or storage tier (0)."""
+    no storage tier (0), and a host tier only with an ``offload_policy``."""
     dev = cfg.device_tokens
     if dev is None:
         dev = service.default_device_tokens()
-    if cfg.engine_semantics == "vllm":
+    if cfg.engine_semantics == "vllm" and cfg.offload_policy == "none":
         return int(dev), 0, 0
     host = cfg.host_tokens
     if host is None:
         host = UNBOUNDED if dev == UNBOUNDED else int(cfg.host_ratio * dev)
+    if cfg.engine_semantics == "vllm":
+        return int(dev), int(host), 0
     return int(dev), int(host), int(cfg.storage_tokens)
 
 
@@ -244,7 +246,10 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         big = int(nblocks.sum() + 1)
         # vLLM's pool: device_tokens // block blocks, less the null block
         usable = big if caps[0] == UNBOUNDED else max(caps[0] // bt - 1, 0)
-        lim = np.array([ps.n_keys, usable, 0, 0, bt, 0, 0], np.int64)
+        hcap = 0 if cfg.offload_policy == "none" else (
+            ps.n_keys + 1 if caps[1] == UNBOUNDED else caps[1] // bt)
+        lim = np.array([ps.n_keys, usable, hcap, 0, bt,
+                        OFFLOAD_CODES.get(cfg.offload_policy, 0), 0], np.int64)
         makespan = simulate_vllm(
             ps.keys, ps.starts, hitcap, ps.lengths, nblocks, ps.prompt, ps.output, lim,
             sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas,
