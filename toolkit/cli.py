@@ -458,6 +458,9 @@ def _mount_commands() -> None:
 
     app.command("sweep")(sweep.sweep_cmd)
     app.add_typer(sweep.store_app, name="store")
+    from toolkit.commands import plan  # issue 36
+
+    app.add_typer(plan.plan_app, name="plan")
     from toolkit.commands import warmup
 
     app.command("warm-up")(warmup.warm_up_cmd)
