@@ -153,7 +153,13 @@ for hw in HW:
                        + p["host_hit_share"] + p["storage_hit_share"],
                        "usd_per_mtok_total": p["usd_per_mtok_total"],
                        "ratio_to_all_tiers": p["usd_per_mtok_total"] / base})
-pl.DataFrame(forbid)
+forbid = pl.DataFrame(forbid)
+for hw in HW:
+    one = forbid.filter(pl.col("hardware") == hw)
+    r = dict(zip(one["allowed"], one["ratio_to_all_tiers"], strict=True))
+    print(f"{hw}: forbidding SSD costs {r.get('no SSD', float('nan')) - 1:+.1%}, forbidding "
+          f"host DRAM and SSD {r.get('no host DRAM, no SSD', float('nan')) - 1:+.1%}")
+forbid
 
 # %% [markdown]
 # ## 4. B200 with and without KV offload, beside the measured B200 agentic points
@@ -202,30 +208,30 @@ print(json.dumps({"measured_users": sorted(measured["users"].unique().to_list())
 # %% [markdown]
 # **Where they differ, and why.**
 #
-# * **GPU hit share.** Measured, the agentic sessions hit 90-95% on the GPU at 1-4 users
-#   and collapse to almost nothing from 24-64 users as the sessions' contexts outgrow HBM.
-#   The planner's GPU share on the Mooncake conversation trace stays near 14% across 8-128
-#   users: the workloads differ. Agentic sessions resend an ever-growing context every
-#   turn (almost all of each prompt is a prefix of the previous one); the conversation
-#   trace's reuse is spread over many sessions far apart in time (its best possible share,
-#   an unbounded cache, is about 37%), so it is capacity- and distance-limited, not
-#   concurrency-limited.
-# * **Host share with offload on.** Measured, the CPU tier takes over (70-80% at 24-48
-#   users) once the GPU share collapses. The planner's 1 TB host tier adds about 22% of
-#   prompt tokens at every user count: it holds the conversation trace's long-distance
-#   reuse that the device pool evicted, and its share does not depend on the users because
-#   1 TB holds far more than the running requests' contexts.
-# * **TTFT.** The measured p90 TTFT reaches hundreds of seconds beyond 16-24 users: the
-#   benchmark offered more load than the deployment could serve and queued it. The planner
-#   never plans such a point: its concurrency comes from the front point that meets the
-#   interactivity target within the p90 TTFT bound (10 s), and its TTFT is the serving
-#   model's at that point. The tier replay's own p90 TTFT (`replay_p90_ttft_s`: one
-#   instance, closed loop, the trace's prompts) is higher than the serving model's at the
-#   same users because it serves the trace's real prompt-length mix (long prompts queue
-#   behind each other) where the serving model uses the mean.
-# * **Same direction.** Both say offload lowers TTFT at a given user count (more prompt
-#   tokens skip prefill), and the planner prices that: offload-on plans are cheaper per
-#   token than offload-off ones at every target.
+# * **GPU hit share.** Measured (TP8), the agentic sessions hit about 90% on the GPU at 4
+#   users, 55-63% at 16, 24-39% at 32 and almost nothing at 64, as the sessions' growing
+#   contexts outgrow HBM. The planner's GPU share on the Mooncake conversation trace stays
+#   near 14% from 4 to 64 users: the workloads differ. An agentic session resends its whole,
+#   growing context every turn (almost every prompt token is a prefix of the previous
+#   prompt), so its reuse is near-total until HBM runs out; the conversation trace's reuse is
+#   spread over sessions far apart in time (an unbounded cache reaches only about 37%), so
+#   the device pool is too small for it at any user count and its share barely moves.
+# * **Host share with offload on.** The planner's 1 TB host tier adds about 22% of prompt
+#   tokens at every user count: the long-distance reuse the device pool evicted. The
+#   measured TP8 rows report a CPU hit rate of 0 with offload on at every user count (the
+#   TP4 rows show the CPU tier taking 70-83% at 24-48 users), so there the measurement and
+#   the planner disagree in kind; the benchmark's CPU pool size and the reason its TP8
+#   CPU hits are zero are not published, so this comparison cannot settle it.
+# * **TTFT.** The measured p90 TTFT reaches minutes from 16 users with offload off (and from
+#   32 with it on): the benchmark offered more load than the deployment served and queued
+#   it. The planner never plans such a point: its concurrency is the front point that meets
+#   the interactivity target within the p90 TTFT bound (10 s), and its TTFT is the serving
+#   model's at that point, at the trace's mean prompt. The tier replay's own p90 TTFT
+#   (`replay_p90_ttft_s`: one instance, closed loop, the trace's real prompt-length mix) is
+#   several times higher, because long prompts queue behind each other there.
+# * **Same direction.** Both say KV offload lowers TTFT at a given user count: measured p90
+#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.32 s -> 0.30 s at 4
+#   users (more prompt tokens skip prefill and load over the host link instead).
 
 # %% [markdown]
 # The plans, candidates and the replays they used are in the store:
