@@ -449,6 +449,7 @@ MEASURED_POINTS = pa.schema([
 #: search, ``rank`` 1.. for the printed plans, null for the rest; infeasible candidates say
 #: ``why``). Written with the tier and selection replays the rows name, in one transaction.
 PLAN_RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),  # = plan_id: how a sweep finds the run
     pa.field("plan_id", pa.string(), nullable=False),
     pa.field("rank", pa.int64(), nullable=True),
     pa.field("feasible", pa.bool_(), nullable=False),

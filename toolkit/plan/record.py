@@ -30,7 +30,8 @@ def rows(cfg: PlanConfig, result: Any) -> list[dict[str, Any]]:
         run_ids = p.get("run_ids") or ([tier["run_id"]] if tier else [])
         usd = p.get("usd_breakdown") or {}
         out.append({
-            "plan_id": result.plan_id, "rank": p.get("rank"), "feasible": ev["feasible"],
+            "run_id": result.plan_id, "plan_id": result.plan_id, "rank": p.get("rank"),
+            "feasible": ev["feasible"],
             "why": ev.get("why"), "trace": cfg.trace, "model": cfg.model,
             "hardware": c.hardware, "engine": c.engine, "layout": p.get("layout"),
             "gpus": p.get("gpus"), "concurrency": p.get("concurrency"),

@@ -384,9 +384,12 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     """
     from toolkit.runtime.progress import progress as bar
 
-    if executor != "local":
-        raise PlanError(f"--engine {executor}: only the local engine is implemented; the "
-                        "bundled traces plan in well under 2 minutes on one core")
+    if executor != "local" or (workers or 1) > 1:
+        raise PlanError(f"--engine {executor} --workers {workers}: one plan search runs in "
+                        "one process (the bundled traces plan in under a minute); run many "
+                        "plans (targets, accelerators, memory options) as a sweep of kind "
+                        "\"plan\": toolkit sweep --grid GRID.toml --engine local|ray "
+                        "--workers N (docs/plan.md)")
     if cfg.engram is not None:
         raise PlanError("--engram: Engram tables are not planned yet; run `toolkit cost "
                         "engram` for their cost and plan without --engram")
