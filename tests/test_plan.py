@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -220,3 +221,14 @@ def test_python_facade_and_cli(pstore, small) -> None:
                               "--model", "glm-5.2", "--hardware", "mi355x",
                               "--interactivity", "5000"])
     assert res.exit_code == 2 and "closest miss" in res.output
+
+
+def test_report_has_capacity_plan_section(pstore, small) -> None:
+    from toolkit.analysis import run_query
+    from toolkit.report import build_report
+
+    plans = run_query(pstore, "capacity_plans")
+    assert plans.filter(pl.col("plan_id") == small.plan_id)["rank"].to_list() == list(
+        range(1, len(small.plans) + 1))
+    sec = [s for s in build_report(pstore).sections if s.title == "Capacity plan"]
+    assert len(sec) == 1 and small.plans[0]["hardware"] in sec[0].intro
