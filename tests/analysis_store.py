@@ -51,6 +51,18 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
         for batch, overlap in ((16, False), (64, False), (64, True)):
             record_replay_cost(s, DecodeCostConfig(ids[("lru", 2)], "glm-5.2", "gb200", batch,
                                                    overlap, miss_scale=32.0))
+        # issue 36: a capacity plan's rows only (its tier replays would join tier_runs)
+        import pyarrow as pa
+
+        from toolkit.plan.record import rows as plan_rows
+        from toolkit.plan.search import PlanConfig, plan
+        from toolkit.schema import PLAN_RUNS
+
+        pcfg = PlanConfig("mc", "glm-5.2", ("mi355x",), host_dram_gb=(0.0, 512.0),
+                          ssd_gb=(0.0,))
+        res = plan(s, pcfg, progress=False, save=False)
+        s.write("plan_runs", res.plan_id,
+                pa.Table.from_pylist(plan_rows(pcfg, res), schema=PLAN_RUNS))
         text = ROOT / "traces/smollm2/texts/heapq.py.txt"
         record_engram(s, "heapq", [text], EngramConfig())
         dense = load_dense(s, "heapq")

@@ -15,10 +15,11 @@ if TYPE_CHECKING:
 
 from toolkit.version import __version__
 
-__all__ = ["Store", "Workspace", "__version__", "open", "open_store"]
+__all__ = ["Store", "Workspace", "__version__", "open", "open_store", "plan"]
 
 _LAZY = {"Store": "toolkit.store", "open_store": "toolkit.store",
-         "Workspace": "toolkit.workspace", "open": "toolkit.workspace"}
+         "Workspace": "toolkit.workspace", "open": "toolkit.workspace",
+         "plan": "toolkit.plan"}
 
 
 def __getattr__(name: str) -> Any:

@@ -221,6 +221,8 @@ ROOT_HELP: dict[str, str] = {
                "/ TTFT / throughput per GPU for configurations, cross-validate.",
     "export": "Export a run's timeline (Perfetto) or a whole store (Parquet).",
     "store": "Store maintenance.",
+    "plan": "Capacity plan: accelerator, layout, concurrency, HBM split, host DRAM and SSD at "
+            "the lowest $/M total tokens within the targets (`explain` says why).",
 }
 """Every root command and sub-app in the order ``toolkit --help`` lists them, with the
 help text it shows there (the command's docstring, or the sub-app's ``help``). The listing
@@ -587,6 +589,7 @@ LAZY: dict[str, dict[str, tuple[str, str] | Callable[[], Any]]] = {
         "serving": ("serving", "serving_app"),
         "export": ("export", "export_app"),
         "store": ("sweep", "store_app"),
+        "plan": ("plan", "plan_app"),
     },
     "ingest": {"selections": ("selections", "ingest_selections_cmd")},
     "replay": {

@@ -265,6 +265,22 @@ def _cost(store: Store) -> Section | None:
                    (("Published figures shown", pub),), tuple(figs))
 
 
+def _plans(store: Store) -> Section | None:
+    plans = run_query(store, "capacity_plans")
+    if not plans.height:
+        return None
+    best = plans.filter(pl.col("rank") == 1).row(0, named=True)
+    return Section(
+        "plan", "Capacity plan",
+        "`toolkit plan`: the cheapest configurations for a recorded workload (named query "
+        "capacity_plans). Hit shares come from the tier replays named in run_ids, $ from "
+        "cost compare's front with those shares plus sourced DRAM and NVMe $/GB-hour. "
+        f"Best of {best['plan_id']}: {best['hardware']} {best['layout']} with "
+        f"{best['host_dram_gb']:g} GB host DRAM and {best['ssd_gb']:g} GB SSD per instance at "
+        f"${best['usd_per_mtok_total']:.4f}/M total tokens.",
+        (("Ranked plans", plans.drop("run_ids")),))
+
+
 def _engram(store: Store) -> Section | None:
     if not _has(store, "engram_runs"):
         return None
@@ -412,7 +428,7 @@ def _provenance(store: Store) -> pl.DataFrame:
 def build_report(store: Store, title: str = "KV-cache tiering report") -> Report:
     """Collect every section the store has data for; draws and writes nothing."""
     builders: list[Callable[[Store], Section | None]] = [_prefix, _selections, _tiers, _cost,
-                                                         _engram]
+                                                         _plans, _engram]
     sections = [s for s in (b(store) for b in builders) if s is not None]
     sections.append(_model_vs_measured(store))
     figs = tuple(f for s in sections for f in s.figures)

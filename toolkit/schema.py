@@ -445,6 +445,55 @@ MEASURED_POINTS = pa.schema([
         ("joules_per_total_token", pa.float64()), ("joules_per_output_token", pa.float64()))],
 ])
 
+#: One row per exactly evaluated candidate of a ``toolkit plan`` search (``plan_id`` = the
+#: search, ``rank`` 1.. for the printed plans, null for the rest; infeasible candidates say
+#: ``why``). Written with the tier and selection replays the rows name, in one transaction.
+PLAN_RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),  # = plan_id: how a sweep finds the run
+    pa.field("plan_id", pa.string(), nullable=False),
+    pa.field("rank", pa.int64(), nullable=True),
+    pa.field("feasible", pa.bool_(), nullable=False),
+    pa.field("why", pa.string(), nullable=True),  # why infeasible
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("engine", pa.string(), nullable=False),
+    pa.field("layout", pa.string(), nullable=True),
+    pa.field("gpus", pa.int64(), nullable=True),
+    pa.field("concurrency", pa.int64(), nullable=True),  # the deployment's users
+    pa.field("users_per_instance", pa.int64(), nullable=True),  # tier replay's users
+    pa.field("converged", pa.bool_(), nullable=True),
+    pa.field("device_prefix_tokens", pa.int64(), nullable=True),
+    pa.field("hisparse_buffer_tokens", pa.int64(), nullable=True),  # model scale; null = off
+    pa.field("engram_hbm_gb", pa.float64(), nullable=False),
+    pa.field("host_dram_gb", pa.float64(), nullable=False),  # per instance
+    pa.field("ssd_gb", pa.float64(), nullable=False),  # per instance
+    pa.field("policy", pa.string(), nullable=False),
+    pa.field("gpu_hit_share", pa.float64(), nullable=True),  # token-weighted
+    pa.field("host_hit_share", pa.float64(), nullable=True),
+    pa.field("storage_hit_share", pa.float64(), nullable=True),
+    pa.field("hisparse_misses_per_layer", pa.float64(), nullable=True),  # model scale
+    pa.field("interactivity", pa.float64(), nullable=False),  # target tok/s/user
+    pa.field("max_p90_ttft_s", pa.float64(), nullable=True),
+    pa.field("p90_ttft_s", pa.float64(), nullable=True),
+    pa.field("tput_per_gpu", pa.float64(), nullable=True),  # tok/s/GPU, input + output
+    pa.field("usd_per_mtok_total", pa.float64(), nullable=True),
+    pa.field("usd_per_mtok_total_low", pa.float64(), nullable=True),
+    pa.field("usd_per_mtok_total_high", pa.float64(), nullable=True),
+    pa.field("usd_per_mtok_gpu", pa.float64(), nullable=True),
+    pa.field("usd_per_mtok_dram", pa.float64(), nullable=True),
+    pa.field("usd_per_mtok_ssd", pa.float64(), nullable=True),
+    pa.field("bound_usd_per_mtok", pa.float64(), nullable=True),  # the search's lower bound
+    pa.field("price_tier", pa.string(), nullable=False),
+    pa.field("run_ids", pa.string(), nullable=False),  # JSON list: tier (+ selection) runs
+    pa.field("searched", pa.int64(), nullable=False),
+    pa.field("evaluated_exactly", pa.int64(), nullable=False),
+    pa.field("elapsed_s", pa.float64(), nullable=False),
+    pa.field("assumptions_json", pa.string(), nullable=False),
+    pa.field("config_json", pa.string(), nullable=False),
+    pa.field("toolkit_version", pa.string(), nullable=False),
+])
+
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.
 TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
@@ -467,6 +516,7 @@ TABLES: dict[str, pa.Schema] = {
     "decode_costs": DECODE_COSTS,
     "serving_fronts": SERVING_FRONTS,
     "measured_points": MEASURED_POINTS,
+    "plan_runs": PLAN_RUNS,
 }
 
 

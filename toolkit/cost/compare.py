@@ -231,8 +231,13 @@ def _series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> tuple[np.ndarr
     return f[xcol].to_numpy(), {k: f[c].to_numpy() for k, c in ycols.items()}, f
 
 
-def compare(cfg: CompareConfig, params: ServingParams | None = None) -> pl.DataFrame:
+def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
+            what_if: dict[str, float] | None = None) -> pl.DataFrame:
     """$/M total and output tokens per (hardware, engine) at each target interactivity.
+
+    ``what_if``: serving-model columns set on every swept row (``host_prefix_fraction``,
+    ``miss_rows_per_layer``, ``device_buffer_tokens``, ``hisparse_overlap``): how
+    ``toolkit plan`` asks the same question with its tiers' hit shares and HiSparse misses.
 
     Returns:
         One row per (hardware, engine, interactivity): ``source`` (measured or model),
@@ -243,7 +248,10 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None) -> pl.DataF
         first hardware's first engine.
     """
     params = params or bundled_params()
-    pts = predict(candidates(sweep(cfg), params, cfg.interactivity), params)
+    rows = sweep(cfg)
+    if what_if:
+        rows = rows.with_columns(pl.lit(float(v)).alias(k) for k, v in what_if.items())
+    pts = predict(candidates(rows, params, cfg.interactivity), params)
     if cfg.max_p90_ttft_s is not None:
         pts = pts.filter(pl.col("pred_p90_ttft") <= cfg.max_p90_ttft_s)
     meas = measured_points(cfg)
@@ -308,6 +316,7 @@ def _answer(hw: str, engine: str, target: float, mod, mea, basis: str) -> dict:
     row.update(p90_ttft_s=ans["p90_ttft_s"] if not use_measured else (
                    float(at["p90_ttft"]) if at and at["p90_ttft"] is not None else None),
                layout=_layout_text(at) if at else None, gpus=_gpus(at) if at else None,
+               conc=int(at["conc"]) if at else None,
                measured_points=0 if mea is None else int(mea[2].height),
                model_tput_per_gpu=model_ans["tput_per_gpu"] if model_ans else None,
                model_reachable=model_ans["reachable"] if model_ans else False)
@@ -333,7 +342,8 @@ def _unreachable(hw: str, engine: str, target: float, price: float, survey: str,
             "basis": "shared-terms", "reachable": False, "edge": False, "clamped": False,
             "front_max_interactivity": None, "tput_per_gpu": None, "output_tput_per_gpu": None,
             "tput_per_gpu_low": None, "tput_per_gpu_high": None, "p90_ttft_s": None,
-            "layout": None, "gpus": None, "measured_points": 0, "model_tput_per_gpu": None,
+            "layout": None, "gpus": None, "conc": None, "measured_points": 0,
+            "model_tput_per_gpu": None,
             "model_reachable": False, "usd_per_gpu_hour": price, "price_survey": survey,
             "usd_per_mtok_total": None, "usd_per_mtok_total_low": None,
             "usd_per_mtok_total_high": None, "usd_per_mtok_output": None,

@@ -103,3 +103,49 @@ def cost_matrix(
         if t is not None
     ]
     return pl.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class MemoryPrice:
+    """$ per GB-hour of a memory or storage tier, with where the figure comes from.
+
+    ``kind``: ``survey`` (a published market price, converted) or ``assumption`` (a labelled
+    estimate); ``vintage``: when the underlying price was quoted.
+    """
+
+    tier: str
+    usd_per_gb_hour: float
+    kind: str
+    source: str
+    vintage: str
+
+
+AMORTISATION_HOURS = 36 * 730.0
+"""Purchase prices become $/GB-hour over 36 months of 730 hours (assumed: the three-year
+depreciation InferenceX's hyperscaler TCO uses for the servers themselves)."""
+
+MEMORY_PRICES: dict[str, MemoryPrice] = {
+    "dram": MemoryPrice(
+        "dram", 885.0 / 64.0 / AMORTISATION_HOURS, "survey",
+        "CFM (China Flash Market) server DDR5 64GB RDIMM contract price $820-950, midpoint "
+        "$885 = $13.83/GB (chinaflashmarket.com/a/183609), amortised over 36 months",
+        "2026-Q1"),
+    "ssd": MemoryPrice(
+        "ssd", 2.0 * 25.0 / 128.0 / AMORTISATION_HOURS, "assumption",
+        "enterprise NVMe at 2x the raw NAND price (assumed factor for controller, "
+        "over-provisioning and margin); raw NAND from CFM's 1Tb TLC flash wafer quote of "
+        "$25 = $0.195/GB (chinaflashmarket.com/a/183609), amortised over 36 months",
+        "2026-Q1"),
+}
+"""Host DRAM (HiCache host tier and HiSparse host pool) and NVMe (HiCache storage tier):
+the marginal price of the capacity a plan buys beyond what the GPU's $/hour already
+includes. Memory prices moved by 2-3x within 2025-26, so every plan prints these."""
+
+
+def memory_usd_per_gb_hour(tier: str) -> float:
+    """$/GB-hour of ``dram`` or ``ssd`` (:data:`MEMORY_PRICES`)."""
+    try:
+        return MEMORY_PRICES[tier].usd_per_gb_hour
+    except KeyError:
+        raise ValueError(f"memory tier must be one of {', '.join(MEMORY_PRICES)}; "
+                         f"got {tier!r}") from None

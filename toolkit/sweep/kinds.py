@@ -176,6 +176,28 @@ def _serving() -> Kind:
                 lambda store, cfg, threads: run_compare(store, cfg), check)
 
 
-for _make in (_selections, _prefix, _tiers, _serving):
+def _plan() -> Kind:
+    """``toolkit plan`` as a sweep kind: one cell is one whole plan search (its rows land in
+    ``plan_runs`` under the plan id), so a grid of targets, accelerators or memory options
+    runs on the local pool or on Ray with the same results as the command."""
+    from toolkit.hardware import get_hardware
+    from toolkit.models import get_model
+    from toolkit.plan.config import PlanConfig
+
+    def run(store: Store, cfg: Any, threads: int) -> str:
+        from toolkit.plan.search import plan
+
+        return plan(store, cfg, progress=False).plan_id
+
+    def check(cfg: Any) -> Any:
+        get_model(cfg.model)
+        for hw in cfg.hardware:
+            get_hardware(hw).price_usd_per_gpu_hour(cfg.price_tier)
+        return cfg
+
+    return Kind("plan", PlanConfig, "plan_runs", "requests", run, check)
+
+
+for _make in (_selections, _prefix, _tiers, _serving, _plan):
     _k = _make()
     kinds.register(_k.name, _k)

@@ -106,4 +106,33 @@ NAMED: tuple[NamedQuery, ...] = (
          ("batch_per_gpu", "requests"), ("overlap", "bool"), ("config", "label"),
          ("term", "HBM / compute work | miss I/O (exposed)"), ("term_rank", "stack order"),
          ("time_s", "s per decode step (mean)"), ("mean_tpot_s", "s; terms sum to it"))),
+    NamedQuery(
+        "capacity_plans", "`toolkit plan`'s ranked plans stored in plan_runs: per (plan, "
+        "rank) the accelerator, layout, memory split, hit shares per tier, p90 TTFT, "
+        "throughput and $/M total tokens split into GPU, DRAM and SSD, and the replays used.",
+        """
+        SELECT plan_id, rank, trace, model, hardware, engine, layout, gpus, concurrency,
+               device_prefix_tokens, hisparse_buffer_tokens, host_dram_gb, ssd_gb, policy,
+               gpu_hit_share, host_hit_share, storage_hit_share, interactivity, p90_ttft_s,
+               tput_per_gpu, usd_per_mtok_total, usd_per_mtok_total_low,
+               usd_per_mtok_total_high, usd_per_mtok_gpu, usd_per_mtok_dram, usd_per_mtok_ssd,
+               run_ids
+        FROM plan_runs
+        WHERE rank IS NOT NULL AND ($hardware IS NULL OR hardware = $hardware)
+        ORDER BY plan_id, rank
+        """, (HW_FILTER,),
+        (("plan_id", "plan search"), ("rank", "1 = cheapest"), ("trace", "name"),
+         ("model", "name"), ("hardware", "name"), ("engine", "serving engine"),
+         ("layout", "label"), ("gpus", "GPUs of the front point"),
+         ("concurrency", "users of the deployment"), ("device_prefix_tokens", "tokens"),
+         ("hisparse_buffer_tokens", "tokens per request per layer (null = off)"),
+         ("host_dram_gb", "GB per instance"), ("ssd_gb", "GB per instance"),
+         ("policy", "prefix-cache eviction"), ("gpu_hit_share", "0-1 of prompt tokens"),
+         ("host_hit_share", "0-1"), ("storage_hit_share", "0-1"),
+         ("interactivity", "target tok/s/user"), ("p90_ttft_s", "s"),
+         ("tput_per_gpu", "tok/s/GPU, input + output"),
+         ("usd_per_mtok_total", "$ per M total tokens"), ("usd_per_mtok_total_low", "$, band"),
+         ("usd_per_mtok_total_high", "$, band"), ("usd_per_mtok_gpu", "$ per M, GPUs"),
+         ("usd_per_mtok_dram", "$ per M, host DRAM"), ("usd_per_mtok_ssd", "$ per M, SSD"),
+         ("run_ids", "JSON list of tier / selection run ids"))),
 )

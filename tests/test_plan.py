@@ -1,0 +1,234 @@
+"""``toolkit plan`` on the bundled Mooncake conversation trace and SmolLM2 selections.
+
+Small spaces (one accelerator, two or three memory options) keep each plan to seconds.
+Hit shares and misses are replay figures, pinned exactly; $ figures come from the serving
+model and are checked by recomputing them from their inputs, not pinned (the model's fit
+may change; regenerate the pinned replay figures with ``toolkit plan --json`` if the
+trace or the replay semantics change).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import toolkit
+from toolkit.cli import app
+from toolkit.cost.compare import CompareConfig, compare
+from toolkit.cost.from_replay import run_tiers
+from toolkit.cost.price import MEMORY_PRICES
+from toolkit.hardware import get_hardware
+from toolkit.ingest import ingest_file
+from toolkit.plan.config import PlanConfig
+from toolkit.plan.search import PLAN_KEYS, PlanError, plan
+from toolkit.replay.tiers import TierReplayConfig
+from toolkit.replay.tiers.config import ServiceAssumptions
+
+ROOT = Path(__file__).resolve().parents[1]
+MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
+SMOLLM2 = ROOT / "traces" / "smollm2"
+
+SMALL = dict(trace="conv", model="glm-5.2", hardware=("mi355x",), host_dram_gb=(0.0, 512.0),
+             ssd_gb=(0.0, 4096.0), hisparse_multiples=(2,), top=3)
+
+# Replay figures of the small plan (tier replay of `conv` on mi355x at 4 closed-loop users,
+# LRU, SGLang's default device pool; 512 GB host, 4096 GB SSD per 8-GPU instance).
+GOLDEN_GPU_HIT = 0.1518243772042679
+GOLDEN_HOST_HIT_512 = 0.138221144972462
+GOLDEN_STORAGE_HIT_512_4096 = 0.08319647724198842
+
+
+@pytest.fixture(scope="module")
+def pstore(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("plan") / "store"
+    with toolkit.open_store(root, create=True) as s:
+        ingest_file(s, "mooncake", MOONCAKE, "conv")
+        ingest_file(s, "bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
+        yield s
+
+
+@pytest.fixture(scope="module")
+def small(pstore):
+    return plan(pstore, PlanConfig(selections="smollm2", **SMALL), progress=False)
+
+
+def _best(store, **kw) -> float:
+    """The best plan's $/M, or infinity when nothing is feasible."""
+    try:
+        r = plan(store, PlanConfig(**{**SMALL, **kw}), progress=False, save=False)
+    except PlanError:
+        return math.inf
+    return r.plans[0]["usd_per_mtok_total"]
+
+
+def test_json_contract_and_golden_hit_shares(small) -> None:
+    out = small.to_json()
+    assert {"plans", "searched", "evaluated_exactly", "feasible", "elapsed_s"} <= set(out)
+    assert out["searched"] == 8 and out["feasible"] >= 1
+    assert out["evaluated_exactly"] <= out["searched"]
+    for i, p in enumerate(out["plans"], start=1):
+        assert list(p)[:len(PLAN_KEYS)] == list(PLAN_KEYS)
+        assert p["rank"] == i and set(p["usd_breakdown"]) == {"gpu", "dram", "ssd"}
+        assert p["usd_per_mtok_total_low"] <= p["usd_per_mtok_total"] <= p[
+            "usd_per_mtok_total_high"]
+    costs = [p["usd_per_mtok_total"] for p in out["plans"]]
+    assert costs == sorted(costs)
+    best = out["plans"][0]
+    assert (best["host_dram_gb"], best["ssd_gb"], best["hisparse_buffer_tokens"]) == (
+        512.0, 4096.0, None)
+    assert best["gpu_hit_share"] == GOLDEN_GPU_HIT
+    assert best["host_hit_share"] == GOLDEN_HOST_HIT_512
+    assert best["storage_hit_share"] == GOLDEN_STORAGE_HIT_512_4096
+    assert any("survey" in a or "assumption" in a for a in small.assumptions)
+
+
+def test_cost_recomputed_from_its_inputs(small) -> None:
+    """$/M = (GPU + DRAM + SSD $/GPU-hour) / (tok/s/GPU x 3600 / 1e6), each price sourced."""
+    for p in small.plans:
+        gpu = get_hardware(p["hardware"]).price_usd_per_gpu_hour("hyperscaler")
+        dram = p["host_dram_gb"] * MEMORY_PRICES["dram"].usd_per_gb_hour / 8
+        ssd = p["ssd_gb"] * MEMORY_PRICES["ssd"].usd_per_gb_hour / 8
+        mtok_per_hour = p["tput_per_gpu"] * 3600 / 1e6
+        assert p["usd_per_mtok_total"] == pytest.approx((gpu + dram + ssd) / mtok_per_hour,
+                                                        rel=1e-12)
+        assert p["usd_breakdown"]["dram"] == pytest.approx(dram / mtok_per_hour, rel=1e-12)
+    for tier in ("dram", "ssd"):
+        price = MEMORY_PRICES[tier]
+        assert price.kind in ("survey", "assumption") and price.source and price.vintage
+
+
+def test_named_replays_reproduce_hit_shares(pstore, small) -> None:
+    """Re-running each tier replay a plan names, from its stored config, gives its hit
+    shares exactly; the per-request rows sum to them (an independent aggregation)."""
+    for p in small.plans:
+        tier_id = p["run_ids"][0]
+        run = pstore.query("SELECT * FROM tier_runs WHERE run_id = $r", {"r": tier_id})
+        assert run.height == 1
+        cfg = json.loads(run["config_json"][0])
+        cfg["assumptions"] = ServiceAssumptions(**cfg["assumptions"])
+        again = run_tiers(pstore, TierReplayConfig(**cfg), save=False).summary
+        assert again["run_id"] == tier_id
+        assert (again["gpu_hit_rate"], again["host_hit_rate"], again["storage_hit_rate"]) == (
+            p["gpu_hit_share"], p["host_hit_share"], p["storage_hit_share"])
+        sums = pstore.query(
+            "SELECT sum(device_tokens) d, sum(host_tokens) h, sum(storage_tokens) s, "
+            "sum(prompt_tokens) n FROM tier_requests WHERE run_id = $r", {"r": tier_id})
+        d, h, s_, n = (float(v) for v in sums.row(0))
+        assert (d / n, h / n, s_ / n) == pytest.approx(
+            (p["gpu_hit_share"], p["host_hit_share"], p["storage_hit_share"]), abs=1e-15)
+    rows = pstore.query("SELECT * FROM plan_runs WHERE plan_id = $p", {"p": small.plan_id})
+    assert rows.height == small.searched  # every candidate: evaluated or pruned with a bound
+    assert sorted(r for r in rows["rank"].to_list() if r is not None) == list(
+        range(1, len(small.plans) + 1))
+
+
+GOLDEN_SEL_ROWS, GOLDEN_SEL_MISSES = 30720, 307873  # SmolLM2, k = 64, LRU, buffer 128
+
+
+def test_hisparse_misses_golden_and_exhaustive_same_best(pstore, small) -> None:
+    """HiSparse misses are the selection replay's (SmolLM2, LRU, buffer 2k = 128) x 2048 /
+    64, its per-row table sums to the run's total; ``exhaustive`` finds the same best."""
+    from toolkit.replay.selections import SelectionReplayConfig, replay_selections
+
+    s = replay_selections(pstore, SelectionReplayConfig("smollm2", "lru", 128), progress=False)
+    assert (s["rows"], s["misses"]) == (GOLDEN_SEL_ROWS, GOLDEN_SEL_MISSES)
+    per_row = pstore.query("SELECT count(*) n, sum(misses) m FROM selection_replay "
+                           "WHERE run_id = $r", {"r": s["run_id"]})
+    assert per_row.row(0) == (GOLDEN_SEL_ROWS, GOLDEN_SEL_MISSES)
+    rows = pstore.query("SELECT DISTINCT hisparse_buffer_tokens b FROM plan_runs WHERE "
+                        "plan_id = $p AND b IS NOT NULL", {"p": small.plan_id})
+    assert rows["b"].to_list() == [128 * 2048 // 64]
+    full = plan(pstore, PlanConfig(selections="smollm2", exhaustive=True, **SMALL),
+                progress=False, save=False)
+    assert full.evaluated_exactly == full.searched
+    assert full.plans[0] == small.plans[0]
+    hs = [e for e in full.evaluated if e["candidate"].buffer and e["feasible"]]
+    assert hs, "a HiSparse candidate with host DRAM is feasible"
+    for e in hs:
+        assert e["plan"]["hisparse_misses_per_layer"] == pytest.approx(
+            GOLDEN_SEL_MISSES / GOLDEN_SEL_ROWS * 2048 / 64, rel=1e-12)
+        assert e["plan"]["run_ids"][1] == s["run_id"]
+        assert e["plan"]["usd_per_mtok_total"] >= small.plans[0]["usd_per_mtok_total"]
+
+
+def test_reduces_to_cost_compare(pstore) -> None:
+    """HiSparse and host tiers forbidden: the plan is cost compare's answer for the trace's
+    shape at the plan's GPU hit share."""
+    r = plan(pstore, PlanConfig(**{**SMALL, "host_dram_gb": (0.0,), "ssd_gb": (0.0,)}),
+             progress=False, save=False)
+    p = r.plans[0]
+    shape = pstore.query("SELECT avg(input_tokens) i, avg(output_tokens) o FROM requests "
+                         "WHERE trace = 'conv'")
+    isl, osl = round(shape["i"][0]), round(shape["o"][0])
+    c = compare(CompareConfig(model="glm-5.2", hardware=("mi355x",), interactivity=(100.0,),
+                              isl=isl, osl=osl, cached_prefix_fraction=p["gpu_hit_share"],
+                              measured=False)).row(0, named=True)
+    assert p["usd_per_mtok_total"] == c["usd_per_mtok_total"]
+    assert (p["tput_per_gpu"], p["layout"], p["gpus"], p["p90_ttft_s"]) == (
+        c["tput_per_gpu"], c["layout"], c["gpus"], c["p90_ttft_s"])
+    assert (p["host_hit_share"], p["storage_hit_share"], p["usd_breakdown"]["dram"]) == (
+        0.0, 0.0, 0.0)
+
+
+def test_tighter_targets_never_cheaper(pstore) -> None:
+    base = _best(pstore)
+    assert _best(pstore, max_p90_ttft_s=1.0) >= base
+    assert _best(pstore, interactivity=150.0) >= base
+
+
+@settings(max_examples=4, deadline=None)
+@given(dram=st.sets(st.sampled_from([256.0, 512.0, 1024.0]), min_size=1),
+       ssd=st.sets(st.sampled_from([4096.0, 16384.0])))
+def test_more_memory_never_dearer(pstore, dram, ssd) -> None:
+    """Allowing more DRAM or SSD options (a superset) never gives a dearer best plan."""
+    narrow = _best(pstore, host_dram_gb=(0.0,), ssd_gb=(0.0,))
+    wide = _best(pstore, host_dram_gb=(0.0, *sorted(dram)), ssd_gb=(0.0, *sorted(ssd)))
+    assert wide <= narrow
+
+
+def test_nothing_feasible_names_closest_miss(pstore) -> None:
+    with pytest.raises(PlanError, match="closest miss: mi355x"):
+        plan(pstore, PlanConfig(**{**SMALL, "interactivity": 5000.0}), progress=False,
+             save=False)
+
+
+def test_python_facade_and_cli(pstore, small) -> None:
+    r = toolkit.plan(pstore, "conv", "glm-5.2", "mi355x", host_dram_gb=(0.0,),
+                     ssd_gb=(0.0,), progress=False, save=False)
+    assert r.plans[0]["hardware"] == "mi355x"
+    runner = CliRunner()
+    res = runner.invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
+                              "--model", "glm-5.2", "--hardware", "mi355x", "--host-dram-gb",
+                              "0,512", "--ssd-gb", "0", "--top", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert len(out["plans"]) == 2 and out["plans"][0]["host_dram_gb"] == 512.0
+    res = runner.invoke(app, ["plan", "explain", "--store", str(pstore.root), "--plan",
+                              out["plan_id"], "--json"])
+    assert res.exit_code == 0, res.output
+    ex = json.loads(res.stdout)
+    assert ex["plan"]["rank"] == 1 and ex["alternatives"]["host_dram_gb"]["value"] == 0.0
+    assert ex["alternatives"]["host_dram_gb"]["usd_per_mtok_total"] > ex["plan"][
+        "usd_per_mtok_total"]
+    res = runner.invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
+                              "--model", "glm-5.2", "--hardware", "mi355x",
+                              "--interactivity", "5000"])
+    assert res.exit_code == 2 and "closest miss" in res.output
+
+
+def test_report_has_capacity_plan_section(pstore, small) -> None:
+    from toolkit.analysis import run_query
+    from toolkit.report import build_report
+
+    plans = run_query(pstore, "capacity_plans")
+    assert plans.filter(pl.col("plan_id") == small.plan_id)["rank"].to_list() == list(
+        range(1, len(small.plans) + 1))
+    sec = [s for s in build_report(pstore).sections if s.title == "Capacity plan"]
+    assert len(sec) == 1 and small.plans[0]["hardware"] in sec[0].intro

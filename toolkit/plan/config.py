@@ -1,0 +1,77 @@
+"""What ``toolkit plan`` is asked: a frozen dataclass, stdlib only, so the CLI reads its
+defaults (the options' defaults) without loading the replays or the serving model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from toolkit.config import check_number
+
+DEFAULT_MAX_P90_TTFT_S = 10.0
+"""The p90 TTFT bound when none is given: ``cost compare``'s (an assumption stated there),
+so a plan with the host tiers and HiSparse forbidden answers what ``cost compare`` does."""
+
+HISPARSE_MULTIPLES = (1, 2, 4)
+"""HiSparse device buffers searched, in multiples of the recording's top-k (HiSparse's own
+default is 2 x k)."""
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """One capacity-planning question; every field has the CLI flag of the same name.
+
+    Attributes:
+        trace: stored request trace (with prefix hashes) whose prefix reuse the tiers serve.
+        model, hardware: model and accelerators to plan for (registry names).
+        interactivity: target tok/s/user (median, InferenceX's definition).
+        selections: stored selection trace for HiSparse (``None``: HiSparse is not planned).
+        engram: stored Engram lookup trace (not planned yet: refused with a clear error).
+        max_p90_ttft_s: p90 TTFT bound; ``None`` lifts it.
+        host_dram_gb, ssd_gb: host DRAM and NVMe options per serving instance of
+            ``gpus_per_replica`` GPUs (0 forbids the tier).
+        policy: device eviction policies of the prefix cache (tier replay names).
+        hisparse_multiples: HiSparse buffer sizes searched, in multiples of the recording's k.
+        exhaustive: evaluate every candidate exactly instead of pruning by lower bounds.
+        top: plans printed (and ranked in ``plan_runs``).
+        engines: hardware -> serving engine (default: ``cost compare``'s pairing).
+    """
+
+    trace: str
+    model: str
+    hardware: tuple[str, ...]
+    interactivity: float = 100.0
+    selections: str | None = None
+    engram: str | None = None
+    max_p90_ttft_s: float | None = DEFAULT_MAX_P90_TTFT_S
+    price_tier: str = "hyperscaler"
+    host_dram_gb: tuple[float, ...] = (0.0, 256.0, 512.0, 1024.0)
+    ssd_gb: tuple[float, ...] = (0.0, 4096.0, 16384.0)
+    policy: tuple[str, ...] = ("lru",)
+    hisparse_multiples: tuple[int, ...] = HISPARSE_MULTIPLES
+    exhaustive: bool = False
+    top: int = 5
+    precision: str = "fp8"
+    kv_dtype: str = "fp8"
+    mtp: str = "on"
+    gpus_per_replica: int = 8
+    engines: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_multiples"):
+            v = getattr(self, name)
+            if isinstance(v, list):
+                object.__setattr__(self, name, tuple(v))
+            if not getattr(self, name):
+                raise ValueError(f"{name}: give at least one value")
+        check_number("interactivity", self.interactivity, lo=0.0, lo_open=True)
+        if self.max_p90_ttft_s is not None:
+            check_number("max_p90_ttft_s", self.max_p90_ttft_s, lo=0.0, lo_open=True)
+        for name in ("host_dram_gb", "ssd_gb"):
+            for v in getattr(self, name):
+                check_number(name, v, lo=0.0)
+        for v in self.hisparse_multiples:
+            check_number("hisparse_multiples", v, lo=1)
+        check_number("top", self.top, lo=1)
+        check_number("gpus_per_replica", self.gpus_per_replica, lo=1)
+        if self.mtp not in ("on", "off"):
+            raise ValueError(f"mtp must be 'on' or 'off', got {self.mtp!r}")
