@@ -95,12 +95,17 @@ def _tiers() -> Kind:
     from toolkit.cost.from_replay import run_tiers
     from toolkit.hardware import get_hardware
     from toolkit.models import get_model
-    from toolkit.replay.tiers import TierReplayConfig, page_stream
+    from toolkit.replay.tiers import TierReplayConfig, block_stream, page_stream
 
     def run(store: Store, cfg: Any, threads: int) -> str:
-        key = (cfg.trace, cfg.page_tokens, cfg.radix_semantics)
-        stream = _cached(store, "requests", cfg.trace, key, lambda: page_stream(
-            store.read("requests", cfg.trace), cfg.page_tokens, cfg.radix_semantics))
+        if cfg.engine_semantics == "vllm":  # vLLM's full blocks, not radix pages
+            key = (cfg.trace, "vllm", cfg.block_tokens)
+            stream = _cached(store, "requests", cfg.trace, key, lambda: block_stream(
+                store.read("requests", cfg.trace), cfg.block_tokens))
+        else:
+            key = (cfg.trace, cfg.page_tokens, cfg.radix_semantics)
+            stream = _cached(store, "requests", cfg.trace, key, lambda: page_stream(
+                store.read("requests", cfg.trace), cfg.page_tokens, cfg.radix_semantics))
         return run_tiers(store, cfg, stream=stream).summary["run_id"]
 
     def check(cfg: Any) -> Any:

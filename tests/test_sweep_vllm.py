@@ -1,0 +1,31 @@
+"""A tiers sweep under ``engine_semantics = "vllm"`` replays vLLM's full-block stream (it
+once built the radix page stream and failed): each cell equals the direct replay."""
+
+from __future__ import annotations
+
+import json
+
+from toolkit import sweep
+from toolkit.cost.from_replay import run_tiers
+from toolkit.replay.tiers import TierReplayConfig
+
+
+def test_vllm_cells_equal_direct_replays(mooncake_store):
+    grid = sweep.parse_grid(
+        'kind = "tiers"\ntrace = "conv"\n[fixed]\nengine_semantics = "vllm"\n'
+        "host_tokens = 0\nsequential = true\n[axes]\nblock_tokens = [16, 64]\n"
+        "device_tokens = [204800]\n", "g.toml")
+    res = sweep.run(mooncake_store, grid, workers=1, progress=False)
+    assert (res.ran, res.failed) == (2, 0)
+    runs = mooncake_store.query(
+        "SELECT config_json, device_hit_tokens FROM tier_runs").to_dicts()
+    assert len(runs) == 2
+    for bt in (16, 64):
+        direct = run_tiers(mooncake_store, TierReplayConfig(
+            "conv", engine_semantics="vllm", host_tokens=0, sequential=True,
+            block_tokens=bt, device_tokens=204_800), save=False)
+        got = [r["device_hit_tokens"] for r in runs
+               if json.loads(r["config_json"])["block_tokens"] == bt]
+        assert got == [direct.summary["device_hit_tokens"]]
+    # vLLM's own KVCacheManager gives 6,225,152 GPU hit tokens at both block sizes
+    assert {r["device_hit_tokens"] for r in runs} == {6_225_152}
