@@ -322,6 +322,9 @@ def test_ray_equals_local_and_single_process(tmp_path):
         sweep.run(b, parse_grid(SMALL_GRID), workers=2)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
+            from toolkit.sweep.engines import _probe
+
+            _probe(ray.get_runtime_context().gcs_address, 10)  # a live GCS passes the probe
             res = sweep.run(c, parse_grid(SMALL_GRID), engine="ray")
             assert ray.is_initialized()  # a cluster the caller started stays up
         finally:
@@ -571,6 +574,103 @@ def test_ray_unreachable_address_fails_fast(sel_store, tmp_path):
         res.stderr
 
 
+class _FakePort:
+    """A TCP port on every interface (Ray resolves a loopback address to this node's IP,
+    and the probe checks what Ray will use) that accepts connections and then answers
+    ``reply`` (``None``: says nothing and keeps the connection open; ``b""``: closes it)."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        import socket
+        import threading
+
+        self.reply, self.conns = reply, []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.reply == b"":
+                c.close()
+                continue
+            if self.reply is not None:
+                c.sendall(self.reply)
+            self.conns.append(c)  # kept open, silent from here on
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+SILENT = None
+HTTP2_SETTINGS = b"\x00\x00\x18\x04\x00\x00\x00\x00\x00"  # a gRPC server's first frame
+PORT_CASES = [  # (what the port does, its reply, a phrase the error must hold)
+    ("accepts and stays silent", SILENT, "accepted the connection but did not answer"),
+    ("speaks HTTP/1", b"HTTP/1.1 400 Bad Request\r\n\r\n", "answered b'HTTP/1.1 '"),
+    ("closes at once", b"", "closed the connection"),
+]
+
+
+@pytest.fixture
+def fake_port(request):
+    port = _FakePort(request.param)
+    yield port
+    port.close()
+
+
+@pytest.mark.parametrize("fake_port,phrase", [(r, p) for _, r, p in PORT_CASES],
+                         ids=[c[0] for c in PORT_CASES], indirect=["fake_port"])
+def test_ray_port_that_is_not_ray_fails_fast(sel_store, tmp_path, fake_port, phrase):
+    """A port that accepts TCP but never speaks Ray (or speaks something else) ends within
+    --connect-timeout-s in one line naming the address and the flag; Ray itself would
+    retry it for minutes (122 s and more measured)."""
+    pytest.importorskip("ray")
+    from toolkit.sweep.engines import _probe
+
+    address = f"127.0.0.1:{fake_port.port}"
+    t0 = time.monotonic()
+    with pytest.raises(ValueError) as e:
+        _probe(address, 1.5)
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    assert "\n" not in msg and phrase in msg, msg
+    assert msg.startswith(f"cannot reach Ray at {address}") and \
+        "within --connect-timeout-s 1.5" in msg, msg
+    if fake_port.reply is SILENT:
+        assert 1.4 <= took < 4, took  # waited for the answer, and no longer than asked
+    else:
+        assert took < 1.4, took
+    grid = tmp_path / "g.toml"
+    grid.write_text(SMALL_GRID.replace("[64, 128]", "[48]"))  # cells not in the store yet
+    res = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid),
+                                   "--engine", "ray", "--address", address,
+                                   "--connect-timeout-s", "2"])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach Ray at {address}") \
+        and "--connect-timeout-s 2:" in lines[0] and phrase in lines[0], res.stderr
+
+
+def test_ray_probe_passes_a_grpc_port():
+    """The probe lets through a port that answers the HTTP/2 preface as gRPC (Ray's GCS
+    does: checked against a live one in test_ray_equals_local_and_single_process)."""
+    from toolkit.sweep.engines import _probe
+
+    port = _FakePort(HTTP2_SETTINGS)
+    try:
+        _probe(f"127.0.0.1:{port.port}", 5)
+    finally:
+        port.close()
+
+
 FAULT_TESTS = (test_killed_worker_is_a_failed_cell, test_ctrl_c_stops_in_one_line_and_resumes,
-               test_ray_unreachable_address_fails_fast)
+               test_ray_unreachable_address_fails_fast, test_ray_port_that_is_not_ray_fails_fast)
 """The sweep-fault cases counted in docs/formats.md (with their parametrizations)."""
