@@ -4,6 +4,7 @@ query results."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -671,6 +672,82 @@ def test_ray_probe_passes_a_grpc_port():
         port.close()
 
 
+@contextlib.contextmanager
+def unwritable(directory: Path):
+    """``directory`` refuses new names, as after ``chmod a-w`` or ``chattr +i``: by chmod
+    when that binds (not as root), else by making every rename into it fail the way
+    the kernel would (EACCES), so the test runs, and can fail, either way."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        mode = directory.stat().st_mode
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(mode)
+        return
+    real = os.replace
+
+    def replace(src, dst, *a, **k):
+        if Path(dst).parent == directory:
+            raise PermissionError(13, "Permission denied", str(src), None, str(dst))
+        return real(src, dst, *a, **k)
+
+    os.replace = replace
+    try:
+        yield
+    finally:
+        os.replace = real
+
+
+TIER_GRID = ('kind = "tiers"\ntrace = "conv"\n[fixed]\ndevice_tokens = 200000\n'
+             'hardware = "gb200"\n[axes]\nconcurrency = [4]\n')
+DONE_WITHOUT_RUN = (
+    "SELECT count(*) AS n FROM sweeps WHERE status = 'done' AND (run_id NOT IN "
+    "(SELECT run_id FROM tier_runs) OR run_id NOT IN (SELECT run_id FROM tier_requests))")
+
+
+@pytest.mark.parametrize("table", ["tier_runs", "tier_requests", "sweeps"])
+def test_unwritable_table_never_leaves_a_cell_done_without_its_run(tmp_path, table):
+    """A table directory made read-only (or immutable) during a sweep: the cell's commit
+    cannot be completed, and neither the sweep nor recovery on the next open marks the
+    cell done without its run (``sweeps`` sorts before ``tier_*``, so its row used to
+    land first). The sweep stops with one line naming the directory and the fix; once
+    the directory is writable again, the next open completes the write and a rerun
+    skips the cell."""
+    root = tmp_path / "s"
+    with toolkit.open_store(root, create=True) as s:
+        ingest_file(s, "mooncake", MOONCAKE, "conv")
+    grid = parse_grid(TIER_GRID)
+    with unwritable(root / table):
+        with toolkit.open_store(root) as s:
+            with pytest.raises(StoreError) as e:
+                sweep.run(s, grid, workers=1, on_error="record")
+            msg = str(e.value)
+            assert "\n" not in msg and msg.startswith(f"{root / table}: ") and \
+                "writable" in msg, msg
+            assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0
+        with toolkit.open_store(root) as s:  # recovery while still unwritable
+            assert any(str(root / table) in p for p in s.problems), s.problems
+            assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0
+            assert s.query("SELECT count(*) AS n FROM sweeps WHERE status = 'done'")[
+                "n"].item() == 0
+            stuck = s.check()
+            assert len(stuck) == 1 and "committed write is not complete" in stuck[0].problem \
+                and str(root / table) in stuck[0].problem, stuck
+            with pytest.raises(StoreError, match="writable"):  # writes refused, loudly
+                sweep.run(s, grid, workers=1, on_error="record")
+            assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0
+    with toolkit.open_store(root) as s:  # writable again: the write completes
+        assert any("completed a write interrupted after its commit" in p for p in s.problems)
+        assert s.query("SELECT count(*) AS n FROM sweeps WHERE status = 'done'")[
+            "n"].item() == 1
+        assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0 and s.check() == []
+        again = sweep.run(s, grid, workers=1)
+        assert (again.ran, again.skipped, again.failed) == (0, 1, 0)
+
+
 FAULT_TESTS = (test_killed_worker_is_a_failed_cell, test_ctrl_c_stops_in_one_line_and_resumes,
-               test_ray_unreachable_address_fails_fast, test_ray_port_that_is_not_ray_fails_fast)
+               test_ray_unreachable_address_fails_fast, test_ray_port_that_is_not_ray_fails_fast,
+               test_unwritable_table_never_leaves_a_cell_done_without_its_run)
 """The sweep-fault cases counted in docs/formats.md (with their parametrizations)."""

@@ -430,6 +430,8 @@ def _probe(address: str, timeout_s: float) -> None:
     except TimeoutError:
         raise ValueError(f"{fail}: the port accepted the connection but did not answer "
                          "(is it a Ray head's GCS port, e.g. 6379?)") from None
+    except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+        got = b""  # closed while the preface was on its way
     except OSError as e:
         raise ValueError(f"{fail}: {e.strerror or e}") from None
     finally:
