@@ -801,6 +801,7 @@ def test_burstgpt_sessions_as_written(lab):
     t = lab.store.read("requests", "sess")
     lab.store.delete("requests", "sess")
     lab.store.delete("request_labels", "sess")
+    lab.store.delete("request_sessions", "sess")
     sess = t.column("session_id").to_pylist()
     assert sess[0] != sess[1] and sess[1] == sess[2]
     assert t.column("turn").to_pylist() == [0, 0, 1]

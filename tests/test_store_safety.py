@@ -601,7 +601,7 @@ class TestFailedRename:
             real(a, b)
 
         monkeypatch.setattr(os, "replace", flaky)
-        with pytest.raises(OSError):
+        with pytest.raises(StoreError, match="I/O error"):  # one line naming the directory
             ingest_file(store, "dsa-jsonl", dsa_file(tmp_path / "t.jsonl"), "t")
         monkeypatch.setattr(os, "replace", real)
         with toolkit.open_store(store.root) as s:

@@ -4,6 +4,7 @@ query results."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -322,6 +323,9 @@ def test_ray_equals_local_and_single_process(tmp_path):
         sweep.run(b, parse_grid(SMALL_GRID), workers=2)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
+            from toolkit.sweep.engines import _probe
+
+            _probe(ray.get_runtime_context().gcs_address, 10)  # a live GCS passes the probe
             res = sweep.run(c, parse_grid(SMALL_GRID), engine="ray")
             assert ray.is_initialized()  # a cluster the caller started stays up
         finally:
@@ -571,6 +575,179 @@ def test_ray_unreachable_address_fails_fast(sel_store, tmp_path):
         res.stderr
 
 
+class _FakePort:
+    """A TCP port on every interface (Ray resolves a loopback address to this node's IP,
+    and the probe checks what Ray will use) that accepts connections and then answers
+    ``reply`` (``None``: says nothing and keeps the connection open; ``b""``: closes it)."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        import socket
+        import threading
+
+        self.reply, self.conns = reply, []
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.reply == b"":
+                c.close()
+                continue
+            if self.reply is not None:
+                c.sendall(self.reply)
+            self.conns.append(c)  # kept open, silent from here on
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+SILENT = None
+HTTP2_SETTINGS = b"\x00\x00\x18\x04\x00\x00\x00\x00\x00"  # a gRPC server's first frame
+PORT_CASES = [  # (what the port does, its reply, a phrase the error must hold)
+    ("accepts and stays silent", SILENT, "accepted the connection but did not answer"),
+    ("speaks HTTP/1", b"HTTP/1.1 400 Bad Request\r\n\r\n", "answered b'HTTP/1.1 '"),
+    ("closes at once", b"", "closed the connection"),
+]
+
+
+@pytest.fixture
+def fake_port(request):
+    port = _FakePort(request.param)
+    yield port
+    port.close()
+
+
+@pytest.mark.parametrize("fake_port,phrase", [(r, p) for _, r, p in PORT_CASES],
+                         ids=[c[0] for c in PORT_CASES], indirect=["fake_port"])
+def test_ray_port_that_is_not_ray_fails_fast(sel_store, tmp_path, fake_port, phrase):
+    """A port that accepts TCP but never speaks Ray (or speaks something else) ends within
+    --connect-timeout-s in one line naming the address and the flag; Ray itself would
+    retry it for minutes (122 s and more measured)."""
+    pytest.importorskip("ray")
+    from toolkit.sweep.engines import _probe
+
+    address = f"127.0.0.1:{fake_port.port}"
+    t0 = time.monotonic()
+    with pytest.raises(ValueError) as e:
+        _probe(address, 1.5)
+    took = time.monotonic() - t0
+    msg = str(e.value)
+    assert "\n" not in msg and phrase in msg, msg
+    assert msg.startswith(f"cannot reach Ray at {address}") and \
+        "within --connect-timeout-s 1.5" in msg, msg
+    if fake_port.reply is SILENT:
+        assert 1.4 <= took < 4, took  # waited for the answer, and no longer than asked
+    else:
+        assert took < 1.4, took
+    grid = tmp_path / "g.toml"
+    grid.write_text(SMALL_GRID.replace("[64, 128]", "[48]"))  # cells not in the store yet
+    res = CliRunner().invoke(app, ["sweep", "--store", str(sel_store.root), "--grid", str(grid),
+                                   "--engine", "ray", "--address", address,
+                                   "--connect-timeout-s", "2"])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach Ray at {address}") \
+        and "--connect-timeout-s 2:" in lines[0] and phrase in lines[0], res.stderr
+
+
+def test_ray_probe_passes_a_grpc_port():
+    """The probe lets through a port that answers the HTTP/2 preface as gRPC (Ray's GCS
+    does: checked against a live one in test_ray_equals_local_and_single_process)."""
+    from toolkit.sweep.engines import _probe
+
+    port = _FakePort(HTTP2_SETTINGS)
+    try:
+        _probe(f"127.0.0.1:{port.port}", 5)
+    finally:
+        port.close()
+
+
+@contextlib.contextmanager
+def unwritable(directory: Path):
+    """``directory`` refuses new names, as after ``chmod a-w`` or ``chattr +i``: by chmod
+    when that binds (not as root), else by making every rename into it fail the way
+    the kernel would (EACCES), so the test runs, and can fail, either way."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        mode = directory.stat().st_mode
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(mode)
+        return
+    real = os.replace
+
+    def replace(src, dst, *a, **k):
+        if Path(dst).parent == directory:
+            raise PermissionError(13, "Permission denied", str(src), None, str(dst))
+        return real(src, dst, *a, **k)
+
+    os.replace = replace
+    try:
+        yield
+    finally:
+        os.replace = real
+
+
+TIER_GRID = ('kind = "tiers"\ntrace = "conv"\n[fixed]\ndevice_tokens = 200000\n'
+             'hardware = "gb200"\n[axes]\nconcurrency = [4]\n')
+DONE_WITHOUT_RUN = (
+    "SELECT count(*) AS n FROM sweeps WHERE status = 'done' AND (run_id NOT IN "
+    "(SELECT run_id FROM tier_runs) OR run_id NOT IN (SELECT run_id FROM tier_requests))")
+
+
+@pytest.mark.parametrize("table", ["tier_runs", "tier_requests", "sweeps"])
+def test_unwritable_table_never_leaves_a_cell_done_without_its_run(tmp_path, table):
+    """A table directory made read-only (or immutable) during a sweep: the cell's commit
+    cannot be completed, and neither the sweep nor recovery on the next open marks the
+    cell done without its run (``sweeps`` sorts before ``tier_*``, so its row used to
+    land first). The sweep stops with one line naming the directory and the fix; once
+    the directory is writable again, the next open completes the write and a rerun
+    skips the cell."""
+    root = tmp_path / "s"
+    with toolkit.open_store(root, create=True) as s:
+        ingest_file(s, "mooncake", MOONCAKE, "conv")
+    grid = parse_grid(TIER_GRID)
+    with unwritable(root / table):
+        with toolkit.open_store(root) as s:
+            with pytest.raises(StoreError) as e:
+                sweep.run(s, grid, workers=1, on_error="record")
+            msg = str(e.value)
+            assert "\n" not in msg and msg.startswith(f"{root / table}: ") and \
+                "writable" in msg, msg
+            assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0
+        with toolkit.open_store(root) as s:  # recovery while still unwritable
+            assert any(str(root / table) in p for p in s.problems), s.problems
+            assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0
+            assert s.query("SELECT count(*) AS n FROM sweeps WHERE status = 'done'")[
+                "n"].item() == 0
+            stuck = s.check()
+            assert len(stuck) == 1 and "committed write is not complete" in stuck[0].problem \
+                and str(root / table) in stuck[0].problem, stuck
+            with pytest.raises(StoreError, match="writable"):  # writes refused, loudly
+                sweep.run(s, grid, workers=1, on_error="record")
+            assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0
+    with toolkit.open_store(root) as s:  # writable again: the write completes
+        assert any("completed a write interrupted after its commit" in p for p in s.problems)
+        assert s.query("SELECT count(*) AS n FROM sweeps WHERE status = 'done'")[
+            "n"].item() == 1
+        assert s.query(DONE_WITHOUT_RUN)["n"].item() == 0 and s.check() == []
+        again = sweep.run(s, grid, workers=1)
+        assert (again.ran, again.skipped, again.failed) == (0, 1, 0)
+
+
 FAULT_TESTS = (test_killed_worker_is_a_failed_cell, test_ctrl_c_stops_in_one_line_and_resumes,
-               test_ray_unreachable_address_fails_fast)
+               test_ray_unreachable_address_fails_fast, test_ray_port_that_is_not_ray_fails_fast,
+               test_unwritable_table_never_leaves_a_cell_done_without_its_run)
 """The sweep-fault cases counted in docs/formats.md (with their parametrizations)."""

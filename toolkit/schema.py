@@ -47,6 +47,20 @@ REQUEST_LABELS = pa.schema(
     ]
 )
 
+#: A timeline's session identifiers exactly as its file wrote them (BurstGPT's
+#: ``Session ID``): ``requests.session_id`` is an int64, which holds plain integers as
+#: they are but must number other strings ("007" and "7" are two sessions, "a1b2" no
+#: integer at all). One row per session; join on (trace, session_id) to get the string
+#: back. Written with the timeline in one transaction; only traces whose file has
+#: session ids get a file here, so stores from before this table read as they did.
+REQUEST_SESSIONS = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("session_id", pa.int64(), nullable=False),  # requests.session_id
+        pa.field("session", pa.string(), nullable=False),  # the identifier as written
+    ]
+)
+
 #: One row per replay run: its frozen config (flattened) plus the run summary.
 REPLAY_RUNS = pa.schema(
     [
@@ -499,6 +513,7 @@ TABLES: dict[str, pa.Schema] = {
     "requests": REQUESTS,
     "request_traces": REQUEST_TRACES,
     "request_labels": REQUEST_LABELS,
+    "request_sessions": REQUEST_SESSIONS,
     "replay_runs": REPLAY_RUNS,
     "selections": SELECTIONS,
     "selection_traces": SELECTION_TRACES,

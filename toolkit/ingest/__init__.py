@@ -110,6 +110,8 @@ def ingest_file(
         if "request_labels" not in tables and trace in store.keys("request_labels"):
             # replacing a labelled trace with an unlabelled one: leave no stale labels
             tables["request_labels"] = schema.REQUEST_LABELS.empty_table()
+        if "request_sessions" not in tables and trace in store.keys("request_sessions"):
+            tables["request_sessions"] = schema.REQUEST_SESSIONS.empty_table()  # none stale
     outs = store.write_many(tables, trace, replace=replace)
     rows = tables[reader.table].num_rows
     return IngestResult(trace, reader.table, rows, outs[0], time.perf_counter() - t0,

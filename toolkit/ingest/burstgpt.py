@@ -5,7 +5,9 @@ Columns ``Timestamp`` (seconds since 0:00:00 of the trace's first day), ``Model`
 (request + response), ``Log Type`` (``Conversation log`` / ``API log``) and, in the newer
 releases, ``Session ID``. No prefix hashes: these traces drive arrival timelines and length
 distributions. Failed requests (0 response tokens) are kept and counted; ``Model`` and
-``Log Type`` go to ``request_labels`` so a query can filter on them.
+``Log Type`` go to ``request_labels`` so a query can filter on them. Session ids land in
+``requests.session_id`` (plain integers as they are, other strings numbered) and, exactly as
+written, in ``request_sessions``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from toolkit import schema
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest.azure import _count, _text_lines
@@ -101,7 +104,7 @@ def _read(path: Path, trace: str, rows: Iterator[list[str]],
         log = row[idx[5]].strip()
         if not log:
             raise TraceFormatError(path, line, "Log Type", "empty")
-        sess = row[sidx].strip() if sidx is not None else ""
+        sess = row[sidx] if sidx is not None else ""  # as written: " 7" is not "7"
         if model is not None and name != model:
             continue
         failed += n_resp == 0
@@ -111,7 +114,7 @@ def _read(path: Path, trace: str, rows: Iterator[list[str]],
         ids.append(row_no)
         models.append(name)
         logs.append(log)
-        sess_raw.append(sess or None)
+        sess_raw.append(sess if sess.strip() else None)
     if row_no < 0:
         raise TraceFormatError(path, None, None, "no requests in file")
     if not arrival:
@@ -122,22 +125,32 @@ def _read(path: Path, trace: str, rows: Iterator[list[str]],
              f"{len(arrival):,}")
     if model is not None:
         note(f"{path}: kept {len(arrival):,} {model!r} row(s) of {row_no + 1:,}")
-    sessions, turns = _sessions(sess_raw)
+    sessions, turns, names = _sessions(sess_raw)
     t0 = arrival[0]
     table = requests_table(trace, [t - t0 for t in arrival], inp, out, None, None,
                            sessions, turns)
     table = table.set_column(1, "request_id", pa.array(ids, pa.int64()))
     labels = labels_table(trace, len(ids), model=models, log_type=logs)
     labels = labels.set_column(1, "request_id", pa.array(ids, pa.int64()))
-    return {"requests": table, "request_labels": labels}
+    out = {"requests": table, "request_labels": labels}
+    if names:
+        out["request_sessions"] = pa.table(
+            {"trace": pa.array([trace] * len(names), pa.string()),
+             "session_id": pa.array(list(names.values()), pa.int64()),
+             "session": pa.array(list(names), pa.string())},
+            schema=schema.REQUEST_SESSIONS)
+    return out
 
 
-def _sessions(raw: list[str | None]) -> tuple[list[int | None] | None, list[int | None] | None]:
-    """Integer session ids kept as they are, other ids numbered by first appearance;
-    ``turn`` counts each session's requests from 0. None when no row has a session."""
+def _sessions(raw: list[str | None]) -> tuple[list[int | None] | None,
+                                             list[int | None] | None, dict[str, int]]:
+    """Session ids for ``requests.session_id``, each request's ``turn`` (its session's
+    requests counted from 0) and every identifier as written -> its id (for
+    ``request_sessions``). Ids that are all plain integers ("7", not "007", " 7" or "7.0")
+    keep their value; otherwise each distinct string is numbered 0, 1, ... by first
+    appearance. None, None, {} when no row has a session."""
     if all(s is None for s in raw):
-        return None, None
-    # integers only in their plain form: "007" and "7" are two sessions, as written
+        return None, None, {}
     numeric = all(s is None or (s.isascii() and s.isdigit() and str(int(s)) == s
                                 and int(s) <= INT64_MAX) for s in raw)
     codes: dict[str, int] = {}
@@ -149,14 +162,15 @@ def _sessions(raw: list[str | None]) -> tuple[list[int | None] | None, list[int 
             sessions.append(None)
             turns.append(None)
             continue
-        sid = int(s) if numeric else codes.setdefault(s, len(codes))
+        sid = codes.setdefault(s, int(s) if numeric else len(codes))
         sessions.append(sid)
         turns.append(next_turn.get(sid, 0))
         next_turn[sid] = next_turn.get(sid, 0) + 1
     if not numeric:
-        note("Session ID values are not all plain integers: each distinct string as "
-             "written (\"007\" is not \"7\") numbered 0, 1, ... by first appearance")
-    return sessions, turns
+        note("Session ID values are not all plain integers: requests.session_id numbers "
+             "each distinct string 0, 1, ... by first appearance (\"007\" is not \"7\"); "
+             "request_sessions keeps every one exactly as written")
+    return sessions, turns, codes
 
 
 READER = Reader("burstgpt", "requests", read,

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from toolkit import schema
 from toolkit.errors import StoreError
 from toolkit.store import parts, transaction, views
-from toolkit.store.layout import COMPACT_DIR, COMPACTABLE
+from toolkit.store.layout import COMMIT_MARKER, COMPACT_DIR, COMPACTABLE, STAGING_DIR
 
 if TYPE_CHECKING:
     from toolkit.store.state import StoreState
@@ -150,9 +150,31 @@ def plan_table(store: StoreState, table: str, *, key_files: bool = True) -> Tabl
 
 
 def check(store: StoreState, tables: list[str] | None = None) -> list[Finding]:
-    """Every problem found in ``tables`` (None: all), one per file; changes nothing."""
+    """Every problem found in ``tables`` (None: all), one per file, then committed writes
+    that could not be completed; changes nothing."""
     with store._lock(exclusive=False):
-        return [f for t in (tables or list(schema.TABLES)) for f in plan_table(store, t).findings]
+        found = [f for t in (tables or list(schema.TABLES))
+                 for f in plan_table(store, t).findings]
+    return found + stuck_commits(store)
+
+
+def stuck_commits(store: StoreState) -> list[Finding]:
+    """Committed transactions still in staging with no live writer: opening the store
+    tried to complete them and could not (why is in ``store.problems``)."""
+    staging = store.root / STAGING_DIR
+    found = []
+    for tx in sorted(staging.glob("tx-*")) if staging.is_dir() else []:
+        try:
+            if not (tx / COMMIT_MARKER).exists() or transaction.locked(tx):
+                continue
+        except FileNotFoundError:  # completed meanwhile
+            continue
+        why = next((p.split(", so a committed write")[0] for p in store.problems
+                    if tx.name in p), None)
+        found.append(Finding(tx, f"a committed write is not complete ({why})" if why else
+                             "a committed write is not complete",
+                             "completed, once the directories it moves into are writable"))
+    return found
 
 
 def repair(store: StoreState, tables: list[str] | None = None, *,
@@ -164,7 +186,8 @@ def repair(store: StoreState, tables: list[str] | None = None, *,
         return check(store, tables)
     todo = tables or list(schema.TABLES)
     with store._lock(exclusive=False):  # most stores need nothing: no staging, no lock
-        if not any(plan_table(store, t, key_files=key_files).findings for t in todo):
+        if not any(plan_table(store, t, key_files=key_files).findings for t in todo) \
+                and not transaction.dead_commit(store):
             return []
     found: list[Finding] = []
     tx = transaction.Transaction(store)

@@ -34,6 +34,11 @@ DAMAGED_DIR = ".damaged"
 #: file per key, since replays read those files directly.
 COMPACTABLE = ("replay_runs", "selection_runs", "selection_replay", "tier_runs",
                "tier_requests", "engram_runs", "sweeps", "compare_runs")
+#: Tables whose rows declare other tables' rows complete (a sweep cell's ``done`` row
+#: names its run): a committed write moves its files into them last, so a move that
+#: fails (a directory made read-only or immutable) never leaves such a row without
+#: what it names.
+LANDS_LAST = ("sweeps",)
 PART_ROWS = 4_000_000  # rows per compacted part file
 SMALL_WRITE_BYTES = 4 << 20  # a lone write up to this is staged as one file (_write_small)
 OLD_PREFIX = "old-"  # a staging entry that is only a second name of a replaced file

@@ -19,6 +19,7 @@ from toolkit.errors import StoreError
 from toolkit.store import layout, parts, trash, views
 from toolkit.store.layout import (
     COMMIT_MARKER,
+    LANDS_LAST,
     OLD_PREFIX,
     SMALL_PREFIX,
     STAGING_DIR,
@@ -119,25 +120,58 @@ def apply_commit(root: Path, tx_dir: Path, marker: object) -> list[str]:
     rename its staged files into place, then delete what it replaced. ``marker`` is the
     COMMIT file's content: a list of (table, key) (older stores) or a dict with
     ``entries``, ``moves`` (staged, final; paths relative to the staging/store dirs) and
-    ``deletes``."""
+    ``deletes``.
+
+    Files land in :data:`LANDS_LAST` tables after every other (whatever order the marker
+    lists them in), so a sweep cell is never ``done`` while its run is missing. A rename
+    or delete the file system refuses (a directory made read-only or immutable) raises
+    :class:`StoreError` naming the directory and the fix; the marker stays, and the next
+    write or open completes the rest once the directory is writable again.
+    """
     if isinstance(marker, list):
         marker = {"entries": marker, "moves": [], "deletes": []}
     assert isinstance(marker, dict)
     moves = [(f"{t}/{k}.parquet", f"{t}/{k}.parquet") for t, k in marker["entries"]]
+    moves += [tuple(m) for m in marker.get("moves", [])]
+    moves.sort(key=lambda m: m[1].split("/", 1)[0] in LANDS_LAST)  # stable: order kept
     moved = []
-    for staged_rel, final_rel in moves + [tuple(m) for m in marker.get("moves", [])]:
+    for staged_rel, final_rel in moves:
         staged, final = tx_dir / staged_rel, root / final_rel
-        try:  # the table directory is there but for a table's first file
-            os.replace(staged, final)
-        except FileNotFoundError:
-            if not staged.exists():
-                continue  # moved already (a commit rolled forward a second time)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staged, final)
+        try:
+            try:  # the table directory is there but for a table's first file
+                os.replace(staged, final)
+            except FileNotFoundError:
+                if not staged.exists():
+                    continue  # moved already (a commit rolled forward a second time)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staged, final)
+        except OSError as e:
+            raise _stuck(root, tx_dir, final, e, "move a file into") from None
         moved.append(final_rel.removesuffix(".parquet"))
     for rel in marker.get("deletes", []):
-        (root / rel).unlink(missing_ok=True)
+        try:
+            (root / rel).unlink(missing_ok=True)
+        except OSError as e:
+            raise _stuck(root, tx_dir, root / rel, e, "delete a replaced file from") from None
     return moved
+
+
+def _stuck(root: Path, tx_dir: Path, path: Path, e: OSError, what: str) -> StoreError:
+    """The one-line error for a committed write that cannot be completed."""
+    return StoreError(
+        f"{path.parent}: cannot {what} this directory ({e.strerror or e}), so a committed "
+        f"write ({tx_dir.relative_to(root)}) is not complete; {_fix(e)} and rerun: the "
+        "write completes first. Until then writes to this store are refused, and no sweep "
+        "cell is marked done without its result")
+
+
+def _fix(e: OSError) -> str:
+    """What the user does about ``e``, a failed rename or unlink in a table directory."""
+    import errno
+
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "make the directory writable again (chmod u+w, or chattr -i if made immutable)"
+    return "fix that (free space, the disk, the mount)"
 
 
 def write_small(store: StoreState, table: str, key: str, payload: bytes | pa.Buffer,
@@ -178,11 +212,16 @@ def write_small(store: StoreState, table: str, key: str, payload: bytes | pa.Buf
                     f"{table} {key!r} already exists in {store.root} (written by "
                     "another process meanwhile); pass --replace to overwrite")
             with trash.freed_later([final] if replace else [], staging):
-                try:  # the table directory is there but for a table's first file
-                    os.replace(staged, final)
-                except FileNotFoundError:
-                    final.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(staged, final)
+                try:
+                    try:  # the table directory is there but for a table's first file
+                        os.replace(staged, final)
+                    except FileNotFoundError:
+                        final.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(staged, final)
+                except OSError as e:  # nothing written: the staged file is removed below
+                    raise StoreError(
+                        f"{final.parent}: cannot write {table} {key!r} into this directory "
+                        f"({e.strerror or e}); {_fix(e)} and rerun") from None
             staged = None
     finally:
         os.close(fd)
@@ -193,11 +232,16 @@ def write_small(store: StoreState, table: str, key: str, payload: bytes | pa.Buf
 
 
 def recover(store: StoreState) -> None:
+    """:func:`recover_locked` under the store lock, for a store being opened or queried:
+    what cannot be done (a read-only store, a directory a committed write cannot move
+    into) is noted, not raised, so the store still reads; a write raises it."""
     staging = store.root / STAGING_DIR
     if staging.is_dir() and any(staging.iterdir()):
         try:
             with store._lock(exclusive=True):
                 recover_locked(store)
+        except StoreError as e:
+            store._note(str(e))
         except OSError as e:  # e.g. a read-only store: report, don't refuse to read
             store._note(f"{staging}: could not clean up: {e}")
 

@@ -12,6 +12,7 @@ and failed cells.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import time
 import traceback
@@ -25,7 +26,6 @@ from toolkit.registry import Registry
 
 CONNECT_TIMEOUT_S = 30.0
 """How long ``--engine ray --address`` waits for a cluster (``--connect-timeout-s``)."""
-RAY_CONNECT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
 
 
 @dataclass(frozen=True)
@@ -289,10 +289,15 @@ class RayEngine:
 
     def __init__(self, workers: int | None = None, address: str | None = None, *,
                  connect_timeout_s: float = CONNECT_TIMEOUT_S, verbose: bool = False) -> None:
-        if not connect_timeout_s > 0:
-            raise ValueError(f"--connect-timeout-s must be > 0, got {connect_timeout_s}")
+        if not (connect_timeout_s > 0 and math.isfinite(connect_timeout_s)):
+            raise ValueError(f"--connect-timeout-s must be finite and > 0, got "
+                             f"{connect_timeout_s}")
+        # Ray reads most of its GCS timeouts once, when first imported: set before that,
+        # they bound Ray's own attempt (one of at most the timeout, not 20 of 30 s each).
+        bounds = _ray_connect_env(connect_timeout_s) if address else {}
         try:
-            import ray
+            with _env(bounds):
+                import ray
         except ImportError:
             raise ValueError("--engine ray needs Ray: pip install 'kvtier-toolkit[ray]'") \
                 from None
@@ -302,7 +307,7 @@ class RayEngine:
             if address:
                 _probe(address, connect_timeout_s)
             try:
-                with _ray_output(verbose), _env(RAY_CONNECT_ENV, connect_timeout_s):
+                with _ray_output(verbose), _env(bounds):
                     if address:
                         ray.init(address=address, log_to_driver=False,
                                  logging_level="INFO" if verbose else "ERROR")
@@ -348,38 +353,120 @@ class RayEngine:
             self._started = False
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)
+"""An HTTP/2 client's first bytes: the connection preface and an empty SETTINGS frame."""
+
+
+def _ray_connect_env(timeout_s: float) -> dict[str, str]:
+    """Ray's own settings that bound one connection attempt by ``timeout_s``."""
+    t = str(max(1, math.ceil(timeout_s)))
+    return {"RAY_gcs_server_port_wait_time_s": "1",  # attempts of ~1 s each, not 20
+            "RAY_py_gcs_connect_timeout_s": t,
+            "RAY_gcs_rpc_server_connect_timeout_s": t,
+            "RAY_gcs_rpc_server_reconnect_timeout_s": t}
+
+
 def _probe(address: str, timeout_s: float) -> None:
-    """Reach ``host:port`` over TCP within ``timeout_s`` (Ray itself retries an unreachable
-    address for minutes); ``auto`` and ``ray://`` addresses are left to Ray."""
+    """Check that ``address`` answers like a Ray cluster within ``timeout_s``, because Ray
+    itself retries for minutes.
+
+    A Ray GCS (and a Ray client server) is a gRPC server, and a gRPC server answers an
+    HTTP/2 connection preface with a SETTINGS frame at once. So the probe connects over
+    TCP (TLS first when ``RAY_USE_TLS`` is set, as Ray would), sends the preface and
+    waits for that frame: a refused or unroutable address, a port that accepts and says
+    nothing, and a port that speaks another protocol are each refused in one line naming
+    the address and the flag. ``host`` is resolved the way Ray resolves it (a loopback
+    address means this node's IP). ``auto`` is left to Ray.
+    """
+    import os
     import socket
 
     if address == "auto":
         return
+    deadline = time.monotonic() + timeout_s
     host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"--address {address!r}: expected HOST:PORT (ray start --head "
                          "prints it)")
+    host = host.strip("[]")
+    if not address.startswith("ray://"):
+        host = _ray_host(host)
+    where = address if host == address.rpartition(":")[0].strip("[]") \
+        else f"{address} (as {host}:{port})"
+    fail = f"cannot reach Ray at {where} within --connect-timeout-s {timeout_s:g}"
+
+    def left() -> float:
+        t = deadline - time.monotonic()
+        if t <= 0:
+            raise TimeoutError
+        return t
+
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        sock = socket.create_connection((host, int(port)), timeout=left())
     except OSError as e:
         why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise ValueError(f"cannot reach Ray at {address} within --connect-timeout-s "
-                         f"{timeout_s:g}: {why}") from None
+        raise ValueError(f"{fail}: {why}") from None
+    try:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            import ssl
+
+            ctx = ssl.create_default_context()
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+            ctx.set_alpn_protocols(["h2"])
+            sock.settimeout(left())
+            try:
+                sock = ctx.wrap_socket(sock, server_hostname=host)
+            except ssl.SSLError:
+                return  # it speaks TLS and wants Ray's certificates, which Ray presents
+        sock.settimeout(left())
+        sock.sendall(HTTP2_PREFACE)
+        got = b""
+        while len(got) < 9:
+            sock.settimeout(left())
+            chunk = sock.recv(9 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except TimeoutError:
+        raise ValueError(f"{fail}: the port accepted the connection but did not answer "
+                         "(is it a Ray head's GCS port, e.g. 6379?)") from None
+    except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
+        got = b""  # closed while the preface was on its way
+    except OSError as e:
+        raise ValueError(f"{fail}: {e.strerror or e}") from None
+    finally:
+        sock.close()
+    if len(got) < 9 or got[3] != 0x04:
+        what = "closed the connection" if not got else f"answered {got[:9]!r}"
+        raise ValueError(f"{fail}: the port {what}, not as a Ray cluster (gRPC) does "
+                         "(is it a Ray head's GCS port, e.g. 6379?)")
+
+
+def _ray_host(host: str) -> str:
+    """``host`` as Ray connects to it: a loopback name or address becomes this node's IP
+    (Ray's ``resolve_ip_for_localhost``), so the probe checks what Ray will use."""
+    try:
+        from ray._private.services import resolve_ip_for_localhost
+    except ImportError:  # Ray's private API moved: probe what was given
+        return host
+    try:
+        return resolve_ip_for_localhost(host)
+    except Exception:
+        return host
 
 
 @contextlib.contextmanager
-def _env(name: str, value: float) -> Iterator[None]:
-    """``name`` set to ``value`` for the block unless the user set it."""
+def _env(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in the environment for the block, except those the user set."""
     import os
 
-    if name in os.environ:
-        yield
-        return
-    os.environ[name] = str(max(1, int(value)))
+    mine = {k: v for k, v in values.items() if k not in os.environ}
+    os.environ.update(mine)
     try:
         yield
     finally:
-        os.environ.pop(name, None)
+        for k in mine:
+            os.environ.pop(k, None)
 
 
 @contextlib.contextmanager
