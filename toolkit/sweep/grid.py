@@ -97,7 +97,22 @@ def cell_json(fields: dict[str, Any]) -> str:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """The config's field types. A name imported only for type checkers (a config keeps its
+    module light for the CLI) reads as ``Any``: such a field takes the value as written."""
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:
+        import sys
+
+        ns = vars(sys.modules[cls.__module__])
+        out: dict[str, Any] = {}
+        for c in reversed(cls.__mro__):
+            for name, ann in getattr(c, "__annotations__", {}).items():
+                try:
+                    out[name] = eval(ann, dict(ns)) if isinstance(ann, str) else ann
+                except NameError:
+                    out[name] = Any
+        return out
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:
