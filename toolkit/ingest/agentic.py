@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from toolkit import schema
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest.fields import (
@@ -101,6 +102,7 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
     cols: dict[str, list] = {k: [] for k in ("t", "inp", "out", "ids", "bt", "sess", "turn",
                                              "model", "kind")}
     n_sessions = 0
+    names: list[str] = []  # each session's ``id`` as written, by its session_id
     next_key = 0  # first global block id of the next session
     for lineno, rec in _objects(path):
         for field in SESSION_FIELDS:
@@ -110,6 +112,7 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
         extra["session"].update(k for k in rec
                                 if k not in SESSION_FIELDS and k not in SESSION_OPTIONAL)
         _text(rec["id"], path, lineno, "id")
+        names.append(rec["id"])
         _strings(rec["models"], path, lineno, "models")
         for f in ("tool_tokens", "system_tokens"):
             if f in rec:
@@ -169,6 +172,11 @@ def read(path: Path, trace: str) -> dict[str, pa.Table]:
                                    cols["ids"], cols["sess"], cols["turn"]),
         "request_labels": labels_table(trace, n, model=cols["model"],
                                        request_type=cols["kind"]),
+        # the sessions' own ids, exactly as written (session_id is the line order)
+        "request_sessions": pa.table(
+            {"trace": pa.array([trace] * len(names), pa.string()),
+             "session_id": pa.array(range(len(names)), pa.int64()),
+             "session": pa.array(names, pa.string())}, schema=schema.REQUEST_SESSIONS),
     }
 
 

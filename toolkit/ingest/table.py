@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from toolkit import schema
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest.azure import _count, _text_lines
@@ -340,14 +341,20 @@ def read(path: Path, trace: str, *, format: str | None = None,
     if not all(math.isfinite(a) for a in arrival_s):
         raise TraceFormatError(path, None, time_col, "arrival times overflow float64 once "
                                "made relative to the first")
-    sessions, turns = _sessions(raw_sessions, session_col, path) if session_col \
-        else (None, None)
+    sessions, turns, names = _sessions(raw_sessions, session_col, path) if session_col \
+        else (None, None, {})
     if hex_ids is not None:
         note(f"{path}: {len(hex_ids.codes):,} distinct hex block id(s) renumbered 0.. by first "
              "appearance (a replay compares ids only)")
-    return {"requests": requests_table(trace, arrival_s, inp, out,
-                                       block_tokens if hash_col else None,
-                                       hashes if hash_col else None, sessions, turns)}
+    tables = {"requests": requests_table(trace, arrival_s, inp, out,
+                                         block_tokens if hash_col else None,
+                                         hashes if hash_col else None, sessions, turns)}
+    if names:  # every session id exactly as written, beside the integer the requests carry
+        tables["request_sessions"] = pa.table(
+            {"trace": pa.array([trace] * len(names), pa.string()),
+             "session_id": pa.array(list(names.values()), pa.int64()),
+             "session": pa.array(list(names), pa.string())}, schema=schema.REQUEST_SESSIONS)
+    return tables
 
 
 def _check_geometry(err: Callable[..., TraceFormatError], line: int, field: str, n_ids: int,
@@ -375,14 +382,17 @@ def _check_geometry(err: Callable[..., TraceFormatError], line: int, field: str,
 
 
 def _sessions(raw: list[object], col: str, path: Path
-              ) -> tuple[list[int | None], list[int | None]]:
-    """Integer ids kept as they are; other ids (strings) numbered 0, 1, ... by first
-    appearance; ``turn`` counts each session's requests from 0 in file order."""
+              ) -> tuple[list[int | None], list[int | None], dict[str, int]]:
+    """Integer ids kept as they are (strings only in their plain form: "007" and " 7" are not
+    7); other ids numbered 0, 1, ... by first appearance; ``turn`` counts each session's
+    requests from 0 in file order. Also every id as written -> its integer (for
+    ``request_sessions``)."""
     numeric = all(v is None or (not isinstance(v, bool) and isinstance(v, int)
                                 and -INT64_MAX - 1 <= v <= INT64_MAX)
-                  or (isinstance(v, str) and v.strip().isascii() and v.strip().isdigit()
-                      and int(v.strip()) <= INT64_MAX) for v in raw)
+                  or (isinstance(v, str) and v.isascii() and v.isdigit()
+                      and str(int(v)) == v and int(v) <= INT64_MAX) for v in raw)
     codes: dict[str, int] = {}
+    names: dict[str, int] = {}
     sessions: list[int | None] = []
     turns: list[int | None] = []
     nxt: dict[int, int] = {}
@@ -391,17 +401,19 @@ def _sessions(raw: list[object], col: str, path: Path
             sessions.append(None)
             turns.append(None)
             continue
-        sid = int(v.strip() if isinstance(v, str) else v) if numeric \
-            else codes.setdefault(json.dumps(v, sort_keys=True, default=str), len(codes))
+        name = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+        sid = int(v) if numeric else codes.setdefault(name, len(codes))
+        names.setdefault(name, sid)
         sessions.append(sid)
         turns.append(nxt.get(sid, 0))
         nxt[sid] = nxt.get(sid, 0) + 1
     if max((t for t in turns if t is not None), default=0) > (1 << 31) - 1:
         raise TraceFormatError(path, None, col, "a session has more than 2^31 requests")
     if not numeric:
-        note(f"{path}: {col!r} values are not all integers: sessions numbered 0, 1, ... by "
-             "first appearance")
-    return sessions, turns
+        note(f"{path}: {col!r} values are not all plain integers: sessions numbered 0, 1, ... "
+             "by first appearance (\"007\" is not \"7\"); request_sessions keeps every id "
+             "exactly as written")
+    return sessions, turns, names
 
 
 READER = Reader("table", "requests", read,
