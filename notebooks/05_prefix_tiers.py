@@ -108,14 +108,14 @@ charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: wher
 # of idle sessions first, and the next turn finds its prefix's head on the GPU and its tail
 # on the host. The overall hit rate does not move (94.5%, set by the workload: the new
 # tokens of each turn) because write-through keeps every evicted page on the host. With the
-# default 1.59M-token pool the host share appears only at 32 users (GPU 85.8%, host 8.7%);
-# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.3% → 51.7%, host
-# 0.2% → 42.8% (SGLang semantics; 56.9% / 37.6% page-granular, section 5) against the
+# default 1.59M-token pool the host share appears only at 32 users (GPU 86.0%, host 8.6%);
+# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.5% → 51.4%, host
+# 0.1% → 43.2% (SGLang semantics; 55.5% / 39.0% page-granular, section 5) against the
 # published 90.3% → 54.8% and 6.0% → 40.3%. The parameter that matters is the ratio of concurrent
 # session contexts to the device pool (here ~8 sessions × ~60-150K tokens vs 600K), not the
 # absolute numbers; the published run's workload and pool sizes are not public. At 32 users
 # on the small pool even the host (2 × device) overflows and the overall rate collapses,
-# with p90 TTFT near 48 s: the next cliff a larger `--hicache-ratio` would move.
+# with p90 TTFT near 27 s: the next cliff a larger `--hicache-ratio` would move.
 
 # %%
 ws.sql("""
@@ -235,13 +235,13 @@ shares_both = (ws.query("tier_shares")
 charts.tier_share_bars(shares_both, "600K-token device pool: page-granular ideal (left) vs SGLang radix cache (right)")
 
 # %% [markdown]
-# **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.5% and 94.3-94.4%
-# either way). At 16 users SGLang's whole-leaf eviction costs 5.2 points of GPU share
-# (page-granular 56.9% → SGLang 51.7%) and 12% more evicted pages (2.04M → 2.28M): a leaf
+# **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.4-94.5% either
+# way). At 16 users SGLang's whole-leaf eviction costs 4.1 points of GPU share
+# (page-granular 55.5% → SGLang 51.4%) and 9% more evicted pages (2.11M → 2.30M): a leaf
 # is a whole idle session's tail, so evicting one to make room for a turn frees far more
 # than the turn needs.
-# Write-through catches all of it on the host (37.6% → 42.8%), so the overall rate (94.5%)
-# and p90 TTFT (0.50 s vs 0.51 s) barely move. At 32 users the host overflows under both.
+# Write-through catches all of it on the host (39.0% → 43.2%), so the overall rate (94.5%)
+# and p90 TTFT (0.39 s either way) barely move. At 32 users the host overflows under both.
 
 # %% [markdown]
 # ## 6. Against measured agentic serving: B200, vLLM, DeepSeek-R1 (InferenceX)
@@ -378,9 +378,9 @@ vside
 
 # %% [markdown]
 # **Reading it.** The engine's rules barely move the modelled rates: vLLM's block pool and
-# SGLang's radix tree agree at 8 and 24 users (94.5%) and within 0.4 point at 48 users
-# offload off (34.4% vs 34.1%); with offload on, vLLM's CPU tier serves 53.3% of prompt
-# tokens at 48 users against SGLang's host tier's 55.0%. What separates model and
+# SGLang's radix tree agree at 8 and 24 users (94.5%) and within 0.3 point at 48 users
+# offload off (34.3% vs 34.1%); with offload on, vLLM's CPU tier serves 52.7% of prompt
+# tokens at 48 users against SGLang's host tier's 55.7%. What separates model and
 # measurement is not the cache rules (vLLM's are proven against its code) but: (a) **the
 # workload**: at 8 users the synthetic sessions reuse 94.5% (their ceiling: a shared 12K
 # system prompt, whole turns appended) against 89.8-90.7% measured; at 24 users the
