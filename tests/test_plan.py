@@ -232,3 +232,20 @@ def test_report_has_capacity_plan_section(pstore, small) -> None:
         range(1, len(small.plans) + 1))
     sec = [s for s in build_report(pstore).sections if s.title == "Capacity plan"]
     assert len(sec) == 1 and small.plans[0]["hardware"] in sec[0].intro
+
+
+def test_perfetto_timeline_of_a_plan(pstore, small, tmp_path) -> None:
+    """``export perfetto --run PLAN_ID/RANK`` writes the timeline of the tier replay that
+    plan was evaluated by: the same file as exporting that run by its own id."""
+    from toolkit.export import write_perfetto
+    from toolkit.export.perfetto import plan_tier_run
+
+    best = small.plans[0]
+    assert plan_tier_run(pstore, f"{small.plan_id}/1") == best["run_ids"][0]
+    assert plan_tier_run(pstore, small.plan_id) == best["run_ids"][0]
+    assert plan_tier_run(pstore, "no-such-plan") is None
+    by_plan = write_perfetto(pstore, f"{small.plan_id}/1", tmp_path / "plan.json")
+    by_run = write_perfetto(pstore, best["run_ids"][0], tmp_path / "run.json")
+    assert by_plan["events"] == by_run["events"] > 0
+    assert json.loads((tmp_path / "plan.json").read_text()) == json.loads(
+        (tmp_path / "run.json").read_text())

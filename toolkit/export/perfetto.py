@@ -60,13 +60,36 @@ class Phases:
     rebuilt: bool  # False: the split of admit -> first could not be rebuilt
 
 
+def plan_tier_run(store: Store, plan: str) -> str | None:
+    """The tier replay a ``toolkit plan`` answer was evaluated by (``PLAN_ID`` or
+    ``PLAN_ID/RANK``, rank 1 by default), or None when ``plan`` names no stored plan."""
+    import json
+
+    if "plan_runs" not in store.tables():
+        return None
+    pid, _, rank = plan.partition("/")
+    if not rank.isdigit() and rank:
+        return None
+    rows = store.query("SELECT rank, run_ids FROM plan_runs WHERE plan_id = $p AND rank = $r",
+                       {"p": pid, "r": int(rank or 1)}).to_dicts()
+    tiers = set(store.keys("tier_runs"))
+    for row in rows:
+        for rid in json.loads(row["run_ids"]):
+            if rid in tiers:
+                return rid
+    return None
+
+
 def _read_run(store: Store, run_id: str) -> tuple[dict, pa.Table]:
+    planned = plan_tier_run(store, run_id) if run_id not in store.keys("tier_runs") else None
+    run_id = planned or run_id
     if run_id not in store.keys("tier_runs"):
         known = store.keys("tier_runs")
         shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
         raise StoreError(f"no tier replay {run_id!r} in {store.root}"
                          + (f"; tier runs: {shown}" if known else
-                            "; run `toolkit replay tiers` first"))
+                            "; run `toolkit replay tiers` first")
+                         + " (a plan's timeline: --run PLAN_ID[/RANK] from plan_runs)")
     run = store.read("tier_runs", run_id).to_pylist()[0]
     reqs = store.read("tier_requests", run_id)
     # admission order: the prefill lane serves requests first come, first served, so
@@ -204,7 +227,8 @@ def tier_trace(store: Store, run_id: str) -> dict[str, Any]:
         "displayTimeUnit": "ms",
         "otherData": {
             "producer": f"toolkit {__version__} (tier replay: modelled, not measured)",
-            "run_id": run_id, "trace": run["trace"], "hardware": run["hardware"],
+            "run_id": run.get("run_id", run_id), "trace": run["trace"],
+            "hardware": run["hardware"],
             "model": run["model"], "requests": int(n),
             "phases": "rebuilt from the run's service times" if ph.rebuilt else
             "admission -> first token as one prefill slice (service times not rebuilt)",
