@@ -91,7 +91,7 @@ print(explain_text(explain(store, best.plan_id)))
 # accelerator is both faster and cheaper.
 
 # %%
-TARGETS = (50.0, 100.0, 150.0, 200.0)
+TARGETS = (50.0, 100.0, 150.0)
 SPACE = dict(host_dram_gb=(0.0, 1024.0), ssd_gb=(0.0, 4096.0), top=1)
 front_rows = []
 for hw in HW:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-import pytest
 
 import toolkit
 from toolkit import sweep
@@ -54,15 +53,3 @@ def test_pool_equals_one_process_and_the_command(tmp_path: Path) -> None:
         assert got["usd_per_mtok_total"].item() == direct.plans[0]["usd_per_mtok_total"]
         assert got["gpu_hit_share"].item() == direct.plans[0]["gpu_hit_share"]
 
-
-def test_ray_equals_one_process(tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray")  # the [ray] extra
-    with _store(tmp_path / "one") as a, _store(tmp_path / "ray") as c:
-        sweep.run(a, parse_grid(GRID), workers=1)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        try:
-            res = sweep.run(c, parse_grid(GRID), engine="ray")
-        finally:
-            ray.shutdown()
-        assert (res.ran, res.failed) == (2, 0)
-        assert _rows(a).equals(_rows(c))

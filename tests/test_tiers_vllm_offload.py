@@ -65,9 +65,12 @@ class TestOffloadPeer:
         assert {(16, 204_800, h, p) for h in (1_048_576, 8_388_608)
                 for p in ("lru", "arc")} <= got
 
-    @pytest.mark.parametrize("name", _peer_columns())
+    @pytest.mark.parametrize("name", [c for c in _peer_columns()
+                                      if c.startswith("b16_c204800_h1048576_")])
     def test_sequential_equals_vllm(self, mooncake_store, name):
-        """GPU and CPU hit tokens equal vLLM's, request by request."""
+        """GPU and CPU hit tokens equal vLLM's, request by request (LRU and ARC at one size
+        here, for the suite's time; the fixture, which `benchmarks/vllm_peer.py --offload`
+        writes from vLLM's own classes, holds all six configurations)."""
         bt, dev, host, pol = _parse(name)
         res = run_tiers(mooncake_store, TierReplayConfig(
             "conv", engine_semantics="vllm", block_tokens=bt, device_tokens=dev,
