@@ -94,12 +94,14 @@ print(explain_text(explain(store, best.plan_id)))
 TARGETS = (50.0, 100.0, 150.0)
 SPACE = dict(host_dram_gb=(0.0, 1024.0), ssd_gb=(0.0, 4096.0), top=1)
 front_rows = []
+front_plans = {}  # (hardware, target) -> plan, reused by the next section
 for hw in HW:
     for t in TARGETS:
         try:
             p = plan(store, PlanConfig("mooncake_conversation", "glm-5.2", (hw,),
                                        interactivity=t, **SPACE),
                      progress=False, save=False).plans[0]
+            front_plans[(hw, t)] = p
         except PlanError as e:
             print(f"{hw} at {t:g} tok/s/user: {e}")
             continue
@@ -139,11 +141,12 @@ for hw in HW:
     for label, dram, ssd in (("all tiers", (0.0, 1024.0), (0.0, 4096.0)),
                              ("no SSD", (0.0, 1024.0), (0.0,)),
                              ("no host DRAM, no SSD", (0.0,), (0.0,))):
-        try:
-            p = plan(store, PlanConfig("mooncake_conversation", "glm-5.2", (hw,),
-                                       interactivity=100.0,
-                                       **{**SPACE, "host_dram_gb": dram, "ssd_gb": ssd}),
-                     progress=False, save=False).plans[0]
+        try:  # "all tiers" is the front's own plan at 100 tok/s/user (same search)
+            p = front_plans.get((hw, 100.0)) if label == "all tiers" else None
+            p = p or plan(store, PlanConfig("mooncake_conversation", "glm-5.2", (hw,),
+                                            interactivity=100.0,
+                                            **{**SPACE, "host_dram_gb": dram, "ssd_gb": ssd}),
+                          progress=False, save=False).plans[0]
         except PlanError as e:
             print(f"{hw} {label}: {e}")
             continue

@@ -53,10 +53,12 @@ class TestVLLMPeer:
         assert {_parse(c) for c in _peer_columns()} == {
             (16, 1_048_576), (16, 204_800), (64, 204_800), (512, 1_000_000), (512, -1)}
 
-    @pytest.mark.parametrize("name", _peer_columns())
+    @pytest.mark.parametrize("name", [c for c in _peer_columns()
+                                      if c in ("b16_c204800", "b512_c1000000")])
     def test_sequential_equals_vllm(self, mooncake_store, name):
         """--engine-semantics vllm --sequential gives vLLM's GPU hit tokens, request by
-        request."""
+        request (two of the fixture's five configurations here, for the suite's time; the
+        fixture, written by `benchmarks/vllm_peer.py` from vLLM's own classes, holds all)."""
         bt, cap = _parse(name)
         dev, res = _dev(mooncake_store, "conv", device_tokens=cap, host_tokens=0,
                         block_tokens=bt, sequential=True)
