@@ -28,10 +28,9 @@ from toolkit.serving.recipes import KV_DTYPE, KV_DTYPES, RecipeError, age_days, 
 from toolkit.serving.transfer import sm_kernel_bandwidth_bytes_per_s
 
 HBM_RESERVE_FRACTION = 0.15
-"""Share of usable HBM outside weights and the KV pool: activations, CUDA graphs, workspaces
-(assumed: SGLang's ``mem_fraction_static`` is ~0.85 on 80-288 GB GPUs, so ~15% of memory is
-never KV; 5% left batches that no engine admits, and the fit then pushed HBM efficiency to its
-bound to compensate)."""
+"""Share of usable HBM kept out of the weights when sizing an instance that a row's layout
+leaves too small for them (assumed: SGLang's ``mem_fraction_static`` is ~0.85 on 80-288 GB
+GPUs). The KV pool itself is sized by :data:`toolkit.serving.model.KV_FREE_FRACTION`."""
 
 HARDWARE_FAMILY: dict[str, str] = {
     "gb200": "blackwell-nvl72", "gb300": "blackwell-nvl72",
