@@ -17,8 +17,12 @@ def test_vllm_cells_equal_direct_replays(mooncake_store):
         "device_tokens = [204800]\n", "g.toml")
     res = sweep.run(mooncake_store, grid, workers=1, progress=False)
     assert (res.ran, res.failed) == (2, 0)
-    runs = mooncake_store.query(
+    # the store is shared with other tests: keep this grid's cells only
+    runs = [r for r in mooncake_store.query(
         "SELECT config_json, device_hit_tokens FROM tier_runs").to_dicts()
+        if (lambda c: c.get("engine_semantics") == "vllm" and c.get("sequential")
+            and c.get("device_tokens") == 204_800 and c.get("host_tokens") == 0
+            and c.get("block_tokens") in (16, 64))(json.loads(r["config_json"]))]
     assert len(runs) == 2
     for bt in (16, 64):
         direct = run_tiers(mooncake_store, TierReplayConfig(
