@@ -351,17 +351,28 @@ charts.hit_rate_vs_users(long, "B200 / DeepSeek-R1 agentic sessions: measured (I
 # measured cliff (8, 24, 48).
 
 # %%
-vllm_rows = []
-for offload in ("off", "on"):
-    for users in (8, 24, 48):
-        summ = ws.replay_tiers(
-            "synthetic_coding", hardware="b200", model="dsr1", device_tokens=device_tokens,
-            host_tokens=2 * device_tokens, concurrency=users, engine_semantics="vllm",
-            block_tokens=16, offload_policy="lru" if offload == "on" else "none").summary
-        vllm_rows.append({"offload": offload, "users": users,
-                          "vllm_model_gpu": summ["gpu_hit_rate"],
-                          "vllm_model_host": summ["host_hit_rate"]})
-vside = (measured.join(pl.DataFrame(vllm_rows), on=["users", "offload"], how="inner")
+vllm_sweep = run_grid("b200_vllm_offload", f"""
+kind = "tiers"
+trace = "synthetic_coding"
+[fixed]
+hardware = "b200"
+model = "dsr1"
+engine_semantics = "vllm"
+block_tokens = 16                        # vLLM's default block size (assumed for the benchmark)
+device_tokens = {device_tokens}
+host_tokens = {2 * device_tokens}        # used only when offload is on (2 x device, assumed)
+[axes]
+offload_policy = ["none", "lru"]         # CPU offload off / on
+concurrency = [8, 24, 48]
+""")
+vllm_rows = ws.sql("""
+    SELECT CASE WHEN json_extract_string(r.config_json, '$.offload_policy') = 'none'
+                THEN 'off' ELSE 'on' END AS offload,
+           r.concurrency AS users, r.gpu_hit_rate AS vllm_model_gpu,
+           r.host_hit_rate AS vllm_model_host
+    FROM sweeps s JOIN tier_runs r USING (run_id) WHERE s.sweep_id = $sweep_id
+""", {"sweep_id": vllm_sweep.sweep_id})
+vside = (measured.join(vllm_rows, on=["users", "offload"], how="inner")
          .join(side.select("offload", "users", pl.col("model_gpu").alias("sglang_model_gpu"),
                            pl.col("model_host").alias("sglang_model_host")),
                on=["offload", "users"], how="left")

@@ -33,3 +33,24 @@ def test_vllm_cells_equal_direct_replays(mooncake_store):
         assert got == [direct.summary["device_hit_tokens"]]
     # vLLM's own KVCacheManager gives 6,225,152 GPU hit tokens at both block sizes
     assert {r["device_hit_tokens"] for r in runs} == {6_225_152}
+
+
+def test_values_valid_only_beside_other_keys_parse():
+    """``offload_policy = "lru"`` is valid only under ``engine_semantics = "vllm"``: as an
+    axis beside a fixed vllm it parses (it once failed, checked against sglang defaults),
+    while a cell that cannot hold it still fails naming the cell."""
+    import pytest
+
+    head = 'kind = "tiers"\ntrace = "conv"\n'
+    g = sweep.parse_grid(head + '[fixed]\nengine_semantics = "vllm"\n[axes]\n'
+                         'offload_policy = ["none", "lru"]\n', "g.toml")
+    assert g.axes["offload_policy"] == ["none", "lru"]
+    g = sweep.parse_grid(head + '[fixed]\nengine_semantics = "vllm"\noffload_policy = "arc"\n',
+                         "g.toml")
+    assert g.fixed["offload_policy"] == "arc"
+    with pytest.raises(sweep.GridError, match=r"cell 1 \(engine_semantics='sglang', "
+                                              r"offload_policy='lru'\)"):
+        sweep.parse_grid(head + '[axes]\nengine_semantics = ["vllm", "sglang"]\n'
+                         'offload_policy = ["lru"]\n', "g.toml")
+    with pytest.raises(sweep.GridError, match=r"\[axes\] offload_policy = 'lru'"):
+        sweep.parse_grid(head + '[axes]\noffload_policy = ["lru"]\n', "g.toml")

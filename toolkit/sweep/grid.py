@@ -241,20 +241,41 @@ def _freeze(v: Any) -> Any:
 def _check_values(grid: Grid) -> None:
     """Build each fixed and axis value on its own against the defaults (errors name that
     key), then every cell (errors name the cell's values): the config's own checks and the
-    kind's registry look-ups (policy, hardware, model) run before anything replays."""
+    kind's registry look-ups (policy, hardware, model) run before anything replays.
+
+    A value that is only valid beside another key's value (``offload_policy = "lru"`` with
+    ``engine_semantics = "vllm"``) is checked with the fixed values, and passes when some
+    cell containing it builds: a value is blamed only when no cell can hold it.
+    """
     kind = grid.kind_spec
     required = [f.name for f in dataclasses.fields(kind.config)
                 if f.default is dataclasses.MISSING
                 and f.default_factory is dataclasses.MISSING]
     base = {k: grid.fixed[k] if k in grid.fixed else grid.axes[k][0] for k in required}
+    names = list(grid.axes)
+    cells = [dict(zip(names, combo, strict=True))
+             for combo in itertools.product(*(grid.axes[n] for n in names))]
 
     def where(key: str, v: Any) -> str:
         return f"{grid.source}: [{'fixed' if key in grid.fixed else 'axes'}] {key} = {v!r}"
 
-    def build_one(key: str, v: Any) -> None:
+    def some_cell_holds(key: str, v: Any) -> bool:
+        for cell in cells:
+            if key in cell and cell[key] != v:
+                continue
+            try:
+                _build(kind, {**grid.fixed, **cell}, "")
+                return True
+            except GridError:
+                continue
+        return False
+
+    def build_one(key: str, v: Any, context: dict[str, Any]) -> None:
         try:
-            _build(kind, {**base, key: v}, where(key, v))
+            _build(kind, {**context, key: v}, where(key, v))
         except GridError as e:
+            if some_cell_holds(key, v):
+                return
             # a required field's own bad value fails every build: name that field
             blamed = str(e).split(": ", 2)[-1].split(" ", 1)[0].split(":")[0].split(".")[0]
             if blamed != key and blamed in base:
@@ -262,13 +283,11 @@ def _check_values(grid: Grid) -> None:
                                 f"{str(e).split(': ', 2)[-1]}") from None
             raise
     for key, v in grid.fixed.items():
-        build_one(key, v)
+        build_one(key, v, base)
     for key, values in grid.axes.items():
         for v in values:
-            build_one(key, v)
-    names = list(grid.axes)
-    for i, combo in enumerate(itertools.product(*(grid.axes[n] for n in names))):
-        cell = dict(zip(names, combo, strict=True))
+            build_one(key, v, {**base, **grid.fixed})
+    for i, cell in enumerate(cells):
         shown = ", ".join(f"{k}={v!r}" for k, v in cell.items()) or "the only cell"
         _build(kind, {**grid.fixed, **cell}, f"{grid.source}: cell {i} ({shown})")
 
