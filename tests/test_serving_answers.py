@@ -230,6 +230,24 @@ class TestCompare:
         df = compare(cfg)
         assert all(t <= 10.0 for t in df["p90_ttft_s"].drop_nulls())
 
+    @pytest.mark.parametrize("bound", [2.0, 10.0])
+    def test_ttft_prune_drops_only_points_beyond_the_bound(self, bound):
+        """Points the surrogate puts beyond TTFT_PRUNE x the bound are not replayed; replayed
+        anyway, none of them meets the bound (so no answer can change), and they are most of
+        the replay's users."""
+        from toolkit.cost.compare import sweep, ttft_plausible
+
+        rows = sweep(CompareConfig("glm-5.2", ("gb200",), (100.0,)))
+        keep = ttft_plausible(rows, bundled_params(), bound)
+        dropped = rows.filter(pl.Series(~keep))
+        assert dropped.height > 0 and dropped["conc"].sum() > rows["conc"].sum() / 2
+        # the dropped points nearest the bound (lowest concurrency per layout) are the ones
+        # that could meet it; replaying them all costs minutes
+        edge = dropped.sort("conc").group_by(
+            [c for c in dropped.columns if c != "conc"], maintain_order=True).head(1)
+        assert predict(edge)["pred_p90_ttft"].min() > bound
+        assert ttft_plausible(rows, bundled_params(), None).all()
+
     def test_measured_first_matches_the_front(self):
         """dsr1 FP8 8k/1k on MI355X at 100 tok/s/user, p90 TTFT <= 2 s: the bundled ATOM rows
         answer, interpolated along their own front (computed here independently)."""

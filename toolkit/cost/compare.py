@@ -128,17 +128,38 @@ or faster, and interactivity within :data:`WINDOW` of a target (plus each front'
 bracket a target). The replay of thousands of users per point is what costs; points far from
 every target or far below the front cannot change an answer."""
 WINDOW = 1.6
+TTFT_PRUNE = 5.0
+"""A swept point whose steady-state surrogate puts its p90 TTFT above this many times the
+bound is not replayed: on the bundled sweeps (DeepSeek-R1 and GLM-5.2 over five accelerators,
+bounds 2 s and 10 s) the replay's p90 TTFT was never below 0.39x the surrogate's, and no
+point that met its bound had a surrogate above 2.3x it. Such points are the highest
+concurrencies (thousands of users each), most of the replay's cost, and the bound would drop
+them anyway."""
 
 
-def candidates(rows: pl.DataFrame, params: ServingParams,
-               targets: tuple[float, ...]) -> pl.DataFrame:
-    """The swept rows worth replaying for ``targets`` (see :data:`NEAR_FRONT`)."""
+def ttft_plausible(rows: pl.DataFrame, params: ServingParams,
+                   max_p90_ttft_s: float | None) -> np.ndarray:
+    """Rows whose surrogate p90 TTFT is within :data:`TTFT_PRUNE` x the bound (all rows
+    without a bound)."""
+    if max_p90_ttft_s is None or rows.height == 0:
+        return np.ones(rows.height, dtype=bool)
+    return _surrogate(rows, params)["p90_ttft_s"] <= TTFT_PRUNE * max_p90_ttft_s
+
+
+def _surrogate(rows: pl.DataFrame, params: ServingParams) -> dict[str, np.ndarray]:
     from toolkit.serving.layout import design
     from toolkit.serving.model import solve
     from toolkit.serving.predict import levels
 
     d = design(rows, reference_date=params.reference_date)
-    s = solve(d, params.row_values(levels(d)))
+    return solve(d, params.row_values(levels(d)))
+
+
+def candidates(rows: pl.DataFrame, params: ServingParams, targets: tuple[float, ...],
+               max_p90_ttft_s: float | None = None) -> pl.DataFrame:
+    """The swept rows worth replaying for ``targets`` (see :data:`NEAR_FRONT`) and, with a
+    bound, plausibly within it (:data:`TTFT_PRUNE`)."""
+    s = _surrogate(rows, params)
     x, y = s["median_intvty"], s["tput_per_gpu"]
     t = np.asarray(targets, dtype=np.float64)
     near_t = np.zeros(rows.height, dtype=bool)
@@ -157,6 +178,8 @@ def candidates(rows: pl.DataFrame, params: ServingParams,
             j = int(np.searchsorted(fx, v))
             keep[front[max(j - 2, 0):min(j + 2, front.size)]] = True
         keep[front[[0, -1]]] = True
+    if max_p90_ttft_s is not None:
+        keep &= s["p90_ttft_s"] <= TTFT_PRUNE * max_p90_ttft_s
     return rows.filter(pl.Series(keep))
 
 
@@ -251,7 +274,7 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
     rows = sweep(cfg)
     if what_if:
         rows = rows.with_columns(pl.lit(float(v)).alias(k) for k, v in what_if.items())
-    pts = predict(candidates(rows, params, cfg.interactivity), params)
+    pts = predict(candidates(rows, params, cfg.interactivity, cfg.max_p90_ttft_s), params)
     if cfg.max_p90_ttft_s is not None:
         pts = pts.filter(pl.col("pred_p90_ttft") <= cfg.max_p90_ttft_s)
     meas = measured_points(cfg)

@@ -14,9 +14,10 @@ from typing import Any
 import polars as pl
 
 from toolkit.config import config_json, fingerprint
-from toolkit.cost.compare import CompareConfig, sweep
+from toolkit.cost.compare import CompareConfig, sweep, ttft_plausible
 from toolkit.cost.from_replay import cost_of_replay
 from toolkit.cost.interpolate import pareto_front
+from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.store import Store, bounded_key
@@ -96,15 +97,24 @@ def record_replay_cost(store: Store, cfg: DecodeCostConfig) -> dict[str, Any]:
 
 def record_serving_fronts(store: Store, cfg: CompareConfig) -> str:
     """Sweep the serving model over ``cfg``'s layouts x concurrency per hardware, keep each
-    hardware's Pareto front (throughput per GPU vs interactivity) and write it to
-    ``serving_fronts``; returns the run id (re-recording the same config replaces it)."""
+    hardware's Pareto front (throughput per GPU vs interactivity) among the points that meet
+    ``cfg.max_p90_ttft_s`` (all points when it is None), and write it to ``serving_fronts``;
+    returns the run id (re-recording the same config replaces it). A front without the bound
+    ends at thousands of users whose prompts wait minutes: no one would run those points."""
     from toolkit.serving import predict
+    from toolkit.serving.params import bundled_params
 
     run_id = bounded_key(f"fronts-{cfg.model}-{fingerprint(cfg)[:8]}")
-    modelled = predict(sweep(cfg))
+    rows = sweep(cfg)
+    modelled = predict(rows.filter(pl.Series(ttft_plausible(rows, bundled_params(),
+                                                            cfg.max_p90_ttft_s))))
+    if cfg.max_p90_ttft_s is not None:
+        modelled = modelled.filter(pl.col("pred_p90_ttft") <= cfg.max_p90_ttft_s)
     parts = []
     for hw in cfg.hardware:
         g = modelled.filter(pl.col("hardware") == hw)
+        if g.height == 0:
+            continue
         idx = pareto_front(g["pred_median_intvty"].to_numpy(), g["pred_tput_per_gpu"].to_numpy())
         parts.append(g[idx.tolist()].select(
             "hardware", "framework",
@@ -113,6 +123,10 @@ def record_serving_fronts(store: Store, cfg: CompareConfig) -> str:
                       "decode_tp", "decode_ep").alias("layout"),
             pl.col("pred_median_intvty").alias("interactivity_tok_s_user"),
             pl.col("pred_tput_per_gpu").alias("tput_per_gpu")))
+    if not parts:
+        raise ToolkitError(f"no modelled point of {cfg.model} on {', '.join(cfg.hardware)} "
+                           f"meets p90 TTFT <= {cfg.max_p90_ttft_s} s: no front to record "
+                           "(raise the bound, or pass None for the unbounded fronts)")
     fronts = pl.concat(parts).with_columns(
         run_id=pl.lit(run_id), model=pl.lit(cfg.model), precision=pl.lit(cfg.precision),
         isl=pl.lit(cfg.isl, pl.Int64), osl=pl.lit(cfg.osl, pl.Int64),

@@ -95,6 +95,12 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     batch = np.zeros(n_dec, dtype=np.int64)
     reserved = np.zeros(n_dec, dtype=np.int64)
     step = np.zeros(n_dec, dtype=np.int64)
+    # disaggregated decode instances advance in runs of steps at a constant batch: a run ends
+    # at the next step where a request finishes, or is cut at the step in progress when a KV
+    # arrives (aggregated instances take one step at a time: a queued prompt may join any)
+    run_n = np.ones(n_dec, dtype=np.int64)  # steps in the current run
+    run_t0 = np.zeros(n_dec)  # when the run started
+    run_s = np.zeros(n_dec)  # its step time
     step_end = np.full(n_dec, inf)
     inst = np.full(n_req, -1, dtype=np.int64)
     q = np.empty(n_req, dtype=np.int64)  # prefill FIFO
@@ -214,16 +220,26 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
                 to_issue += 1
                 continue
             idle = step_end[i] == inf  # an idle instance starts a step with it now
+            if not idle and run_n[i] > 1:  # cut the run at the step in progress
+                k = min(int((t - run_t0[i]) / run_s[i]), run_n[i] - 1)
+                step[i] += k
+                run_t0[i] += k * run_s[i]
+                run_n[i] = 1
+                step_end[i] = run_t0[i] + run_s[i]
             slot = (step[i] + (0 if idle else 1) + steps_needed[r]) % max_steps
             nxt[r] = head[i, slot]
             head[i, slot] = r
             batch[i] += 1
             if idle:
-                step_end[i] = t + _interp(bs, ts, float(batch[i]))
+                run_s[i] = _interp(bs, ts, float(batch[i]))
+                run_t0[i] = t
+                run_n[i] = steps_needed[r]  # nothing else finishes before it does
+                step_end[i] = t + run_n[i] * run_s[i]
             continue
         # kind == 0: a step of decode instance ``who`` ended
         i = who
-        step[i] += 1
+        step[i] += run_n[i]
+        run_n[i] = 1
         if chunk_req[i] >= 0:  # aggregated: the chunk this step carried
             r = chunk_req[i]
             rem[r] -= chunk_left[i]
@@ -255,7 +271,16 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             chunk_req[i] = r
             chunk_left[i] = min(rem[r], chunk)
             dt = chunk_left[i] * pre_tok_s
-        if batch[i] > 0 or chunk_req[i] >= 0:
+        if disagg and batch[i] > 0:  # run to the next step where a request finishes
+            n, j = 1, (step[i] + 1) % max_steps
+            while head[i, j] < 0:  # (a non-empty slot exists: the batch's requests)
+                n += 1
+                j = j + 1 if j + 1 < max_steps else 0
+            run_s[i] = _interp(bs, ts, float(batch[i]))
+            run_t0[i] = t
+            run_n[i] = n
+            step_end[i] = t + n * run_s[i]
+        elif batch[i] > 0 or chunk_req[i] >= 0:
             step_end[i] = t + _interp(bs, ts, float(batch[i])) + dt
         else:
             step_end[i] = inf
