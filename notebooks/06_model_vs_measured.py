@@ -94,8 +94,11 @@ charts.error_by_group(by_hw, "hardware", "Held-out error by hardware (leave-one-
 # DeepSeek-R1 FP4, 8K in / 1K out: the model sweeps layouts x concurrency for each
 # accelerator with the engine of the published comparison (GB200 Dynamo-SGLang, GB300
 # Dynamo-TRT, MI355X ATOM) and keeps the Pareto front of throughput per GPU vs interactivity
-# (bundled fit). Diamonds are measured points at the same shape (any engine; there are no
-# GB300 DeepSeek points in the bundled data, so its line is a prediction only).
+# (bundled fit) among the points whose predicted p90 TTFT is within 10 s, `cost compare`'s
+# default bound: beyond it a front ends in thousands of users whose prompts wait minutes.
+# Diamonds are measured points at the same shape, any engine and any TTFT (some sit beyond a
+# line's end); there are no GB300 DeepSeek points in the bundled data, so its line is a
+# prediction only.
 
 # %%
 hardware = ("gb200", "gb300", "mi355x")
