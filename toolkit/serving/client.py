@@ -95,9 +95,9 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     batch = np.zeros(n_dec, dtype=np.int64)
     reserved = np.zeros(n_dec, dtype=np.int64)
     step = np.zeros(n_dec, dtype=np.int64)
-    # disaggregated decode instances advance in runs of steps at a constant batch: a run ends
-    # at the next step where a request finishes, or is cut at the step in progress when a KV
-    # arrives (aggregated instances take one step at a time: a queued prompt may join any)
+    # decode instances advance in runs of steps at a constant batch: a run ends at the next
+    # step where a request finishes, or is cut at the step in progress when a request may
+    # join (a KV arrives; aggregated: a prompt is queued while the instance has room)
     run_n = np.ones(n_dec, dtype=np.int64)  # steps in the current run
     run_t0 = np.zeros(n_dec)  # when the run started
     run_s = np.zeros(n_dec)  # its step time
@@ -131,6 +131,13 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             else:
                 q[q_tail] = r
                 q_tail += 1
+                for i in range(n_dec):  # an instance with room takes it after this step
+                    if run_n[i] > 1 and batch[i] < cap:
+                        k = min(int((t - run_t0[i]) / run_s[i]), run_n[i] - 1)
+                        step[i] += k
+                        run_t0[i] += k * run_s[i]
+                        run_n[i] = 1
+                        step_end[i] = run_t0[i] + run_s[i]
         to_issue = 0
         if disagg:
             while dq_head < dq_tail:  # reserve a decode slot, then queue for prefill
@@ -271,7 +278,9 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             chunk_req[i] = r
             chunk_left[i] = min(rem[r], chunk)
             dt = chunk_left[i] * pre_tok_s
-        if disagg and batch[i] > 0:  # run to the next step where a request finishes
+        if batch[i] > 0 and chunk_req[i] < 0 and (disagg or q_head == q_tail
+                                                  or batch[i] >= cap):
+            # nothing can join before a request finishes: run to that step
             n, j = 1, (step[i] + 1) % max_steps
             while head[i, j] < 0:  # (a non-empty slot exists: the batch's requests)
                 n += 1
