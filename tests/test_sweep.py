@@ -531,7 +531,7 @@ def test_ctrl_c_stops_in_one_line_and_resumes(bailian_store, tmp_path):
     """SIGINT to the sweep's process group (Ctrl-C): exit 130, one line on stderr, no
     traceback; the same sweep then runs only what was not committed."""
     grid = tmp_path / "slow.toml"
-    grid.write_text('kind = "fault"\ntrace = "b"\n[fixed]\nsleep_s = 2.0\n'
+    grid.write_text('kind = "fault"\ntrace = "b"\n[fixed]\nsleep_s = 1.0\n'
                     '[axes]\ncapacity_blocks = [1, 2, 3, 4, 5, 6, 7, 8]')
     root = bailian_store.root
     bailian_store.close()
