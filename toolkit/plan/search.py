@@ -657,8 +657,13 @@ class _Runner:
                                 "'kvtier-toolkit[ray]'") from None
             self._ray = ray
             if not ray.is_initialized():
-                ray.init(address="local", num_cpus=workers, include_dashboard=False,
-                         log_to_driver=False, logging_level="ERROR")
+                try:
+                    ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                             log_to_driver=False, logging_level="ERROR")
+                except Exception as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise PlanError(f"--engine ray: cannot start a local Ray: {first}") \
+                        from None
                 self._started = True
             self._remote = ray.remote(num_cpus=1, max_retries=0)(_remote_evaluate)
 
