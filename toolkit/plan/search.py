@@ -385,6 +385,11 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
             out["users"] = users
             return out
         host_tokens = ctx.tokens(c.host_dram_gb - pool - eng_dram)
+        if c.ssd_gb > 0 and host_tokens <= 0:
+            out["why"] = ("an SSD tier needs a host tier; the host DRAM left after HiSparse's "
+                          "pool and the Engram table holds no KV")
+            out["users"] = users
+            return out
         tier = ctx.tier(c.hardware, c.policy, users, host_tokens, ctx.tokens(c.ssd_gb),
                         device_tokens=device, max_running=max_running)
         g, h, s = tier["gpu_hit_rate"], tier["host_hit_rate"], tier["storage_hit_rate"]
