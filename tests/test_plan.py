@@ -13,6 +13,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given, settings
@@ -26,6 +27,7 @@ from toolkit.cost.from_replay import run_tiers
 from toolkit.cost.price import MEMORY_PRICES
 from toolkit.hardware import get_hardware
 from toolkit.ingest import ingest_file
+from toolkit.models import get_model
 from toolkit.plan.config import PlanConfig
 from toolkit.plan.search import PLAN_KEYS, PlanError, plan
 from toolkit.replay.tiers import TierReplayConfig
@@ -36,7 +38,7 @@ MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
 SMOLLM2 = ROOT / "traces" / "smollm2"
 
 SMALL = dict(trace="conv", model="glm-5.2", hardware=("mi355x",), host_dram_gb=(0.0, 512.0),
-             ssd_gb=(0.0, 4096.0), hisparse_multiples=(2,), top=3)
+             ssd_gb=(0.0, 4096.0), hisparse_multiples=(2,), top=3, prefix_reserve=(0.0,))
 
 # Replay figures of the small plan (tier replay of `conv` on mi355x at 4 closed-loop users,
 # LRU, SGLang's default device pool; 512 GB host, 4096 GB SSD per 8-GPU instance).
@@ -249,3 +251,154 @@ def test_perfetto_timeline_of_a_plan(pstore, small, tmp_path) -> None:
     assert by_plan["events"] == by_run["events"] > 0
     assert json.loads((tmp_path / "plan.json").read_text()) == json.loads(
         (tmp_path / "run.json").read_text())
+
+
+# -- the HBM split: prefix-cache reserve and Engram rows; parallel evaluation -------------
+
+SPLIT = {**SMALL, "host_dram_gb": (512.0,), "ssd_gb": (0.0,), "top": 2}
+
+
+def test_prefix_reserve_searched_and_replayed(pstore) -> None:
+    """A reserve R caps the tier replay's running requests to (1 - R) of the device pool
+    at mean ISL + OSL (SGLang's --max-running-requests) and reports R x the pool as the
+    prefix cache; each plan's named replay carries that cap and reproduces its shares;
+    the default search finds the exhaustive search's best."""
+    from toolkit.serving.tier_service import default_device_tokens
+
+    cfg = PlanConfig(**{**SPLIT, "prefix_reserve": (0.0, 0.5)})
+    r = plan(pstore, cfg, progress=False, save=False)
+    full = plan(pstore, PlanConfig(**{**SPLIT, "prefix_reserve": (0.0, 0.5),
+                                      "exhaustive": True}), progress=False, save=False)
+    assert r.searched == full.searched == 2 and full.evaluated_exactly == 2
+    assert full.plans[0] == r.plans[0]
+    pool = default_device_tokens(get_hardware("mi355x"), get_model("glm-5.2"),
+                                 ServiceAssumptions())
+    shape = pstore.query("SELECT avg(input_tokens) i, avg(output_tokens) o FROM requests "
+                         "WHERE trace = 'conv'")
+    isl, osl = round(shape["i"][0]), round(shape["o"][0])
+    by = {e["candidate"].reserve: e for e in full.evaluated}
+    shared, half = by[0.0]["plan"], by[0.5]["plan"]
+    assert (shared["device_prefix_tokens"], shared["max_running"]) == (pool, 0)
+    assert half["device_prefix_tokens"] == round(0.5 * pool)
+    assert half["max_running"] == int(0.5 * pool // (isl + osl))
+    tcfg = by[0.5]["tier"]["cfg"]
+    assert (tcfg.max_running, tcfg.device_tokens) == (half["max_running"], None)
+    again = run_tiers(pstore, tcfg, save=False).summary
+    assert (again["gpu_hit_rate"], again["host_hit_rate"]) == (
+        half["gpu_hit_share"], half["host_hit_share"])
+
+
+def test_reserve_lowers_serving_capacity() -> None:
+    """The serving model's batch capacity scales by (1 - R); Engram HBM comes out first."""
+    from toolkit.serving.layout import design
+    from toolkit.serving.model import max_batch
+    from toolkit.serving.scenario import Deployment, _frame
+
+    dep = Deployment("glm-5.2", "gb200")
+
+    def cap(**extra) -> float:
+        one = np.ones(1)
+        return float(max_batch(design(_frame(dep, 1, one * 4000, one * 500, one * 64,
+                                             extra)))[0])
+
+    base = cap()
+    assert cap(prefix_reserve_fraction=0.25) == pytest.approx(0.75 * base, rel=1e-12)
+    eng = cap(engram_hbm_bytes=10e9)
+    assert eng < base
+    assert cap(engram_hbm_bytes=10e9, prefix_reserve_fraction=0.5) == pytest.approx(
+        0.5 * eng, rel=1e-12)
+
+
+def test_engram_misses_priced_as_cost_engram() -> None:
+    """The serving model's Engram term is ``toolkit cost engram``'s sync fetch: per Engram
+    layer, one SM-gather round trip plus each GPU's tokens' missed rows over the link."""
+    from toolkit.cost.engram import EngramPlacement, _fetch_s
+    from toolkit.serving.layout import design
+    from toolkit.serving.model import decode_terms
+    from toolkit.serving.predict import levels
+    from toolkit.serving.scenario import Deployment, _frame, _params
+
+    dep = Deployment("glm-5.2", "gb200", mtp=False)
+    lookups, hit, row_bytes, layers, batch = 16, 0.375, 128, 2, 64
+    one = np.ones(1)
+    extra = {"engram_miss_bytes": lookups * (1 - hit) * row_bytes, "engram_layers": layers}
+    d = design(_frame(dep, 1, one * 4000, one * 2, one * batch, extra))
+    t = decode_terms(d, _params(None).row_values(levels(d)), one * batch)
+    pl_ = EngramPlacement(get_model("glm-5.2"), get_hardware("gb200"),
+                          row_bytes, lookups, (1, 15), hit, 1e9)
+    want = layers * _fetch_s(pl_, "dram", batch / 8 * lookups * (1 - hit))
+    assert float(t["t_engram_s"][0]) == pytest.approx(want, rel=1e-12)
+    d0 = design(_frame(dep, 1, one * 4000, one * 2, one * batch, {}))
+    t0 = decode_terms(d0, _params(None).row_values(levels(d0)), one * batch)
+    assert float(t["t_step_s"][0] - t0["t_step_s"][0]) == pytest.approx(want, rel=1e-9)
+
+
+ENGRAM_TEXT = SMOLLM2 / "texts" / "heapq.py.txt"
+GOLDEN_ENGRAM_HITS = (53_988, 208_672)  # heapq.py, LRU row cache of 0.0005 GB per GPU (3,906 rows)
+
+
+@pytest.fixture(scope="module")
+def engram_plan(pstore):
+    from toolkit.engram.hashing import EngramConfig
+    from toolkit.engram.record import record_engram
+
+    record_engram(pstore, "heapq", [ENGRAM_TEXT], EngramConfig())
+    return plan(pstore, PlanConfig(**{**SPLIT, "host_dram_gb": (0.0, 512.0),
+                                      "engram": "heapq", "engram_hbm_gb": (0.0005, 100.0),
+                                      "exhaustive": True, "top": 4}), progress=False)
+
+
+def test_engram_planned_golden_and_replayed(pstore, engram_plan) -> None:
+    """Engram HBM is searched: a row cache (hit ratio from the exact Engram replay, run
+    named and stored) over the 200 GB table in host DRAM, or the table whole in HBM (25
+    GB/GPU: an option above a GPU's share collapses to it); no host DRAM, no row cache."""
+    from toolkit.cost.engram import DEFAULT_TABLE_BYTES, run_engram
+    from toolkit.replay.engram import EngramReplayConfig
+
+    assert PlanConfig.__dataclass_fields__["engram_table_gb"].default == (
+        DEFAULT_TABLE_BYTES / 1e9)
+    assert engram_plan.searched == 4
+    evs = {(e["candidate"].host_dram_gb, e["candidate"].engram_gb): e
+           for e in engram_plan.evaluated}
+    assert set(evs) == {(0.0, 0.0005), (0.0, 25.0), (512.0, 0.0005), (512.0, 25.0)}
+    assert not evs[(0.0, 0.0005)]["feasible"]
+    assert "the Engram table 200 GB" in evs[(0.0, 0.0005)]["why"]
+    cache, whole = evs[(512.0, 0.0005)]["plan"], evs[(512.0, 25.0)]["plan"]
+    assert (whole["engram_hbm_gb"], whole["engram_in_hbm"], whole["engram_dram_gb"]) == (
+        25.0, True, 0.0)
+    assert len(whole["run_ids"]) == 1
+    assert (cache["engram_hbm_gb"], cache["engram_in_hbm"], cache["engram_dram_gb"]) == (
+        0.0005, False, 200.0)
+    eid = cache["run_ids"][-1]
+    stored = pstore.query("SELECT * FROM engram_runs WHERE run_id = $r", {"r": eid})
+    assert stored.height == 1 and stored["hit_ratio"][0] == cache["engram_hit_ratio"]
+    again = run_engram(pstore, EngramReplayConfig("heapq", 0.0005e9, hardware="mi355x",
+                                                  model="glm-5.2"), save=False)
+    assert again["run_id"] == eid and again["hit_ratio"] == cache["engram_hit_ratio"]
+    assert (again["hits"], again["lookups"]) == GOLDEN_ENGRAM_HITS
+    # Engram rows shrink the tier replay's device pool by their HBM
+    kvb = evs[(512.0, 25.0)]["tier"]["cfg"]
+    pool = evs[(512.0, 25.0)]["plan"]["device_pool_tokens"]
+    assert kvb.device_tokens == pool
+    assert any("Engram" in a for a in engram_plan.assumptions)
+    rows = pstore.query("SELECT engram_hbm_gb FROM plan_runs WHERE plan_id = $p",
+                        {"p": engram_plan.plan_id})
+    assert sorted(rows["engram_hbm_gb"].to_list()) == [0.0005, 0.0005, 25.0, 25.0]
+
+
+def test_parallel_evaluations_equal_one_process(pstore) -> None:
+    """Two local workers evaluate the same candidates (bound order, pruning applied as
+    one process would) and give the same plans, counts and rows."""
+    cfg = PlanConfig(**{**SMALL, "prefix_reserve": (0.0, 0.5)})
+    one = plan(pstore, cfg, progress=False, save=False)
+    two = plan(pstore, cfg, progress=False, save=False, executor="local", workers=2)
+    assert two.plans == one.plans
+    assert (two.searched, two.evaluated_exactly, two.feasible) == (
+        one.searched, one.evaluated_exactly, one.feasible)
+    assert [(e["candidate"], e.get("why")) for e in two.evaluated] == [
+        (e["candidate"], e.get("why")) for e in one.evaluated]
+    res = CliRunner().invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
+                                   "--model", "glm-5.2", "--hardware", "mi355x",
+                                   "--host-dram-gb", "0,512", "--ssd-gb", "0",
+                                   "--prefix-reserve", "0", "--workers", "2", "--json"])
+    assert res.exit_code == 0, res.output

@@ -49,7 +49,19 @@ def plan_cmd(
     selections: Annotated[str | None, typer.Option(
         "--selections", help="Stored selection trace: plan HiSparse buffers.")] = None,
     engram: Annotated[str | None, typer.Option(
-        "--engram", help="Stored Engram lookup trace (not planned yet).")] = None,
+        "--engram", help="Stored Engram lookup trace: plan the HBM given to Engram rows "
+        "(the rest of the table in host DRAM).")] = None,
+    engram_hbm_gb: Annotated[str, typer.Option(
+        "--engram-hbm-gb", help="Engram HBM options per GPU (GB), comma-separated; an option "
+        "at or above a GPU's share of the table holds it whole.")
+    ] = ",".join(f"{v:g}" for v in _d("engram_hbm_gb")),
+    engram_table_gb: Annotated[float, typer.Option(
+        "--engram-table-gb", help="All Engram tables of the model, GB (assumed).")
+    ] = _d("engram_table_gb"),
+    prefix_reserve: Annotated[str, typer.Option(
+        "--prefix-reserve", help="Shares of each GPU's KV pool kept for the prefix cache "
+        "(running requests capped to the rest), comma-separated; 0 = shared pool.")
+    ] = ",".join(f"{v:g}" for v in _d("prefix_reserve")),
     max_p90_ttft_s: Annotated[float | None, typer.Option(
         "--max-p90-ttft-s", help="p90 TTFT bound in seconds.")] = _d("max_p90_ttft_s"),
     price_tier: Annotated[str, typer.Option(
@@ -66,7 +78,8 @@ def plan_cmd(
     engine: Annotated[str, typer.Option(
         "--engine", help="Where exact evaluations run: local or ray.")] = "local",
     workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, help="Parallel evaluations (local pool).")] = None,
+        "--workers", min=1, help="Parallel exact evaluations (threads with local, Ray CPUs "
+        "with ray); same plans as one.")] = None,
     exhaustive: Annotated[bool, typer.Option(
         "--exhaustive", help="Evaluate every candidate exactly (no pruning).")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans printed.")] = _d("top"),
@@ -88,6 +101,9 @@ def plan_cmd(
                 max_p90_ttft_s=max_p90_ttft_s, price_tier=price_tier,
                 host_dram_gb=_floats(host_dram_gb, "--host-dram-gb"),
                 ssd_gb=_floats(ssd_gb, "--ssd-gb"), policy=_names(policy),
+                engram_hbm_gb=_floats(engram_hbm_gb, "--engram-hbm-gb"),
+                engram_table_gb=engram_table_gb,
+                prefix_reserve=_floats(prefix_reserve, "--prefix-reserve"),
                 exhaustive=exhaustive, top=top)
     with cli_store(store) as s:
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
@@ -99,6 +115,8 @@ def plan_cmd(
     for p in res.plans:
         hs = (f"HiSparse {p['hisparse_buffer_tokens']} tok/req/layer"
               if p["hisparse_buffer_tokens"] else "no HiSparse")
+        if p["engram_hbm_gb"]:
+            hs += f", Engram {p['engram_hbm_gb']:g} GB/GPU"
         typer.echo(
             f"#{p['rank']} {p['hardware']} {p['engine']} {p['layout']} ({p['gpus']} GPUs): "
             f"${p['usd_per_mtok_total']:.4f}/M total "

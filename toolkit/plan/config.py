@@ -15,6 +15,23 @@ HISPARSE_MULTIPLES = (1, 2, 4)
 """HiSparse device buffers searched, in multiples of the recording's top-k (HiSparse's own
 default is 2 x k)."""
 
+PREFIX_RESERVE = (0.0,)
+"""Shares of each GPU's KV pool kept for the prefix cache (0: SGLang's shared pool, running
+requests and the radix cache take what they need). Only the shared pool by default: a
+reserve cannot add hits at the same users, it changes a plan only through the serving
+model's admission cap, and where that cap binds only points beside the one the plan runs,
+the front's interpolation moves the figure by hundredths of a percent (GB200, bundled
+conversation trace: R = 0.5 at 0.013% below the shared pool); ``--prefix-reserve
+0,0.25,0.5`` searches the split."""
+
+ENGRAM_HBM_GB = (0.5, 2.0, 8.0, 25.0)
+"""Engram HBM options per GPU (GB); 25 GB holds the assumed 200 GB table over 8 GPUs whole
+(any option at or above a GPU's share of the table places the whole table in HBM)."""
+
+ENGRAM_TABLE_GB = 200.0
+"""All Engram tables of the planned model (GB): ``toolkit cost engram``'s assumption
+(:data:`toolkit.cost.engram.DEFAULT_TABLE_BYTES`: a 100 B-parameter table in BF16)."""
+
 
 @dataclass(frozen=True)
 class PlanConfig:
@@ -25,12 +42,17 @@ class PlanConfig:
         model, hardware: model and accelerators to plan for (registry names).
         interactivity: target tok/s/user (median, InferenceX's definition).
         selections: stored selection trace for HiSparse (``None``: HiSparse is not planned).
-        engram: stored Engram lookup trace (not planned yet: refused with a clear error).
+        engram: stored Engram lookup trace (``None``: no Engram tables are planned).
+        engram_hbm_gb: Engram HBM options per GPU (GB): an LRU row cache over the table in
+            host DRAM, or the whole table when an option reaches a GPU's share of it.
+        engram_table_gb: size of all Engram tables of the planned model (GB, assumed).
         max_p90_ttft_s: p90 TTFT bound; ``None`` lifts it.
         host_dram_gb, ssd_gb: host DRAM and NVMe options per serving instance of
             ``gpus_per_replica`` GPUs (0 forbids the tier).
         policy: device eviction policies of the prefix cache (tier replay names).
         hisparse_multiples: HiSparse buffer sizes searched, in multiples of the recording's k.
+        prefix_reserve: shares of the device KV pool kept for the prefix cache (running
+            requests capped to the rest: SGLang's ``--max-running-requests``); 0 = shared.
         exhaustive: evaluate every candidate exactly instead of pruning by lower bounds.
         top: plans printed (and ranked in ``plan_runs``).
         engines: hardware -> serving engine (default: ``cost compare``'s pairing).
@@ -48,6 +70,9 @@ class PlanConfig:
     ssd_gb: tuple[float, ...] = (0.0, 4096.0, 16384.0)
     policy: tuple[str, ...] = ("lru",)
     hisparse_multiples: tuple[int, ...] = HISPARSE_MULTIPLES
+    prefix_reserve: tuple[float, ...] = PREFIX_RESERVE
+    engram_hbm_gb: tuple[float, ...] = ENGRAM_HBM_GB
+    engram_table_gb: float = ENGRAM_TABLE_GB
     exhaustive: bool = False
     top: int = 5
     precision: str = "fp8"
@@ -57,7 +82,8 @@ class PlanConfig:
     engines: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_multiples"):
+        for name in ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_multiples",
+                     "prefix_reserve", "engram_hbm_gb"):
             v = getattr(self, name)
             if isinstance(v, list):
                 object.__setattr__(self, name, tuple(v))
@@ -69,6 +95,11 @@ class PlanConfig:
         for name in ("host_dram_gb", "ssd_gb"):
             for v in getattr(self, name):
                 check_number(name, v, lo=0.0)
+        for v in self.prefix_reserve:
+            check_number("prefix_reserve", v, lo=0.0, hi=0.95)
+        for v in self.engram_hbm_gb:
+            check_number("engram_hbm_gb", v, lo=0.0)
+        check_number("engram_table_gb", self.engram_table_gb, lo=0.0, lo_open=True)
         for v in self.hisparse_multiples:
             check_number("hisparse_multiples", v, lo=1)
         check_number("top", self.top, lo=1)

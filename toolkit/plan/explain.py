@@ -8,7 +8,8 @@ from typing import Any
 from toolkit.plan.search import PlanError
 from toolkit.store import Store
 
-DIMENSIONS = ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_buffer_tokens")
+DIMENSIONS = ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_buffer_tokens",
+              "device_prefix_tokens", "engram_hbm_gb")
 """The dimensions an alternative is sought along (the serving layout and concurrency are
 read off the front at the target, so their alternative is another row of the front)."""
 
@@ -61,7 +62,8 @@ def explain(store: Store, plan: str) -> dict[str, Any]:
             alts[dim] = {"value": None, "why": "no alternative evaluated exactly (pruned by "
                          "its lower bound, or a single option was allowed)"}
     keep = ("plan_id", "rank", "hardware", "engine", "layout", "gpus", "concurrency",
-            "device_prefix_tokens", "hisparse_buffer_tokens", "host_dram_gb", "ssd_gb",
+            "device_prefix_tokens", "hisparse_buffer_tokens", "engram_hbm_gb", "host_dram_gb",
+            "ssd_gb",
             "policy", "gpu_hit_share", "host_hit_share", "storage_hit_share", "p90_ttft_s",
             "tput_per_gpu", "usd_per_mtok_total", "usd_per_mtok_gpu", "usd_per_mtok_dram",
             "usd_per_mtok_ssd")

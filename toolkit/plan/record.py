@@ -39,7 +39,8 @@ def rows(cfg: PlanConfig, result: Any) -> list[dict[str, Any]]:
             "device_prefix_tokens": p.get("device_prefix_tokens",
                                           tier.get("device_capacity_tokens")),
             "hisparse_buffer_tokens": ev.get("hisparse_buffer_tokens"),
-            "engram_hbm_gb": 0.0, "host_dram_gb": c.host_dram_gb, "ssd_gb": c.ssd_gb,
+            "engram_hbm_gb": ev.get("engram_hbm_gb", 0.0), "host_dram_gb": c.host_dram_gb,
+            "ssd_gb": c.ssd_gb,
             "policy": c.policy,
             "gpu_hit_share": tier.get("gpu_hit_rate"),
             "host_hit_share": tier.get("host_hit_rate"),
@@ -64,8 +65,8 @@ def rows(cfg: PlanConfig, result: Any) -> list[dict[str, Any]]:
 
 
 def save_plan(store: Store, cfg: PlanConfig, ctx: Any, result: Any) -> None:
-    """Write ``plan_runs`` and every tier and selection replay its rows name, all or
-    nothing (one store transaction)."""
+    """Write ``plan_runs`` and every tier, selection and Engram replay its rows name, all
+    or nothing (one store transaction)."""
     from toolkit.replay.selections import replay_selections
     from toolkit.replay.tiers import save_result
     from toolkit.schema import PLAN_RUNS
@@ -82,5 +83,9 @@ def save_plan(store: Store, cfg: PlanConfig, ctx: Any, result: Any) -> None:
                 if ev.get("sel")}
         for scfg in sels.values():
             replay_selections(store, scfg, rows=ctx.rows, progress=False)
+        engrams = {ev["engram"]["run"]["run_id"]: ev["engram"]["run"]
+                   for ev in result.evaluated if (ev.get("engram") or {}).get("run")}
+        for run_id, row in engrams.items():
+            store.write_row("engram_runs", run_id, row, replace=True)
         store.write("plan_runs", result.plan_id,
                     pa.Table.from_pylist(table, schema=PLAN_RUNS), replace=True)

@@ -67,7 +67,9 @@ class PlanError(ToolkitError):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point of the search space (trace-scale HiSparse buffer; ``None`` = off)."""
+    """One point of the search space (trace-scale HiSparse buffer; ``None`` = off;
+    ``reserve``: share of the device KV pool kept for the prefix cache; ``engram_gb``:
+    Engram HBM per GPU, ``None`` without ``--engram``)."""
 
     hardware: str
     engine: str
@@ -75,11 +77,16 @@ class Candidate:
     policy: str
     host_dram_gb: float
     ssd_gb: float
+    reserve: float = 0.0
+    engram_gb: float | None = None
 
     def label(self) -> str:
         hs = f"HiSparse {self.buffer}" if self.buffer else "no HiSparse"
+        extra = f", prefix reserve {self.reserve:g}" if self.reserve else ""
+        if self.engram_gb is not None:
+            extra += f", Engram {self.engram_gb:g} GB/GPU"
         return (f"{self.hardware} {self.engine}, {hs}, {self.policy}, host "
-                f"{self.host_dram_gb:g} GB, SSD {self.ssd_gb:g} GB")
+                f"{self.host_dram_gb:g} GB, SSD {self.ssd_gb:g} GB{extra}")
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,70 @@ class _Context:
         self.miss_scale = 1.0
         if cfg.selections is not None:
             self._load_selections()
+        self.engrams: dict[tuple[str, float], dict] = {}
+        if cfg.engram is not None:
+            self._load_engram()
+
+    def _load_engram(self) -> None:
+        from toolkit.replay.engram import load_dense
+
+        try:
+            st = load_dense(self.store, self.cfg.engram)
+        except Exception as e:
+            raise PlanError(f"--engram {self.cfg.engram!r}: {e}") from None
+        bad = [i for i in st.layer_ids if not 0 <= i < self.model.num_layers]
+        if bad:
+            raise PlanError(f"--engram {self.cfg.engram!r}: Engram layers {bad} outside "
+                            f"{self.model.name}'s {self.model.num_layers} layers")
+        self.eng_row_bytes = int(st.row_bytes)
+        self.eng_layers = len(st.layer_ids)
+        self.eng_lookups = int(st.lookups_per_token_layer)
+        self.eng_distinct = int(st.n_distinct)
+
+    def engram_share_gb(self) -> float:
+        """A GPU's share of the Engram tables when they sit whole in HBM (sharded over the
+        instance's GPUs, as ``toolkit cost engram``'s HBM placement)."""
+        return self.cfg.engram_table_gb / self.cfg.gpus_per_replica
+
+    def engram(self, hw: str, gb: float) -> dict:
+        """Engram at ``gb`` of HBM per GPU on ``hw``: the whole table in HBM (no misses, no
+        replay needed), or an LRU row cache whose hit ratio is the exact Engram replay of
+        the recorded lookups, over the table in host DRAM (one copy per host-memory domain
+        of the instance, as ``toolkit cost engram`` checks its DRAM placement)."""
+        key = (hw, float(gb))
+        if key in self.engrams:
+            return self.engrams[key]
+        cfg = self.cfg
+        if gb >= self.engram_share_gb():
+            out = {"in_hbm": True, "hbm_bytes": self.engram_share_gb() * 1e9,
+                   "miss_bytes": 0.0, "dram_gb": 0.0, "hit_ratio": 1.0, "run": None}
+        else:
+            from toolkit.cost.engram import run_engram
+            from toolkit.replay.engram import EngramReplayConfig
+
+            ecfg = EngramReplayConfig(cfg.engram, gb * 1e9, "dram", "lru", hw, cfg.model,
+                                      cfg.engram_table_gb * 1e9, price_tier=cfg.price_tier)
+            try:
+                row = run_engram(self.store, ecfg, save=False)
+            except Exception as e:
+                raise PlanError(f"--engram {cfg.engram!r} on {hw}: {e}") from None
+            spec = get_hardware(hw)
+            copies = max(1, math.ceil(cfg.gpus_per_replica / spec.host_mem_gpus_sharing))
+            out = {"in_hbm": False, "hbm_bytes": gb * 1e9,
+                   "miss_bytes": self.eng_lookups * (1.0 - row["hit_ratio"])
+                   * self.eng_row_bytes,
+                   "dram_gb": cfg.engram_table_gb * copies, "hit_ratio": row["hit_ratio"],
+                   "run": row}
+        self.engrams[key] = out
+        return out
+
+    def device_pool(self, hw: str, engram_hbm_bytes: float) -> int:
+        """The instance's device KV pool in tokens (the tier replay's engine default), less
+        the Engram rows a GPU holds in HBM."""
+        from toolkit.serving.tier_service import default_device_tokens
+
+        return int(default_device_tokens(get_hardware(hw), self.model, self.assume)
+                   - engram_hbm_bytes // self.kvb)
 
     def _load_selections(self) -> None:
         from toolkit.replay.selections import load_rows
@@ -163,12 +234,13 @@ class _Context:
 
     def tier(self, hw: str, policy: str, users: int | None, host_tokens: int,
              storage_tokens: int, *, sequential: bool = False,
-             device_tokens: int | None = None) -> dict:
+             device_tokens: int | None = None, max_running: int = 0) -> dict:
         from toolkit.cost.from_replay import run_tiers
 
         tcfg = TierReplayConfig(self.cfg.trace, hw, self.cfg.model, concurrency=users,
                                 device_tokens=device_tokens, host_tokens=host_tokens,
                                 storage_tokens=storage_tokens, policy=policy,
+                                max_running=max_running,
                                 sequential=sequential, price_tier=self.cfg.price_tier,
                                 assumptions=self.assume)
         if tcfg not in self.tiers:
@@ -177,14 +249,23 @@ class _Context:
         return self.tiers[tcfg]
 
     def serve(self, hw: str, engine: str, cached: float, host: float, miss: float,
-              buffer_model: float, *, ttft: float | None | bool = True) -> dict:
-        """``cost compare``'s answer for ``hw`` at the target with these shares."""
+              buffer_model: float, *, ttft: float | None | bool = True, reserve: float = 0.0,
+              engram: dict | None = None) -> dict:
+        """``cost compare``'s answer for ``hw`` at the target with these shares (and the
+        HBM split: the prefix reserve and the Engram rows and misses, when asked)."""
         bound = self.cfg.max_p90_ttft_s if ttft is True else ttft
-        key = (hw, engine, cached, host, miss, buffer_model, bound)
+        eng_hbm = engram["hbm_bytes"] if engram else 0.0
+        eng_miss = engram["miss_bytes"] if engram else 0.0
+        key = (hw, engine, cached, host, miss, buffer_model, bound, reserve, eng_hbm, eng_miss)
         if key not in self.serve_cache:
             what_if = {k: v for k, v in (("host_prefix_fraction", host),
                                          ("miss_rows_per_layer", miss),
-                                         ("device_buffer_tokens", buffer_model)) if v}
+                                         ("device_buffer_tokens", buffer_model),
+                                         ("prefix_reserve_fraction", reserve),
+                                         ("engram_hbm_bytes", eng_hbm),
+                                         ("engram_miss_bytes", eng_miss)) if v}
+            if eng_miss:
+                what_if["engram_layers"] = float(self.eng_layers)
             ccfg = self.compare_config(hw, engine, cached, bound)
             t0 = time.perf_counter()
             row = compare(ccfg, what_if=what_if or None).row(0, named=True)
@@ -233,6 +314,10 @@ def _space(ctx: _Context) -> list[Candidate]:
     buffers: list[int | None] = [None]
     if cfg.selections is not None:
         buffers += sorted({m * ctx.k for m in cfg.hisparse_multiples})
+    engrams: list[float | None] = [None]
+    if cfg.engram is not None:
+        # every option at or above a GPU's share of the table is the same placement
+        engrams = sorted({min(float(v), ctx.engram_share_gb()) for v in cfg.engram_hbm_gb})
     out = []
     for hw in cfg.hardware:
         probe = CompareConfig(model=cfg.model, hardware=(hw,), engines=dict(cfg.engines))
@@ -241,8 +326,10 @@ def _space(ctx: _Context) -> list[Candidate]:
                 for pol in cfg.policy:
                     for dram in sorted(cfg.host_dram_gb):
                         for ssd in sorted(cfg.ssd_gb):
-                            out.append(Candidate(hw, engine, buf, pol, float(dram),
-                                                 float(ssd)))
+                            for res in sorted(set(cfg.prefix_reserve)):
+                                for eng in engrams:
+                                    out.append(Candidate(hw, engine, buf, pol, float(dram),
+                                                         float(ssd), float(res), eng))
     return out
 
 
@@ -250,7 +337,9 @@ def _bound(ctx: _Context, c: Candidate, best_share: float) -> tuple[float, dict]
     """A lower bound on ``c``'s $/M: the front at the trace's largest hit share with no host
     loads or misses (its smallest device buffer), plus ``c``'s memory price."""
     buf_model = c.buffer * ctx.miss_scale if c.buffer else 0.0
-    ans = ctx.serve(c.hardware, c.engine, best_share, 0.0, ctx.misses(c.buffer), buf_model)
+    eng = ctx.engram(c.hardware, c.engram_gb) if c.engram_gb is not None else None
+    ans = ctx.serve(c.hardware, c.engine, best_share, 0.0, ctx.misses(c.buffer), buf_model,
+                    reserve=c.reserve, engram=eng)
     if not ans["reachable"]:
         return math.inf, ans
     price = get_hardware(c.hardware).price_usd_per_gpu_hour(ctx.cfg.price_tier)
@@ -268,19 +357,44 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
     sel = ctx.selection(c.buffer) if c.buffer else None
     miss = ctx.misses(c.buffer)
     buf_model = c.buffer * ctx.miss_scale if c.buffer else 0.0
+    eng = ctx.engram(c.hardware, c.engram_gb) if c.engram_gb is not None else None
+    out["engram"] = eng
+    eng_dram = eng["dram_gb"] if eng else 0.0
+    # the device pool: the engine default (None) unless Engram rows take part of it
+    device = ctx.device_pool(c.hardware, eng["hbm_bytes"]) if eng else None
+    pool_tokens = device if device is not None else (
+        ctx.device_pool(c.hardware, 0.0) if c.reserve else 0)
+    if device is not None and device <= 0:
+        out["why"] = (f"Engram's {eng['hbm_bytes'] / 1e9:g} GB per GPU leave no device KV "
+                      f"pool on {c.hardware}")
+        return out
+    # a reserve caps running requests to the rest of the pool (--max-running-requests)
+    max_running = (max(1, int((1.0 - c.reserve) * pool_tokens // (ctx.isl + ctx.osl)))
+                   if c.reserve else 0)
     users, seen, ans, tier = seed_users, set(), None, None
     converged = False
     for _ in range(MAX_ROUNDS):
         pool = ctx.host_pool_gb(users) if c.buffer else 0.0
-        if pool > c.host_dram_gb:
-            out["why"] = (f"HiSparse's host pool needs {pool:.0f} GB of host DRAM at "
-                          f"{users} users per instance; {c.host_dram_gb:g} GB allowed")
+        if pool + eng_dram > c.host_dram_gb:
+            need = " and ".join(x for x in (
+                f"HiSparse's host pool {pool:.0f} GB at {users} users per instance"
+                if c.buffer else "", f"the Engram table {eng_dram:g} GB" if eng_dram else "")
+                if x)
+            out["why"] = (f"host DRAM needs {pool + eng_dram:.0f} GB ({need}); "
+                          f"{c.host_dram_gb:g} GB allowed")
             out["users"] = users
             return out
-        host_tokens = ctx.tokens(c.host_dram_gb - pool)
-        tier = ctx.tier(c.hardware, c.policy, users, host_tokens, ctx.tokens(c.ssd_gb))
+        host_tokens = ctx.tokens(c.host_dram_gb - pool - eng_dram)
+        if c.ssd_gb > 0 and host_tokens <= 0:
+            out["why"] = ("an SSD tier needs a host tier; the host DRAM left after HiSparse's "
+                          "pool and the Engram table holds no KV")
+            out["users"] = users
+            return out
+        tier = ctx.tier(c.hardware, c.policy, users, host_tokens, ctx.tokens(c.ssd_gb),
+                        device_tokens=device, max_running=max_running)
         g, h, s = tier["gpu_hit_rate"], tier["host_hit_rate"], tier["storage_hit_rate"]
-        ans = ctx.serve(c.hardware, c.engine, g + h + s, h + s, miss, buf_model)
+        ans = ctx.serve(c.hardware, c.engine, g + h + s, h + s, miss, buf_model,
+                        reserve=c.reserve, engram=eng)
         if not ans["reachable"]:
             out.update(why=_miss_reason(ctx, ans), users=users, tier=tier, answer=ans)
             return out
@@ -299,15 +413,19 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
     usd = {"gpu": _usd(price, tput), "dram": _usd(dram, tput) if dram else 0.0,
            "ssd": _usd(ssd, tput) if ssd else 0.0}
     all_in = price + dram + ssd
-    run_ids = [tier["run_id"]] + ([sel["run_id"]] if sel else [])
+    run_ids = ([tier["run_id"]] + ([sel["run_id"]] if sel else [])
+               + ([eng["run"]["run_id"]] if eng and eng["run"] else []))
+    prefix = (round(c.reserve * pool_tokens) if c.reserve
+              else int(tier["device_capacity_tokens"]))
     out.update(feasible=True, users=users, converged=converged, tier=tier, answer=ans,
                sel=sel, plan={
                    "rank": None, "hardware": c.hardware, "engine": c.engine,
                    "layout": ans["layout"], "gpus": int(ans["gpus"]),
                    "concurrency": int(ans["conc"]),
-                   "device_prefix_tokens": int(tier["device_capacity_tokens"]),
+                   "device_prefix_tokens": prefix,
                    "hisparse_buffer_tokens": round(buf_model) if c.buffer else None,
-                   "engram_hbm_gb": 0.0, "host_dram_gb": c.host_dram_gb, "ssd_gb": c.ssd_gb,
+                   "engram_hbm_gb": eng["hbm_bytes"] / 1e9 if eng else 0.0,
+                   "host_dram_gb": c.host_dram_gb, "ssd_gb": c.ssd_gb,
                    "policy": c.policy, "gpu_hit_share": g, "host_hit_share": h,
                    "storage_hit_share": s, "interactivity": cfg.interactivity,
                    "p90_ttft_s": ans["p90_ttft_s"], "tput_per_gpu": tput,
@@ -323,7 +441,13 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
                    "storage_tier_tokens": int(tier["storage_capacity_tokens"]),
                    "replay_p90_ttft_s": tier["p90_ttft_s"], "source": ans["source"],
                    "basis": ans["basis"], "edge": bool(ans["edge"]),
-                   "usd_per_gpu_hour": price})
+                   "usd_per_gpu_hour": price,
+                   "prefix_reserve_fraction": c.reserve, "max_running": max_running,
+                   "device_pool_tokens": int(tier["device_capacity_tokens"]),
+                   "engram_in_hbm": bool(eng["in_hbm"]) if eng else None,
+                   "engram_hit_ratio": eng["hit_ratio"] if eng else None,
+                   "engram_dram_gb": eng_dram,
+                   "engram_miss_bytes_per_token_layer": eng["miss_bytes"] if eng else 0.0})
     return out
 
 
@@ -369,7 +493,38 @@ def assumptions(ctx: _Context) -> list[str]:
             f"{cfg.model}'s top-k (keeps the recording's miss ratio: an assumption); host "
             "pool = users x (ISL + OSL/2) x KV bytes per token, taken from the host DRAM; "
             "fetches synchronous (HiSparse v1)")
-    lines.append("engram_hbm_gb: Engram tables are not planned yet (0 GB)")
+    if set(cfg.prefix_reserve) != {0.0}:
+        lines.append(
+            "prefix reserve R: running requests are capped (SGLang's --max-running-requests) "
+            "to (1 - R) of the device pool at mean ISL + OSL tokens each, and the serving "
+            "model's batch capacity to (1 - R) of its KV pool; R = 0 is SGLang's shared pool "
+            "(the radix cache takes what running requests leave), so a reserve can only bind "
+            "concurrency, never add hits at the same users; device_prefix_tokens is R x the "
+            "pool (the whole pool when shared)")
+    if cfg.engram is None:
+        lines.append("engram_hbm_gb: no --engram, no Engram tables planned (0 GB)")
+    else:
+        lines.append(
+            f"Engram: tables of {cfg.engram_table_gb:g} GB (assumed, toolkit cost engram's "
+            f"figure); an option of >= {ctx.engram_share_gb():g} GB/GPU holds a GPU's share "
+            "of them whole in HBM (no misses); below, an LRU row cache of that size per GPU "
+            f"(hit ratio: the exact Engram replay of {cfg.engram!r}, {ctx.eng_lookups} "
+            f"lookups per token and layer, {ctx.eng_row_bytes} B rows, {ctx.eng_layers} "
+            "Engram layers) over the whole table in host DRAM, one copy per host-memory "
+            "domain of the instance, taken from --host-dram-gb; Engram HBM comes out of the "
+            "KV budget (the serving model's batch and the tier replay's device pool); misses "
+            "are gathered per Engram layer, synchronously, over the SM gather path for each "
+            "GPU's tokens of the step (cost engram's sync placement); Engram's own FLOPs are "
+            "not modelled; the recorded lookups' backbone tokenizer stands in for the planned "
+            "model's (same lookup locality: an assumption)")
+        whole = [v for v in cfg.engram_hbm_gb if v < ctx.engram_share_gb()
+                 and v * 1e9 // ctx.eng_row_bytes >= ctx.eng_distinct]
+        if whole:
+            lines.append(
+                f"Engram row caches of {', '.join(f'{v:g}' for v in sorted(whole))} GB/GPU "
+                f"hold all {ctx.eng_distinct:,} distinct rows of {cfg.engram!r}: their misses "
+                "are first touches, bounded by the trace's length, not the cache size (record "
+                "a longer trace to tell those sizes apart)")
     return lines
 
 
@@ -379,20 +534,26 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     """Search ``cfg``'s space, evaluate the best candidates exactly, rank and (``save``)
     write ``plan_runs`` and the replays the plans name, all in one transaction.
 
+    ``executor`` ``local`` with ``workers`` > 1 evaluates candidates on threads (the
+    replays are ``nogil`` kernels); ``ray`` as Ray tasks (on the connected cluster, or a
+    local Ray of ``workers`` CPUs started for the search). Candidates go out in bound order,
+    ``workers`` at a time; the pruning rule is then applied in that order exactly as one
+    process would, and evaluations past its stop are discarded, so every executor gives the
+    same plans, counts and ``plan_runs`` rows.
+
     Raises:
         PlanError: nothing meets the targets (naming the closest miss), or bad input.
     """
+    from toolkit.runtime.pool import resolve_workers
     from toolkit.runtime.progress import progress as bar
 
-    if executor != "local" or (workers or 1) > 1:
-        raise PlanError(f"--engine {executor} --workers {workers}: one plan search runs in "
-                        "one process (the bundled traces plan in under a minute); run many "
-                        "plans (targets, accelerators, memory options) as a sweep of kind "
-                        "\"plan\": toolkit sweep --grid GRID.toml --engine local|ray "
-                        "--workers N (docs/plan.md)")
-    if cfg.engram is not None:
-        raise PlanError("--engram: Engram tables are not planned yet; run `toolkit cost "
-                        "engram` for their cost and plan without --engram")
+    if executor not in ("local", "ray"):
+        raise PlanError(f"--engine {executor!r}: local or ray")
+    try:
+        n_workers = (resolve_workers(workers) if executor == "ray" or workers
+                     else 1)
+    except ValueError as e:
+        raise PlanError(str(e)) from None
     for hw in cfg.hardware:
         get_hardware(hw).price_usd_per_gpu_hour(cfg.price_tier)
     t0 = time.perf_counter()
@@ -411,30 +572,53 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     done: list[dict] = []
     feasible: list[dict] = []
     pruned: list[dict] = []
-    with bar(len(space), "plan exact", progress, unit="cand") as b:
-        for i, (lb, c, ans) in enumerate(bounds):
-            stop = None
-            if not cfg.exhaustive and len(feasible) >= cfg.top:
-                worst = sorted(p["plan"]["usd_per_mtok_total"] for p in feasible)[cfg.top - 1]
-                if lb > worst:
-                    stop = f"pruned: its lower bound ${lb:.4f}/M exceeds plan #{cfg.top}'s"
-            if not math.isfinite(lb) and not cfg.exhaustive:
-                stop = "pruned: " + _miss_reason(ctx, ans) + " even at the largest hit share"
-            if stop is not None:
-                pruned = [{"candidate": c2, "feasible": False, "pruned": True, "bound": lb2,
-                           "why": stop if j == 0 else (
-                               f"pruned: lower bound ${lb2:.4f}/M" if math.isfinite(lb2)
-                               else "pruned: " + _miss_reason(ctx, a2)
-                               + " even at the largest hit share")}
-                          for j, (lb2, c2, a2) in enumerate(bounds[i:])]
-                break
-            seed = _users(cfg, ans) if ans["reachable"] else 1
-            ev = _evaluate(ctx, c, seed)
-            ev["bound"] = lb
-            done.append(ev)
-            if ev["feasible"]:
-                feasible.append(ev)
-            b.update(1)
+
+    def stop_at(lb: float, ans: dict) -> str | None:
+        if not math.isfinite(lb) and not cfg.exhaustive:
+            return "pruned: " + _miss_reason(ctx, ans) + " even at the largest hit share"
+        if not cfg.exhaustive and len(feasible) >= cfg.top:
+            worst = sorted(p["plan"]["usd_per_mtok_total"] for p in feasible)[cfg.top - 1]
+            if lb > worst:
+                return f"pruned: its lower bound ${lb:.4f}/M exceeds plan #{cfg.top}'s"
+        return None
+
+    runner = _Runner(ctx, executor, n_workers)
+    try:
+        with bar(len(space), "plan exact", progress, unit="cand") as b:
+            i = 0
+            while i < len(bounds):
+                # the next candidates in bound order, as many as there are workers; none
+                # that the plans found so far (or an infinite bound) already prune
+                batch = []
+                for lb, c, ans in bounds[i:i + n_workers]:
+                    if (batch and not cfg.exhaustive and not math.isfinite(lb)) or (
+                            not batch and stop_at(lb, ans) is not None):
+                        break
+                    batch.append((c, _users(cfg, ans) if ans["reachable"] else 1))
+                results = runner.evaluate(batch) if batch else []
+                stop = None
+                for k in range(max(len(results), 1)):
+                    lb, c, ans = bounds[i]
+                    stop = stop_at(lb, ans)
+                    if stop is not None:
+                        break
+                    ev = results[k]
+                    ev["bound"] = lb
+                    done.append(ev)
+                    if ev["feasible"]:
+                        feasible.append(ev)
+                    b.update(1)
+                    i += 1
+                if stop is not None:
+                    pruned = [{"candidate": c2, "feasible": False, "pruned": True,
+                               "bound": lb2, "why": stop if j == 0 else (
+                                   f"pruned: lower bound ${lb2:.4f}/M" if math.isfinite(lb2)
+                                   else "pruned: " + _miss_reason(ctx, a2)
+                                   + " even at the largest hit share")}
+                              for j, (lb2, c2, a2) in enumerate(bounds[i:])]
+                    break
+    finally:
+        runner.close()
     elapsed = time.perf_counter() - t0
     feasible.sort(key=lambda e: (e["plan"]["usd_per_mtok_total"], e["candidate"].label()))
     if not feasible:
@@ -449,6 +633,10 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     for ev in done + pruned:
         buf = ev["candidate"].buffer
         ev["hisparse_buffer_tokens"] = round(buf * ctx.miss_scale) if buf else None
+        eng = ev.get("engram")
+        if eng is None and ev["candidate"].engram_gb is not None:
+            eng = ctx.engram(ev["candidate"].hardware, ev["candidate"].engram_gb)
+        ev["engram_hbm_gb"] = eng["hbm_bytes"] / 1e9 if eng else 0.0
     result = PlanResult(plans=plans, evaluated=done + pruned, searched=len(space),
                         evaluated_exactly=len(done), feasible=len(feasible),
                         elapsed_s=elapsed, assumptions=assumptions(ctx), plan_id=pid)
@@ -457,6 +645,63 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
 
         save_plan(store, cfg, ctx, result)
     return result
+
+
+class _Runner:
+    """Exact evaluations of candidates, in this process, on threads or as Ray tasks."""
+
+    def __init__(self, ctx: _Context, executor: str, workers: int) -> None:
+        self.ctx, self.executor, self.workers = ctx, executor, workers
+        self._ray: Any = None
+        self._started = False
+        if executor == "ray":
+            try:
+                import ray
+            except ImportError:
+                raise PlanError("--engine ray needs Ray: pip install "
+                                "'kvtier-toolkit[ray]'") from None
+            self._ray = ray
+            if not ray.is_initialized():
+                try:
+                    ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                             log_to_driver=False, logging_level="ERROR")
+                except Exception as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise PlanError(f"--engine ray: cannot start a local Ray: {first}") \
+                        from None
+                self._started = True
+            self._remote = ray.remote(num_cpus=1, max_retries=0)(_remote_evaluate)
+
+    def evaluate(self, batch: list[tuple[Candidate, int]]) -> list[dict]:
+        ctx = self.ctx
+        if self.executor == "ray":
+            root = str(ctx.store.root)
+            return self._ray.get([self._remote.remote(root, ctx.cfg, c, seed)
+                                  for c, seed in batch])
+        from toolkit.runtime.pool import thread_map
+
+        return thread_map(lambda t: _evaluate(ctx, *t), batch, self.workers)
+
+    def close(self) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+
+_WORKER_CONTEXTS: dict[tuple[str, str], _Context] = {}
+
+
+def _remote_evaluate(root: str, cfg: PlanConfig, c: Candidate, seed: int) -> dict:
+    """One exact evaluation in a Ray worker: its own store handle and context (the trace,
+    selections and Engram lookups read once per worker and plan)."""
+    from toolkit.config import fingerprint
+    from toolkit.store import Store
+
+    key = (root, fingerprint(cfg))
+    if key not in _WORKER_CONTEXTS:
+        _WORKER_CONTEXTS.clear()
+        _WORKER_CONTEXTS[key] = _Context(Store(root, create=False), cfg)
+    return _evaluate(_WORKER_CONTEXTS[key], c, seed)
 
 
 def _closest_miss(ctx: _Context, done: list[dict]) -> str:

@@ -111,6 +111,11 @@ class Design:
     host_mem_per_gpu: np.ndarray
     cached_prefix_fraction: np.ndarray  # prompt tokens served by a prefix cache (any tier)
     host_prefix_fraction: np.ndarray  # of which loaded from host DRAM
+    # what-if inputs of ``toolkit plan``'s HBM split (0 = off)
+    prefix_reserve_fraction: np.ndarray  # of the KV pool kept from running requests
+    engram_hbm_bytes: np.ndarray  # per GPU: Engram rows in HBM, out of the KV budget
+    engram_miss_bytes: np.ndarray  # per token per Engram layer, fetched from host DRAM
+    engram_layers: np.ndarray  # Engram layers of the backbone
 
 
 def _mixed_link(g: np.ndarray, dom: np.ndarray, up: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -134,8 +139,12 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     KV in HBM), ``miss_rows_per_layer`` (host fetches per request per layer per decode step),
     ``hisparse_overlap`` (fetches overlapped with compute), ``cached_prefix_fraction`` (share
     of prompt tokens served from a prefix cache) and ``host_prefix_fraction`` (the part of it
-    loaded from host DRAM). Recipe columns (MTP drafts and acceptance, ``kv_dtype``,
-    ``max_running_requests``, ``engine_date``) are read by :mod:`toolkit.serving.recipes`.
+    loaded from host DRAM); ``toolkit plan``'s HBM split: ``prefix_reserve_fraction`` (share
+    of the KV pool kept for the prefix cache, not running requests), ``engram_hbm_bytes``
+    (Engram rows per GPU, out of the KV budget), ``engram_miss_bytes`` and ``engram_layers``
+    (Engram row bytes each token fetches from host DRAM per Engram layer). Recipe columns
+    (MTP drafts and acceptance, ``kv_dtype``, ``max_running_requests``, ``engine_date``) are
+    read by :mod:`toolkit.serving.recipes`.
     """
     n = df.height
     hws = {h: get_hardware(h) for h in df["hardware"].unique().to_list()}
@@ -266,4 +275,8 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         host_mem_per_gpu=hw_col(lambda h: h.host_mem_bytes_per_gpu),
         cached_prefix_fraction=np.clip(opt("cached_prefix_fraction", 0.0), 0.0, 1.0),
         host_prefix_fraction=np.clip(opt("host_prefix_fraction", 0.0), 0.0, 1.0),
+        prefix_reserve_fraction=np.clip(opt("prefix_reserve_fraction", 0.0), 0.0, 1.0),
+        engram_hbm_bytes=opt("engram_hbm_bytes", 0.0),
+        engram_miss_bytes=opt("engram_miss_bytes", 0.0),
+        engram_layers=opt("engram_layers", 0.0),
     )

@@ -140,6 +140,12 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     work = t_dense + t_moe + t_attn
     # plan-then-IO prefetch hides fetches behind the layers' own work
     t_miss_exposed = np.where(d.hisparse_overlap, np.maximum(t_miss - work, 0.0), t_miss)
+    # Engram row-cache misses: each Engram layer waits for its own gather of the step's
+    # tokens' missed rows over the host link (``toolkit.cost.engram``'s sync placement:
+    # the same SM gather path, one round trip per Engram layer), per GPU's tokens
+    eng_b = tok / g * d.engram_miss_bytes
+    t_engram = np.where(eng_b > 0, d.engram_layers * (d.miss_fixed_s + eng_b / d.miss_bw), 0.0)
+    t_miss_exposed = t_miss_exposed + t_engram
     age = _age_factor(d, th)
     t_token = th["overhead_per_token_s"] * tok / attn_split
     t_step = ((th["overhead_s"] + t_token + work + t_comm + t_prefill_share) * age
@@ -147,7 +153,8 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     return {
         "weight_bytes": w_dense + w_routed, "kv_bytes": kv, "indexer_bytes": idx,
         "gemm_flops": gemm, "attention_flops": attn, "comm_bytes": ep_bytes + ar_bytes,
-        "miss_bytes": miss_b,
+        "miss_bytes": miss_b, "engram_miss_bytes": eng_b * d.engram_layers,
+        "t_engram_s": t_engram,
         "t_overhead_s": th["overhead_s"] + 0.0 * batch, "t_per_token_s": t_token,
         "t_prefill_share_s": t_prefill_share,
         "t_hbm_s": t_hbm, "t_compute_s": t_comp,
@@ -210,6 +217,9 @@ def max_batch(d: Design) -> np.ndarray:
                         ctx)
     per_req = d.layers * resident * d.kv_row_bytes + d.idx_layers * ctx * d.idx_row_bytes
     free = KV_FREE_FRACTION * np.maximum(d.hbm_usable - weights_pg, 0.0)
+    # ``toolkit plan``'s split: Engram rows come out of the KV budget, then a share of the
+    # pool is kept for the prefix cache (both 0 unless asked)
+    free = np.maximum(free - d.engram_hbm_bytes, 0.0) * (1.0 - d.prefix_reserve_fraction)
     share = np.where(d.dp_attn, g, 1.0)
     cap = np.minimum(free / per_req * share, d.max_running)
     host_cap = d.host_mem_per_gpu * g / (ctx * d.layers * d.kv_row_bytes)

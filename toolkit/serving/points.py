@@ -176,8 +176,10 @@ MAX_GPUS = 65_536
 """Most GPUs one configuration may use (prefill or decode pool): beyond the largest
 clusters built, and what keeps a typo such as ``1e9`` from reaching the model."""
 
-FRACTION_COLUMNS = ("cached_prefix_fraction", "host_prefix_fraction")
-NON_NEGATIVE_COLUMNS = ("device_buffer_tokens", "miss_rows_per_layer")
+FRACTION_COLUMNS = ("cached_prefix_fraction", "host_prefix_fraction",
+                    "prefix_reserve_fraction")
+NON_NEGATIVE_COLUMNS = ("device_buffer_tokens", "miss_rows_per_layer", "engram_hbm_bytes",
+                        "engram_miss_bytes", "engram_layers")
 BOOLEAN_WHATIF = ("hisparse_overlap",)
 
 
