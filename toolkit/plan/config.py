@@ -15,14 +15,14 @@ HISPARSE_MULTIPLES = (1, 2, 4)
 """HiSparse device buffers searched, in multiples of the recording's top-k (HiSparse's own
 default is 2 x k)."""
 
-PREFIX_RESERVE = (0.0,)
-"""Shares of each GPU's KV pool kept for the prefix cache (0: SGLang's shared pool, running
-requests and the radix cache take what they need). Only the shared pool by default: a
-reserve cannot add hits at the same users, it changes a plan only through the serving
-model's admission cap, and where that cap binds only points beside the one the plan runs,
-the front's interpolation moves the figure by hundredths of a percent (GB200, bundled
-conversation trace: R = 0.5 at 0.013% below the shared pool); ``--prefix-reserve
-0,0.25,0.5`` searches the split."""
+PREFIX_RESERVE = (0.0, 0.5)
+"""Shares of each GPU's KV pool kept for the prefix cache: 0 is SGLang's shared pool (running
+requests and the radix cache take what they need); 0.5 caps running requests at half the
+pool (SGLang's ``--max-running-requests``) so the other half only ever holds cached
+prefixes. A reserve cannot add hits at the same users; it changes a plan through the serving
+model's admission cap and the tier replay's running cap, and every reserve plan is still
+replayed exactly. ``--prefix-reserve 0`` searches the shared pool alone (half the
+candidates); ``--prefix-reserve 0,0.25,0.5`` a finer split."""
 
 ENGRAM_HBM_GB = (0.5, 2.0, 8.0, 25.0)
 """Engram HBM options per GPU (GB); 25 GB holds the assumed 200 GB table over 8 GPUs whole
