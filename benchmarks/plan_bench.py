@@ -1,16 +1,17 @@
 """Speed of ``toolkit plan`` over three accelerators on the bundled traces: the Mooncake
-conversation trace and the SmolLM2 selections, GLM-5.2, default search (144 candidates:
-HiSparse off / 1k / 2k / 4k, host DRAM 0/256/512/1024 GB, SSD 0/4096/16384 GB), one worker
+conversation trace and the SmolLM2 selections, GLM-5.2, default search (288 candidates:
+HiSparse off / 1k / 2k / 4k, host DRAM 0/256/512/1024 GB, SSD 0/4096/16384 GB, prefix
+reserve 0 / 0.5 of the KV pool), one worker
 and ``--workers 2`` (threads), with the machine's load beside each figure. Includes the
-store write; excludes ingest. ``--reserve`` also searches the prefix reserve 0 / 0.5 (2 x
-the candidates); ``--engram`` adds the Engram lookups of the bundled heapq.py text (Engram
+store write; excludes ingest. ``--shared-pool`` searches the shared pool alone (reserve 0:
+half the candidates); ``--engram`` adds the Engram lookups of the bundled heapq.py text (Engram
 HBM 0.5/2/8/25 GB per GPU: 4 x the candidates); ``--ray`` also runs the search on a local
 Ray of 2 CPUs and checks it gives the same plans and evaluations as one process (Ray's
 start-up and its workers' first imports dominate a search this small).
 
 Target (issue 36): under 2 minutes on 2 cores. Run from the repo root:
 
-    .venv/bin/python benchmarks/plan_bench.py [--reserve] [--engram] [--ray]
+    .venv/bin/python benchmarks/plan_bench.py [--shared-pool] [--engram] [--ray]
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _same(a, b) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reserve", action="store_true")
+    ap.add_argument("--shared-pool", action="store_true")
     ap.add_argument("--engram", action="store_true")
     ap.add_argument("--ray", action="store_true")
     args = ap.parse_args()
@@ -71,8 +72,8 @@ def main() -> None:
             record_engram(s, "heapq", [ROOT / "traces/smollm2/texts/heapq.py.txt"],
                           EngramConfig())
             extra = {"engram": "heapq"}
-        if args.reserve:
-            extra["prefix_reserve"] = (0.0, 0.5)
+        if args.shared_pool:
+            extra["prefix_reserve"] = (0.0,)
         cfg = PlanConfig("conv", "glm-5.2", ("gb200", "gb300", "mi355x"),
                          selections="smollm2", interactivity=100.0, **extra)
         one = _run(s, cfg, "plan 3 accelerators, 1 worker")
