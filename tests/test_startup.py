@@ -138,23 +138,25 @@ def test_help_imports_no_command_module():
     assert "warm-up" in out and "cost-at-interactivity" in out
 
 
-def test_sql_loads_no_kernel(tmp_path):
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_sql_loads_no_kernel(tmp_path, fmt):
     """`toolkit sql --store S "SELECT 1"` opens the store without numba (the Parquet
-    encoders and page decoder load their kernels when they first encode or decode) and
-    without the named queries."""
+    encoders and page decoder load their kernels when they first encode or decode),
+    without the named queries, and prints DuckDB's rows without Polars."""
     store = tmp_path / "s"
     _python(f"from toolkit.store import open_store\nopen_store({str(store)!r}, create=True)"
             ".close()")
     code = ("import sys\nfrom toolkit.cli import app\n"
             f"sys.argv = ['toolkit', 'sql', '--store', {str(store)!r}, 'SELECT 42 AS x', "
-            "'--json']\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
+            f"*{fmt!r}]\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
             "print('named' if 'toolkit.analysis.queries' in sys.modules else 'no named')")
     out = _python(code + "\nimport json\nprint(json.dumps(sorted(m for m in "
                   f"{list(HEAVY)!r} if m in sys.modules)))")
     lines = out.splitlines()
-    assert "42" in out
+    assert ('[{"x": 42}]' if fmt else "42") in lines
     assert lines[-2] == "no named"
-    assert "numba" not in json.loads(lines[-1]) and "llvmlite" not in json.loads(lines[-1])
+    loaded = json.loads(lines[-1])
+    assert not {"numba", "llvmlite", "polars"} & set(loaded), loaded
 
 
 def test_a_command_imports_only_its_own_module():
