@@ -76,7 +76,7 @@ def selection_stream() -> tuple[list[Stream], int]:
     from toolkit.store import open_store
 
     tmp = Path(tempfile.mkdtemp(prefix=f"mrc-bench-{os.getpid()}-"))
-    with open_store(tmp / "store") as store:
+    with open_store(tmp / "store", create=True) as store:
         ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "sm",
                     select="smollm2-softmax-sum")
         chunks = [st for _, st in stored_streams(store, "sm", "selections")()]
@@ -167,6 +167,9 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--sample-rate", type=float, default=None)
     ap.add_argument("--sample-keys", type=int, default=None)
+    ap.add_argument("--streams", default="mooncake,selections,synthetic",
+                    help="which streams, comma-separated (the 100M synthetic one alone takes "
+                    "most of an hour on 2 cores)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     names = args.policies.split(",")
@@ -177,21 +180,28 @@ def main() -> None:
     print("| stream | policy | method, rate | exact 20 sizes (s) | ours (s) | speed-up | MAE "
           "| libCacheSim sampler: MAE / speed-up | load (1/5/15 min) |")
     print("|---|---|---|---|---|---|---|---|---|")
+    streams = args.streams.split(",")
     tmp = Path(tempfile.mkdtemp(prefix=f"mrc-bench-{os.getpid()}-"))
-    keys, n_keys = mooncake_stream()
-    np.save(tmp / "mooncake.npy", keys.astype(np.int32))
-    header = npy_header(tmp / "mooncake.npy")
-    sizes = np.linspace(n_keys / 20, n_keys, 20).astype(np.int64)
-    bench_stream("Mooncake prefix (real)", [Stream(keys, n_keys, None)], sizes, names, sample,
-                 (tmp / "mooncake.npy", header))
-    chunks, longest = selection_stream()
-    sizes = np.linspace(longest / 20, longest, 20).astype(np.int64)
-    bench_stream("SmolLM2 selections, plain (real)", chunks, sizes, names, sample, None)
+    if "mooncake" in streams:
+        keys, n_keys = mooncake_stream()
+        np.save(tmp / "mooncake.npy", keys.astype(np.int32))
+        header = npy_header(tmp / "mooncake.npy")
+        sizes = np.linspace(n_keys / 20, n_keys, 20).astype(np.int64)
+        bench_stream("Mooncake prefix (real)", [Stream(keys, n_keys, None)], sizes, names,
+                     sample, (tmp / "mooncake.npy", header))
+    if "selections" in streams:
+        chunks, longest = selection_stream()
+        sizes = np.linspace(longest / 20, longest, 20).astype(np.int64)
+        bench_stream("SmolLM2 selections, plain (real)", chunks, sizes, names, sample, None)
+    if "synthetic" not in streams:
+        print(f"load after: {load()}")
+        return
     t0 = time.perf_counter()
     keys, n_keys = synthetic_stream(n_syn)
     print(f"(synthetic stream: {keys.size:,} accesses, {n_keys:,} keys, generated in "
           f"{time.perf_counter() - t0:.1f} s)")
     np.save(tmp / "synthetic.npy", keys)
+    header = npy_header(tmp / "synthetic.npy")
     sizes = np.linspace(n_keys / 20, n_keys, 20).astype(np.int64)
     bench_stream(f"SYNTHETIC Zipf(0.9), {keys.size / 1e6:.0f}M accesses",
                  [Stream(keys, n_keys, None)], sizes, names, sample,
