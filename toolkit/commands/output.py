@@ -87,6 +87,15 @@ class Output:
         from toolkit.commands.fetched import Fetched
 
         record = isinstance(data, dict)
+        if record and self.path is None and self.fmt in ("json", "table"):
+            # one record printed as it is: no frame, so no Polars import (~0.3 s)
+            if self.fmt == "json":
+                typer.echo(json.dumps(data, default=str))
+            else:
+                keep = list(data) if table_columns is None else [
+                    c for c in table_columns if c in data]
+                typer.echo(format_record({k: data[k] for k in keep}))
+            return
         frame = isinstance(data, Fetched)  # DuckDB's rows (table and JSON): no Polars
         if not frame:
             import polars as pl

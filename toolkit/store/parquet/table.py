@@ -92,12 +92,16 @@ def _delta_bytes(values: np.ndarray, bits: int) -> tuple[bytes, int, int]:
 
 def _one_string(col: pa.ChunkedArray) -> bytes | None:
     """The single value of a string column (dictionary-encoded or not), as UTF-8; None
-    if it holds more than one."""
-    import pyarrow.compute as pc  # ~0.08 s to import: not for a store that only reads
-
+    if it holds more than one (or a null)."""
     chunks = [c for c in col.chunks if len(c)]
     if not chunks:
         return None
+    if len(col) == 1 and not pa.types.is_dictionary(chunks[0].type):
+        # a run's summary row: no compute kernel (nor pyarrow.compute's ~0.08 s import)
+        v = chunks[0].cast(pa.string())[0].as_py()
+        return None if v is None else v.encode("utf-8")
+    import pyarrow.compute as pc  # ~0.08 s to import: not for a store that only reads
+
     if all(pa.types.is_dictionary(c.type) for c in chunks):
         first = None
         for c in chunks:
