@@ -12,7 +12,11 @@ layers, 32K-token prompt: 16.8M accesses in HiSparse mode at 4,096 slots, LRU).
   (``--warm-cache DIR``: a ``NUMBA_CACHE_DIR`` where ``toolkit warm-up`` ran; the bench runs
   warm-up there itself when the directory is empty);
 - cold: the same, first run with an empty ``NUMBA_CACHE_DIR`` (every kernel it needs is
-  compiled; once, it takes minutes on a loaded machine; ``--no-cold`` skips it).
+  compiled; once, it takes minutes on a loaded machine; ``--no-cold`` skips it);
+- the floor under a warm replay that numba sets: ``python -c`` importing numba and
+  preparing its CPU target the way a first cached-kernel load does (the target context's
+  ``refresh``: numba's implementation registries, which import SciPy's BLAS wrappers and
+  cffi's C parser), with NumPy, PyArrow and DuckDB, which the replay reads the store with.
 
 CLI figures are wall times of ``python -m toolkit.cli`` subprocesses (median of
 ``--runs``) and that run's CPU seconds: on a machine other processes load, wall time
@@ -42,12 +46,19 @@ def load() -> str:
 CPU: dict[float, float] = {}  # wall -> CPU seconds of that subprocess
 
 
+FLOOR = ("import numpy, pyarrow.parquet, duckdb, numba\n"
+         "from numba.core.registry import cpu_target\n"
+         "cpu_target.target_context.refresh()")
+
+
 def cli_wall(args: list[str], env: dict[str, str] | None = None) -> float:
-    """Wall seconds of one ``python -m toolkit.cli ARGS``; its CPU seconds (user + system,
-    which load from other processes barely changes) are kept in ``CPU``."""
+    """Wall seconds of one ``python -m toolkit.cli ARGS`` (``python -c CODE`` for
+    ``["-c", CODE]``); its CPU seconds (user + system, which load from other processes
+    barely changes) are kept in ``CPU``."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "toolkit.cli", *args], capture_output=True,
+    argv = args if args[:1] == ["-c"] else ["-m", "toolkit.cli", *args]
+    res = subprocess.run([sys.executable, *argv], capture_output=True,
                          text=True, cwd=ROOT, env={**os.environ, "TOOLKIT_PROGRESS": "0",
                                                    **(env or {})})
     dt = time.perf_counter() - t0
@@ -110,7 +121,9 @@ def run(args: argparse.Namespace, root: Path) -> None:
                         ("toolkit --help", ["--help"]),
                         ('toolkit sql --store S "SELECT 1"', ["sql", "--store", str(root),
                                                               "SELECT 1"]),
-                        ("CLI replay, warm cache", replay)):
+                        ("CLI replay, warm cache", replay),
+                        ("floor: Python, NumPy, PyArrow, DuckDB, numba and its CPU target "
+                         "(no toolkit)", ["-c", FLOOR])):
         cli_wall(argv)  # fills the cache and the page cache
         wall, ld = median_wall(argv, args.runs)
         rows.append((label, wall, ld))

@@ -19,7 +19,9 @@ Streams: the bundled Mooncake trace's prefix blocks (real); the bundled SmolLM2 
 trace in plain mode (real, one cold buffer per request x layer); a labelled-SYNTHETIC
 independent-reference stream, Zipf(0.9) popularity over ``accesses / 10`` keys.
 
-Run: ``.venv/bin/python benchmarks/mrc_bench.py`` (``--synthetic-accesses 100000000`` is
+Times are CPU seconds of this process (``time.process_time``; every timed part runs on one
+thread), so a machine other processes load stretches the wall time in brackets but not the
+speed-ups. Run: ``.venv/bin/python benchmarks/mrc_bench.py`` (``--synthetic-accesses 100000000`` is
 the default; ``--quick`` for a smoke run). Prints Markdown tables and the load average.
 """
 
@@ -76,7 +78,7 @@ def selection_stream() -> tuple[list[Stream], int]:
     from toolkit.store import open_store
 
     tmp = Path(tempfile.mkdtemp(prefix=f"mrc-bench-{os.getpid()}-"))
-    with open_store(tmp / "store") as store:
+    with open_store(tmp / "store", create=True) as store:
         ingest_file(store, "bundle", ROOT / "traces" / "smollm2", "sm",
                     select="smollm2-softmax-sum")
         chunks = [st for _, st in stored_streams(store, "sm", "selections")()]
@@ -97,9 +99,9 @@ def lcs_minisim(cls: str, sizes: np.ndarray, rate: float, npy: Path,
     saved = os.dup(1)  # its sampler prints a line per reader on the C stdout
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     try:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         ratios = [_lcs_one(cls, int(c), rate, npy, header) for c in sizes]
-        dt = time.perf_counter() - t0
+        dt = time.process_time() - t0
     finally:
         os.dup2(saved, 1)
     return dt, np.array(ratios)
@@ -134,16 +136,16 @@ def bench_stream(name: str, chunks: list[Stream], sizes: np.ndarray, names: list
         policy_miss_curve(streams, sizes[:2], p, **sample)
         pol.simulate(chunks[0].keys[:1000], chunks[0].n_keys, 8, None)
         load0 = load()
-        t0 = time.perf_counter()
+        w0, t0 = time.perf_counter(), time.process_time()
         exact = np.zeros(sizes.size)
         for j, c in enumerate(sizes):
             exact[j] = sum(pol.simulate(st.keys, st.n_keys, int(c), st.segments).miss_count
                            for st in chunks)
-        t_exact = time.perf_counter() - t0
+        t_exact, w_exact = time.process_time() - t0, time.perf_counter() - w0
         exact /= total
-        t0 = time.perf_counter()
+        w0, t0 = time.perf_counter(), time.process_time()
         est = policy_miss_curve(streams, sizes, p, workers=1, **sample)
-        t_est = time.perf_counter() - t0
+        t_est, w_est = time.process_time() - t0, time.perf_counter() - w0
         mae = float(np.abs(est.miss_ratio - exact).mean())
         lcs_cell = "n/a (no cold restarts)" if lcs_files is None else "n/a (no such policy)"
         if lcs_files is not None and est.sample_rate > 0.5:
@@ -154,9 +156,9 @@ def bench_stream(name: str, chunks: list[Stream], sizes: np.ndarray, names: list
                         f"({t_l:.2f} s)")
         elif POLICIES.get(p) == "Belady" and lcs_files is not None:
             lcs_cell = "n/a (Belady needs next-use times)"
-        rows.append(f"| {name} | {p} | {est.method} {est.sample_rate:.4f} | {t_exact:.2f} | "
-                    f"{t_est:.2f} | **{t_exact / t_est:.1f}x** | **{mae:.4f}** | {lcs_cell} | "
-                    f"{load0} |")
+        rows.append(f"| {name} | {p} | {est.method} {est.sample_rate:.4f} | {t_exact:.2f} "
+                    f"({w_exact:.1f}) | {t_est:.2f} ({w_est:.1f}) | **{t_exact / t_est:.1f}x** | "
+                    f"**{mae:.4f}** | {lcs_cell} | {load0} |")
         print(rows[-1], flush=True)
     return rows
 
@@ -167,6 +169,9 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--sample-rate", type=float, default=None)
     ap.add_argument("--sample-keys", type=int, default=None)
+    ap.add_argument("--streams", default="mooncake,selections,synthetic",
+                    help="which streams, comma-separated (the 100M synthetic one alone takes "
+                    "most of an hour on 2 cores)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     names = args.policies.split(",")
@@ -174,24 +179,31 @@ def main() -> None:
                                 ("sample_keys", args.sample_keys)) if v is not None}
     n_syn = 1_000_000 if args.quick else args.synthetic_accesses
     print(f"load before: {load()}; sampling: {sample or 'default (65,536 keys)'}")
-    print("| stream | policy | method, rate | exact 20 sizes (s) | ours (s) | speed-up | MAE "
-          "| libCacheSim sampler: MAE / speed-up | load (1/5/15 min) |")
+    print("| stream | policy | method, rate | exact 20 sizes, CPU s (wall) | ours, CPU s (wall) "
+          "| speed-up | MAE | libCacheSim sampler: MAE / speed-up (CPU s) | load (1/5/15 min) |")
     print("|---|---|---|---|---|---|---|---|---|")
+    streams = args.streams.split(",")
     tmp = Path(tempfile.mkdtemp(prefix=f"mrc-bench-{os.getpid()}-"))
-    keys, n_keys = mooncake_stream()
-    np.save(tmp / "mooncake.npy", keys.astype(np.int32))
-    header = npy_header(tmp / "mooncake.npy")
-    sizes = np.linspace(n_keys / 20, n_keys, 20).astype(np.int64)
-    bench_stream("Mooncake prefix (real)", [Stream(keys, n_keys, None)], sizes, names, sample,
-                 (tmp / "mooncake.npy", header))
-    chunks, longest = selection_stream()
-    sizes = np.linspace(longest / 20, longest, 20).astype(np.int64)
-    bench_stream("SmolLM2 selections, plain (real)", chunks, sizes, names, sample, None)
+    if "mooncake" in streams:
+        keys, n_keys = mooncake_stream()
+        np.save(tmp / "mooncake.npy", keys.astype(np.int32))
+        header = npy_header(tmp / "mooncake.npy")
+        sizes = np.linspace(n_keys / 20, n_keys, 20).astype(np.int64)
+        bench_stream("Mooncake prefix (real)", [Stream(keys, n_keys, None)], sizes, names,
+                     sample, (tmp / "mooncake.npy", header))
+    if "selections" in streams:
+        chunks, longest = selection_stream()
+        sizes = np.linspace(longest / 20, longest, 20).astype(np.int64)
+        bench_stream("SmolLM2 selections, plain (real)", chunks, sizes, names, sample, None)
+    if "synthetic" not in streams:
+        print(f"load after: {load()}")
+        return
     t0 = time.perf_counter()
     keys, n_keys = synthetic_stream(n_syn)
     print(f"(synthetic stream: {keys.size:,} accesses, {n_keys:,} keys, generated in "
           f"{time.perf_counter() - t0:.1f} s)")
     np.save(tmp / "synthetic.npy", keys)
+    header = npy_header(tmp / "synthetic.npy")
     sizes = np.linspace(n_keys / 20, n_keys, 20).astype(np.int64)
     bench_stream(f"SYNTHETIC Zipf(0.9), {keys.size / 1e6:.0f}M accesses",
                  [Stream(keys, n_keys, None)], sizes, names, sample,

@@ -170,3 +170,20 @@ def test_bool_pages_are_the_bitmap_packed_again(n, offset):
     bits[-5:] = True  # set bits past the slice: they must not leak into the padding
     col = pa.chunked_array([pa.array(bits).slice(offset, n)])
     assert _plain_bools(col) == np.packbits(bits[offset:offset + n], bitorder="little").tobytes()
+
+
+@pytest.mark.parametrize("values", [["only"], [None], ["a", None]])
+def test_one_or_few_string_rows(tmp_path, values):
+    """A one-row string column (a run's summary row) is written as a one-value dictionary
+    without Arrow's compute kernels; a null in a required column is refused by name."""
+    sch = pa.schema([pa.field("s", pa.string(), nullable=False)])
+    t = pa.Table.from_arrays([pa.array(values, pa.string())], schema=sch)
+    w = FlatWriter(tmp_path / "a.parquet", sch)
+    if None in values:
+        with pytest.raises(ValueError, match="column 's' has 1 null"):
+            w.write(t)
+        w.abort()
+        return
+    w.write(t)
+    w.close()
+    assert pq.read_table(tmp_path / "a.parquet").column("s").to_pylist() == values

@@ -138,23 +138,25 @@ def test_help_imports_no_command_module():
     assert "warm-up" in out and "cost-at-interactivity" in out
 
 
-def test_sql_loads_no_kernel(tmp_path):
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_sql_loads_no_kernel(tmp_path, fmt):
     """`toolkit sql --store S "SELECT 1"` opens the store without numba (the Parquet
-    encoders and page decoder load their kernels when they first encode or decode) and
-    without the named queries."""
+    encoders and page decoder load their kernels when they first encode or decode),
+    without the named queries, and prints DuckDB's rows without Polars."""
     store = tmp_path / "s"
     _python(f"from toolkit.store import open_store\nopen_store({str(store)!r}, create=True)"
             ".close()")
     code = ("import sys\nfrom toolkit.cli import app\n"
             f"sys.argv = ['toolkit', 'sql', '--store', {str(store)!r}, 'SELECT 42 AS x', "
-            "'--json']\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
+            f"*{fmt!r}]\ntry:\n    app()\nexcept SystemExit:\n    pass\n"
             "print('named' if 'toolkit.analysis.queries' in sys.modules else 'no named')")
     out = _python(code + "\nimport json\nprint(json.dumps(sorted(m for m in "
                   f"{list(HEAVY)!r} if m in sys.modules)))")
     lines = out.splitlines()
-    assert "42" in out
+    assert ('[{"x": 42}]' if fmt else "42") in lines
     assert lines[-2] == "no named"
-    assert "numba" not in json.loads(lines[-1]) and "llvmlite" not in json.loads(lines[-1])
+    loaded = json.loads(lines[-1])
+    assert not {"numba", "llvmlite", "polars"} & set(loaded), loaded
 
 
 def test_a_command_imports_only_its_own_module():
@@ -174,3 +176,37 @@ def test_a_command_imports_only_its_own_module():
     assert not loaded & {"sweep", "tiers", "engram", "cost", "serving", "models", "export",
                          "warmup", "synth"}, loaded
     assert "--buffer-tokens" in out
+
+
+def test_a_record_prints_without_polars():
+    """A command's one-record result (a replay's summary) prints as JSON or as aligned
+    lines without importing Polars (~0.3 s of every replay command before)."""
+    code = ("from toolkit.commands.output import Output\n"
+            "Output('json').emit({'run_id': 'r', 'hit_ratio': 0.5, 'model': None})\n"
+            "Output('table').emit({'elapsed_s': 0.25, 'x': 3, 'y': 1}, ('x', 'elapsed_s'))")
+    out = _loaded_after(code)
+    assert "polars" not in out, out
+    lines = _python(code).splitlines()
+    assert lines == ['{"run_id": "r", "hit_ratio": 0.5, "model": null}',
+                     "x          3", "elapsed_s  250.0 ms"]  # as through a frame before
+
+
+def test_a_replay_loads_only_what_it_uses(tmp_path):
+    """`toolkit replay selections --json` prints its summary without Polars and reads and
+    writes the store's own layout without Arrow's compute and dataset modules (~0.45 s of
+    imports together)."""
+    store = tmp_path / "s"
+    _python("from toolkit.store import open_store\n"
+            "from toolkit.synth.selections import SyntheticSelectionConfig, generate\n"
+            f"with open_store({str(store)!r}, create=True) as s:\n"
+            "    s.write_many(generate(SyntheticSelectionConfig(prompt_tokens=256, steps=4, "
+            "layers=2, k=64, sinks=4, recent_window=16), 'syn'), 'syn')")
+    code = ("import sys\nfrom toolkit.cli import app\n"
+            f"sys.argv = ['toolkit', 'replay', 'selections', '--store', {str(store)!r}, "
+            "'--trace', 'syn', '--mode', 'hisparse', '--buffer-tokens', '128', '--json']\n"
+            "try:\n    app()\nexcept SystemExit:\n    pass\n")
+    out = _python(code + "import json\nprint(json.dumps(sorted(m for m in ('polars', "
+                  "'pyarrow.compute', 'pyarrow.dataset', 'numba') if m in sys.modules)))")
+    lines = out.splitlines()
+    assert json.loads(lines[-2])["accesses"] > 0
+    assert json.loads(lines[-1]) == ["numba"]

@@ -502,6 +502,14 @@ def sql_cmd(
                 from toolkit.commands.queries import run_named
 
                 df = run_named(s, named, param or [])
+            elif out.path is None and out.fmt in ("table", "json"):
+                # DuckDB's own rows when they are plain: Polars' import was half the time
+                from toolkit.commands.fetched import Fetched
+
+                df = s.query_fetch(query, lambda rel: Fetched.of(rel) or rel.pl(),
+                                   allow_write=allow_write)
+                if df is None or df.width == 0:  # a statement without a result
+                    return
             else:
                 df = s.query(query, allow_write=allow_write)
                 if df.width == 0:  # a statement without a result (SET, CREATE, COPY)

@@ -84,10 +84,24 @@ class Output:
             table_columns: the columns the ``table`` view shows, in order (those ``data``
                 lacks are skipped); the other formats and files keep every column.
         """
-        import polars as pl
+        from toolkit.commands.fetched import Fetched
 
         record = isinstance(data, dict)
-        if isinstance(data, pl.DataFrame):
+        if record and self.path is None and self.fmt in ("json", "table"):
+            # one record printed as it is: no frame, so no Polars import (~0.3 s)
+            if self.fmt == "json":
+                typer.echo(json.dumps(data, default=str))
+            else:
+                keep = list(data) if table_columns is None else [
+                    c for c in table_columns if c in data]
+                typer.echo(format_record({k: data[k] for k in keep}))
+            return
+        frame = isinstance(data, Fetched)  # DuckDB's rows (table and JSON): no Polars
+        if not frame:
+            import polars as pl
+
+            frame = isinstance(data, pl.DataFrame)
+        if frame:
             df = data
         else:
             data = data if record else list(data)
@@ -98,7 +112,7 @@ class Output:
             typer.echo(f"wrote {df.height:,} row(s) to {self.path}", err=True)
             return
         if self.fmt == "json":
-            payload = df.to_dicts() if isinstance(data, pl.DataFrame) else data
+            payload = df.to_dicts() if frame else data
             typer.echo(json.dumps(payload, default=str))
         elif self.fmt == "csv":
             _check_flat(df, "CSV")

@@ -45,8 +45,6 @@ from typing import TYPE_CHECKING, Any
 import numba as nb
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from toolkit.config import config_json
@@ -142,6 +140,8 @@ def trace_facts(store: Store, trace: str) -> tuple[int, Path, pq.FileMetaData]:
 
 def rows_from_table(t: pa.Table, k: int) -> SelectionRows:
     """Sort selection rows for replay, each row's positions ascending."""
+    import pyarrow.compute as pc  # ~0.1 s to import; the store's own layout needs none
+
     t = t.take(pc.sort_indices(t, [("request_id", "ascending"), ("layer", "ascending"),
                                    ("step", "ascending")]))
     topk = t.column("topk").combine_chunks()
@@ -294,6 +294,8 @@ def read_chunk(path: Any, spec: ChunkSpec, k: int, scratch: Scratch | None = Non
         t = open_file().read_row_groups(groups, columns=ROW_COLUMNS, use_threads=False)
         t = t.slice(spec.start, spec.rows)
     else:
+        import pyarrow.dataset as ds  # ~0.07 s to import, for a request range only
+
         lo, hi = spec.request_range
         flt = (ds.field("request_id") >= lo) & (ds.field("request_id") <= hi)
         t = ds.dataset(path, format="parquet").to_table(columns=ROW_COLUMNS, filter=flt)

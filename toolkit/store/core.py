@@ -15,10 +15,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -42,6 +41,9 @@ from toolkit.store.parquet.sink import (
     table_codec,
     write_parquet,
 )
+
+if TYPE_CHECKING:  # imported by the queries that return a frame: ~0.3 s, not for the rest
+    import polars as pl
 
 
 class Store:
@@ -141,7 +143,20 @@ class Store:
             readonly.WriteRefused: a statement that writes, or reads outside the store.
         """
         rel = self._run(sql, params, allow_write, lambda r: r.pl())
-        return pl.DataFrame() if rel is None else rel
+        if rel is None:
+            import polars as pl
+
+            return pl.DataFrame()
+        return rel
+
+    def query_fetch(self, sql: str, fetch: Callable[[duckdb.DuckDBPyRelation], T],
+                    params: dict[str, object] | None = None, *,
+                    allow_write: bool = False) -> T | None:
+        """Like :meth:`query` but hands the DuckDB relation to ``fetch`` (under the same
+        checks and lock) and returns what it returns; ``None`` for a statement without a
+        result. For a caller that reads the rows its own way: ``toolkit sql`` prints
+        DuckDB's own rows without importing Polars."""
+        return self._run(sql, params, allow_write, fetch)
 
     def query_arrow(self, sql: str, params: dict[str, object] | None = None, *,
                     allow_write: bool = False) -> pa.Table:

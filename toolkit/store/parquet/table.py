@@ -92,12 +92,14 @@ def _delta_bytes(values: np.ndarray, bits: int) -> tuple[bytes, int, int]:
 
 def _one_string(col: pa.ChunkedArray) -> bytes | None:
     """The single value of a string column (dictionary-encoded or not), as UTF-8; None
-    if it holds more than one."""
-    import pyarrow.compute as pc  # ~0.08 s to import: not for a store that only reads
-
+    if it holds more than one (or a null)."""
     chunks = [c for c in col.chunks if len(c)]
     if not chunks:
         return None
+    if len(col) == 1 and not pa.types.is_dictionary(chunks[0].type):
+        # a run's summary row: no compute kernel (nor pyarrow.compute's ~0.08 s import)
+        v = chunks[0].cast(pa.string())[0].as_py()
+        return None if v is None else v.encode("utf-8")
     if all(pa.types.is_dictionary(c.type) for c in chunks):
         first = None
         for c in chunks:
@@ -106,6 +108,8 @@ def _one_string(col: pa.ChunkedArray) -> bytes | None:
             if len(c.dictionary) == 1:  # a valid array's every index is 0 (a replay's)
                 v = c.dictionary[0].as_py()
             else:  # min == max: one index used (unique() was 0.13 ms for 30,720 rows)
+                import pyarrow.compute as pc  # ~0.08 s to import: only when needed
+
                 used = pc.min_max(c.indices)
                 if used["min"] != used["max"]:
                     return None
@@ -114,6 +118,8 @@ def _one_string(col: pa.ChunkedArray) -> bytes | None:
                 return None  # a null entry (refused on the PLAIN path), or another value
             first = v
         return first.encode("utf-8") if first is not None else None
+    import pyarrow.compute as pc
+
     values = pc.unique(col.cast(pa.string()))
     return values[0].as_py().encode("utf-8") if len(values) == 1 else None
 
