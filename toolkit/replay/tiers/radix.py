@@ -319,18 +319,26 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
             if lock[k] == 0:
                 st[S_EVICTABLE] -= ntok[k]
             lock[k] += 1
+    # host and storage runs after the device run (HiCache: device, then host, then L3).
+    # The scheduler host-locks the matched host node while it admits the request
+    # (PrefillAdder._lock_node(best_match_node, lock_host=True), then load_back's
+    # inc_host_lock_ref), so the host run leaves the host LRU before the device eviction
+    # below, whose write_back backups may evict host leaves to make room.
+    h = d
+    host_run = 0
+    while h < m and on_host[keys[b0 + h]]:
+        k = keys[b0 + h]
+        if hp[k] != -1:
+            _unlink(hn, hp, k)
+            st[S_HOST_EV] -= ktok[k]
+        host_run += ktok[k]
+        h += 1
+    h_found = h
     short = need - (dev_cap - st[S_USED])
     if short > 0:
         _evict(short, policy, write, par, ktok, on_dev, is_tail, down, head, ntok, stamp,
                hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn, hp, sn, sp, n, host_cap,
                sto_cap, scratch, st, cnt)
-    # host and storage runs after the device run (HiCache: device, then host, then L3)
-    h = d
-    host_run = 0
-    while h < m and on_host[keys[b0 + h]]:
-        host_run += ktok[keys[b0 + h]]
-        h += 1
-    h_found = h
     if host_run < LOAD_BACK_MIN_TOKENS:
         h = d  # too short to load back: recomputed (its host copies stay)
     s_ = h_found
