@@ -316,11 +316,10 @@ def run_host(hashes, prompt, page: int, device_tokens: int, host_tokens: int,
         value = torch.cat([cache.path_device_indices(last)[:cached], new])
         key_len = p // page * page
         if key_len > cached:
-            res = cache.insert(InsertParams(key=RadixKey(toks[:key_len]),
-                                            value=value[:key_len], prev_prefix_len=cached))
-            if res.prefix_len != cached:
-                raise RuntimeError(f"request {r}: insert found {res.prefix_len} cached "
-                                   f"tokens, the match {cached}")
+            # the tree adopts slots past ``cached`` where it re-fills host-only nodes (a
+            # host run the load-back declined) and frees duplicates itself
+            cache.insert(InsertParams(key=RadixKey(toks[:key_len]), value=value[:key_len],
+                                      prev_prefix_len=cached))
         if len(value) > max(key_len, cached):
             allocator.free(value[max(key_len, cached):])  # the partial page
         cache.dec_lock_ref(last, lock)
