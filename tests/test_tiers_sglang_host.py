@@ -99,3 +99,53 @@ def test_sequential_equals_sglang_host_tier(mooncake_store, name):
     assert summary["host_hit_tokens"] == int(ref_host.sum()) + sum(
         t - s for s, t in known.values())
     assert summary["host_hit_tokens"] > 0
+
+
+# engine_fuzz --engine sglang-host --seed 2, case 0 (SYNTHETIC random trace, 8-token blocks):
+# SGLang 0.5.23's answers per request, [GPU, host] hit tokens. Request 10 finds blocks
+# [10, 15] on the host in the toolkit but nowhere in SGLang: a 72-token host pool under
+# selective write-through, where SGLang's node-granular host eviction by last access had
+# dropped them. Pinned so a host-tier change shows up here.
+FUZZ_CASE = {
+    "hashes": [
+        [0], [0, 1, 2, 3, 4], [0, 5, 6, 7, 8, 9], [10, 11], [0, 5, 12, 13, 14], [10, 15, 16, 17],
+        [0, 1, 2], [10, 15, 16, 17], [0, 5, 12, 18, 19, 20], [0, 1, 2, 3, 21],
+        [10, 15, 22, 23, 24, 25], [10, 15, 16], [10, 11, 26], [0, 5, 6, 7, 8, 9],
+        [10, 11, 27, 28, 29], [0, 5], [10, 15, 22, 30], [10, 11], [10, 15, 16, 31, 32],
+        [0, 1, 33], [0, 5, 12],
+    ],
+    "prompts": [4, 38, 46, 10, 34, 28, 19, 31, 46, 36, 44, 21, 20, 41, 34, 9, 32, 12, 39, 18, 18],
+    "arrival": [
+        0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 4.0, 4.0, 5.0, 5.0, 5.0, 6.0, 6.0, 6.0, 7.0, 8.0,
+        8.0, 8.0, 9.0,
+    ],
+    "unit": 8,
+    "cap": 80,
+    "host": 64,
+    "write": "write_through_selective",
+    "host_capacity": 72,
+    "sglang": [
+        [0, 0], [0, 0], [8, 0], [0, 0], [16, 0], [8, 0], [8, 0], [24, 0], [24, 0], [8, 0], [0, 0],
+        [16, 0], [8, 0], [8, 0], [16, 0], [8, 0], [8, 0], [8, 0], [16, 0], [8, 0], [8, 0],
+    ],
+}
+
+
+def test_fuzz_case_known_divergence(store):
+    """GPU hits equal SGLang's on every request; host hits on all but request 10."""
+    from toolkit.ingest.fields import requests_table
+
+    c = FUZZ_CASE
+    n = len(c["prompts"])
+    store.write("requests", "fz", requests_table("fz", c["arrival"], c["prompts"], [1] * n,
+                                                 8, c["hashes"]), replace=True)
+    res = run_tiers(store, TierReplayConfig(
+        "fz", device_tokens=c["cap"], host_tokens=c["host_capacity"], page_tokens=c["unit"],
+        write_policy=c["write"], sequential=True), save=False)
+    t = res.requests
+    got = dict(zip(t["request_id"].to_pylist(), zip(t["device_tokens"].to_pylist(),
+                                                     t["host_tokens"].to_pylist(), strict=True),
+                   strict=True))
+    want = [tuple(x) for x in c["sglang"]]
+    diff = {i: (want[i], got[i]) for i in range(n) if got[i] != want[i]}
+    assert diff == {10: ((0, 0), (0, 16))}
