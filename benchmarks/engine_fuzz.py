@@ -22,7 +22,10 @@ driver) vs the default sglang radix semantics, device tier only (``--host-gb 0``
 ``vllm-offload`` = vLLM's ``KVCacheManager`` plus its ``CPUOffloadingManager`` (LRU or
 ARC, ``vllm_peer.py --offload``'s driver) vs ``--engine-semantics vllm --offload-policy``,
 comparing GPU and CPU hit tokens of every request, with CPU capacities near the working
-set.
+set; ``sglang-host`` = SGLang's ``UnifiedRadixCache`` with HiCache (``sglang_peer.py
+--host-tokens``'s driver: real controller, host pool and tree, no byte copies) vs the
+default sglang semantics with a host tier, comparing GPU and host hit tokens, over the
+three write policies and host pools from one page to the working set.
 
 In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
 uninstalled and an empty stand-in module satisfies the multimodal config imports on the
@@ -78,6 +81,14 @@ def gen_case(rng: np.random.Generator, engine: str) -> dict:
         # a GPU pool that fits every prompt but little more; a CPU tier near the working set
         need = max(-(-p // unit) for p in prompts) + 1
         case["cap"] = unit * int(rng.integers(need, 2 * need + 2))
+    if engine == "sglang-host":
+        # HiCache: a device pool that fits every prompt but little more (the allocator is
+        # real, so bounded), a host pool from one page to the working set, a write policy
+        need = max(-(-p // unit) for p in prompts)
+        case["cap"] = unit * int(rng.integers(need, 2 * need + 2))
+        case["host"] = unit * int(rng.integers(1, max(work // unit, 1) + 2))
+        case["write"] = str(rng.choice(["write_through", "write_through_selective",
+                                        "write_back"]))
         chunks = sum(p // unit for p in prompts)
         case["host"] = unit * int(rng.integers(1, max(chunks // 2, 1) + 3))
         case["policy"] = str(rng.choice(["lru", "arc"]))
@@ -167,6 +178,25 @@ def engine_sglang(case: dict) -> list[int]:
     return out
 
 
+def engine_sglang_host(case: dict) -> list:
+    """Per request [GPU hit tokens, host hit tokens] from SGLang's UnifiedRadixCache with
+    HiCache (``sglang_peer.run_host``), then the host pool's size as SGLang allocated it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    _stub_torchvision()
+    import sglang_peer as sp
+
+    sp.BLOCK = BLOCK
+    order = order_of(case)
+    hashes = [np.asarray(case["hashes"][i], np.int64) for i in order]
+    prompt = np.asarray([case["prompts"][i] for i in order], np.int64)
+    gpu, host, capacity = sp.run_host(hashes, prompt, case["unit"], case["cap"],
+                                      case["host"], case["write"])
+    out: list = [[0, 0]] * len(order)
+    for k, i in enumerate(order):
+        out[i] = [int(gpu[k]), int(host[k])]
+    return [*out, int(capacity)]
+
+
 # -- toolkit side ----------------------------------------------------------------------------
 def toolkit_hits(store, case: dict, engine: str) -> list:
     from toolkit.cost.from_replay import run_tiers
@@ -182,11 +212,14 @@ def toolkit_hits(store, case: dict, engine: str) -> list:
     if engine == "vllm-offload":
         kw["offload_policy"] = case["policy"]
         host = case["host"]
+    if engine == "sglang-host":
+        kw["write_policy"] = case["write"]
+        host = case["host_capacity"]  # as SGLang sized it (one padding page more)
     res = run_tiers(store, TierReplayConfig("f", device_tokens=case["cap"], host_tokens=host,
                                             sequential=True, **kw), save=False)
     rid = res.requests.column("request_id").to_pylist()
     dev = res.requests.column("device_tokens").to_pylist()
-    if engine == "vllm-offload":
+    if engine in ("vllm-offload", "sglang-host"):
         pairs = dict(zip(rid, zip(dev, res.requests.column("host_tokens").to_pylist(),
                                   strict=True), strict=True))
         return [list(pairs[i]) for i in range(n)]
@@ -196,7 +229,8 @@ def toolkit_hits(store, case: dict, engine: str) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--engine", choices=("vllm", "sglang", "vllm-offload"), required=True)
+    ap.add_argument("--engine", choices=("vllm", "sglang", "vllm-offload", "sglang-host"),
+                    required=True)
     ap.add_argument("--engine-python", default=sys.executable)
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--seed", type=int, default=0)
@@ -208,7 +242,8 @@ def main() -> None:
     if args.serve:
         cases = json.loads(args.serve.read_text())
         fn = {"vllm": engine_vllm, "sglang": engine_sglang,
-              "vllm-offload": engine_vllm_offload}[args.engine]
+              "vllm-offload": engine_vllm_offload,
+              "sglang-host": engine_sglang_host}[args.engine]
         json.dump([fn(c) for c in cases], sys.stdout)
         return
     import toolkit
@@ -224,8 +259,11 @@ def main() -> None:
         if proc.returncode:
             sys.exit(f"engine side failed:\n{proc.stderr[-3000:]}")
         want = json.loads(proc.stdout)
+        if args.engine == "sglang-host":  # each answer ends with the host pool's size
+            for case, ans in zip(cases, want, strict=True):
+                case["host_capacity"] = ans.pop()
         if args.fixture:
-            mod = args.engine.split("-")[0]
+            mod = args.engine.split("-")[0]  # sglang-host -> sglang
             ver = subprocess.run([args.engine_python, "-c", f"import {mod}; "
                                   f"print({mod}.__version__)"], capture_output=True,
                                  text=True, check=True).stdout.strip().splitlines()[-1]

@@ -24,16 +24,20 @@ stretches of a hashed block between cut points where some prompt's page-aligned 
 falls; every node boundary SGLang can create falls on a piece boundary, so the tree over
 pieces is the token-level tree, with far fewer entries at page size 1.
 
-Host (L2) and storage (L3), derived from SGLang's HiCache source (``unified_radix_cache.py``,
-``managers/cache_controller.py``; it cannot be driven offline: its cache controller needs
-device streams and events), at piece granularity, not node granularity: device eviction
+Host (L2), checked against SGLang's own ``UnifiedRadixCache`` + ``HybridCacheController``
+(``benchmarks/sglang_peer.py --host-tokens``, ``tests/test_tiers_sglang_host.py``: GPU hits
+equal on every request, host hits on all but 1-8 of 12,031 per configuration), and storage
+(L3), derived from the source only, at piece granularity, not node granularity (SGLang
+evicts whole host-leaf nodes by last access; that is where the listed requests differ;
+write_back's reclaim of host copies of device-resident nodes is not modelled): device eviction
 demotes each piece of the victim (kept if it has a host copy;
 write_back copies it now; else it is dropped); write_through copies every new
 piece to host, write_through_selective a node's pieces once its hit count (as
 ``insert`` counts it) reaches the threshold; host-only pieces form an LRU, deepest
 piece of a victim first; a request's host run follows its device run and is loaded back
 into the new leaf unless it is shorter than 10 tokens (``load_back_threshold``: then it
-is recomputed and its host copies stay); under write_back with a host tier no node's hit
+is recomputed and its host copies stay), and is out of the host LRU while its request is
+admitted (the scheduler host-locks it); under write_back with a host tier no node's hit
 count rises (``_inc_hit_count_and_check`` returns first), so lfu and sglang-slru order by
 last access alone there. Capacities and all sizes are tokens.
 """
@@ -319,18 +323,26 @@ def _admit(r, keys, pstart, plen, ktok, trans, par, dev_cap, host_cap, sto_cap, 
             if lock[k] == 0:
                 st[S_EVICTABLE] -= ntok[k]
             lock[k] += 1
+    # host and storage runs after the device run (HiCache: device, then host, then L3).
+    # The scheduler host-locks the matched host node while it admits the request
+    # (PrefillAdder._lock_node(best_match_node, lock_host=True), then load_back's
+    # inc_host_lock_ref), so the host run leaves the host LRU before the device eviction
+    # below, whose write_back backups may evict host leaves to make room.
+    h = d
+    host_run = 0
+    while h < m and on_host[keys[b0 + h]]:
+        k = keys[b0 + h]
+        if hp[k] != -1:
+            _unlink(hn, hp, k)
+            st[S_HOST_EV] -= ktok[k]
+        host_run += ktok[k]
+        h += 1
+    h_found = h
     short = need - (dev_cap - st[S_USED])
     if short > 0:
         _evict(short, policy, write, par, ktok, on_dev, is_tail, down, head, ntok, stamp,
                hits, lock, nchild, hk, hs, hid, on_host, on_sto, hn, hp, sn, sp, n, host_cap,
                sto_cap, scratch, st, cnt)
-    # host and storage runs after the device run (HiCache: device, then host, then L3)
-    h = d
-    host_run = 0
-    while h < m and on_host[keys[b0 + h]]:
-        host_run += ktok[keys[b0 + h]]
-        h += 1
-    h_found = h
     if host_run < LOAD_BACK_MIN_TOKENS:
         h = d  # too short to load back: recomputed (its host copies stay)
     s_ = h_found
