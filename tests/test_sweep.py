@@ -584,18 +584,22 @@ class _FakePort:
         import socket
         import threading
 
-        self.reply, self.conns = reply, []
+        self.reply, self.conns, self.stopped = reply, [], threading.Event()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("", 0))
         self.sock.listen(16)
+        self.sock.settimeout(0.1)  # the server checks ``stopped`` between accepts
         self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
-        while True:
+        while not self.stopped.is_set():
             try:
                 c, _ = self.sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             if self.reply == b"":
@@ -606,6 +610,10 @@ class _FakePort:
             self.conns.append(c)  # kept open, silent from here on
 
     def close(self) -> None:
+        """Stop the server before closing what it accepted: a connection accepted while
+        closing would otherwise be left open (an unclosed-socket warning in a later test)."""
+        self.stopped.set()
+        self.thread.join(timeout=5)
         for c in self.conns:
             c.close()
         self.sock.close()
