@@ -135,6 +135,20 @@ class TestSampling:
         assert 4990 <= kept.size <= 5000
         assert sk.size == np.isin(keys, kept).sum()
 
+    def test_smallest_hashes_are_those_of_the_distinct_keys(self):
+        """One segment (a byte map of the keys present) and several (a stamp per key) both
+        give the smallest hashes of the distinct (segment, key) pairs."""
+        from toolkit.replay.shards import _key_hash
+
+        keys, n_keys = mooncake_stream()
+        one = np.zeros(1, dtype=np.int64)
+        want = np.sort([_key_hash(0, int(k), 3) for k in np.unique(keys)])[:700]
+        assert np.array_equal(smallest_hashes(keys, n_keys, one, 700, salt=3), want)
+        two = np.array([0, keys.size // 2], dtype=np.int64)
+        pairs = {(0, int(k)) for k in keys[: two[1]]} | {(1, int(k)) for k in keys[two[1]:]}
+        want = np.sort([_key_hash(s, k, 3) for s, k in pairs])[:700]
+        assert np.array_equal(smallest_hashes(keys, n_keys, two, 700, salt=3), want)
+
     def test_small_stream_is_not_sampled(self):
         """A stream with fewer distinct keys than asked is kept whole (exact curve)."""
         keys, n_keys = synthetic_stream()
