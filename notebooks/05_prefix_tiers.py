@@ -334,7 +334,7 @@ charts.hit_rate_vs_users(long, "B200 / DeepSeek-R1 agentic sessions: measured (I
 # SGLang's radix tree; (b) beyond the cliff the measured GPU hit rate falls to ~0 and TTFT to
 # minutes (vLLM preempts and recomputes whole sessions; the benchmark queues), while the
 # model keeps partial reuse and a bounded queue; (c) below the cliff the measured p50 TTFT
-# (~0.7-0.9 s) is mostly per-request overhead the serving model fits (`prefill_overhead_s`);
+# (~0.7-0.9 s) is mostly per-request overhead the serving model fits (`request_overhead_s`, fitted);
 # (d) the measured CPU hit rate drops again past ~48 users when the (unknown) CPU pool
 # overflows; the modelled host pool is an assumed 2 x device.
 
