@@ -162,7 +162,9 @@ def _stub_torchvision() -> None:
     sys.modules[fn.__name__] = fn
 
 
-def engine_sglang(case: dict) -> list[int]:
+def _sglang_inputs(case: dict):
+    """SGLang's peer module and a case's requests in arrival order: (module, order, block
+    hashes, prompt lengths)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     _stub_torchvision()
     import sglang_peer as sp
@@ -171,6 +173,11 @@ def engine_sglang(case: dict) -> list[int]:
     order = order_of(case)
     hashes = [np.asarray(case["hashes"][i], np.int64) for i in order]
     prompt = np.asarray([case["prompts"][i] for i in order], np.int64)
+    return sp, order, hashes, prompt
+
+
+def engine_sglang(case: dict) -> list[int]:
+    sp, order, hashes, prompt = _sglang_inputs(case)
     hits = sp.run(hashes, prompt, case["unit"], case["cap"])
     out = [0] * len(order)
     for k, i in enumerate(order):
@@ -181,14 +188,7 @@ def engine_sglang(case: dict) -> list[int]:
 def engine_sglang_host(case: dict) -> list:
     """Per request [GPU hit tokens, host hit tokens] from SGLang's UnifiedRadixCache with
     HiCache (``sglang_peer.run_host``), then the host pool's size as SGLang allocated it."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    _stub_torchvision()
-    import sglang_peer as sp
-
-    sp.BLOCK = BLOCK
-    order = order_of(case)
-    hashes = [np.asarray(case["hashes"][i], np.int64) for i in order]
-    prompt = np.asarray([case["prompts"][i] for i in order], np.int64)
+    sp, order, hashes, prompt = _sglang_inputs(case)
     gpu, host, capacity = sp.run_host(hashes, prompt, case["unit"], case["cap"],
                                       case["host"], case["write"])
     out: list = [[0, 0]] * len(order)
