@@ -69,6 +69,18 @@ def _quantile(x: np.ndarray, q: float) -> float:
 
 
 @njit(cache=True)
+def _cut_run(i: int, t: float, step: np.ndarray, run_t0: np.ndarray, run_n: np.ndarray,
+             run_s: np.ndarray, step_end: np.ndarray) -> None:
+    """End instance ``i``'s run of steps with the step in progress at ``t``: the steps
+    done so far count, and the next step boundary is that step's end."""
+    k = min(int((t - run_t0[i]) / run_s[i]), run_n[i] - 1)
+    step[i] += k
+    run_t0[i] += k * run_s[i]
+    run_n[i] = 1
+    step_end[i] = run_t0[i] + run_s[i]
+
+
+@njit(cache=True)
 def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept: float,
                 cap: int, n_dec: int, n_pre: int, disagg: bool, bs: np.ndarray,
                 ts: np.ndarray, pre_tok_s: float, pre_fixed_s: float, xfer_tok_s: float,
@@ -133,11 +145,7 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
                 q_tail += 1
                 for i in range(n_dec):  # an instance with room takes it after this step
                     if run_n[i] > 1 and batch[i] < cap:
-                        k = min(int((t - run_t0[i]) / run_s[i]), run_n[i] - 1)
-                        step[i] += k
-                        run_t0[i] += k * run_s[i]
-                        run_n[i] = 1
-                        step_end[i] = run_t0[i] + run_s[i]
+                        _cut_run(i, t, step, run_t0, run_n, run_s, step_end)
         to_issue = 0
         if disagg:
             while dq_head < dq_tail:  # reserve a decode slot, then queue for prefill
@@ -227,12 +235,8 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
                 to_issue += 1
                 continue
             idle = step_end[i] == inf  # an idle instance starts a step with it now
-            if not idle and run_n[i] > 1:  # cut the run at the step in progress
-                k = min(int((t - run_t0[i]) / run_s[i]), run_n[i] - 1)
-                step[i] += k
-                run_t0[i] += k * run_s[i]
-                run_n[i] = 1
-                step_end[i] = run_t0[i] + run_s[i]
+            if not idle and run_n[i] > 1:
+                _cut_run(i, t, step, run_t0, run_n, run_s, step_end)
             slot = (step[i] + (0 if idle else 1) + steps_needed[r]) % max_steps
             nxt[r] = head[i, slot]
             head[i, slot] = r
