@@ -235,13 +235,16 @@ class LocalEngine:
 
     def abort(self) -> None:
         """Stop now (Ctrl-C): drop queued cells and terminate running ones; a cell cut off
-        before its commit leaves nothing (its staging files are cleaned by a later open)."""
-        self.cancel()
+        before its commit leaves nothing (its staging files are cleaned by a later open).
+
+        Futures are not cancelled here: the pool's manager thread marks every pending
+        future broken once the workers die, and on Python 3.11 it raises (and prints a
+        traceback) if it meets one already cancelled."""
         if self._pool is not None:
             for p in list((getattr(self._pool, "_processes", None) or {}).values()):
                 with contextlib.suppress(Exception):
                     p.terminate()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True)
             self._pool = None
         self.close()
 
