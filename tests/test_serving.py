@@ -77,6 +77,19 @@ class TestPoints:
         with pytest.raises(PointsError, match=needle):
             read_points(path)
 
+    @pytest.mark.parametrize("old,new", [("sglang-disagg", "mori-sglang"), ("trtllm", "trt"),
+                                         ("dynamo-trtllm", "dynamo-trt"),
+                                         (" Dynamo-TRTLLM ", "dynamo-trt")])
+    def test_older_framework_names_read_as_today(self, old, new):
+        """InferenceX renamed three engines; rows exported under the old names read (and
+        predict) as the new ones, the way InferenceX's own dashboard maps them."""
+        from toolkit.serving.predict import predict
+
+        got = _frame(_row(framework=old), _row(framework=new))
+        assert got["framework"].to_list() == [new, new]
+        pred = predict(got)
+        assert pred["pred_tput_per_gpu"][0] == pred["pred_tput_per_gpu"][1]
+
     def test_fp4_on_hopper_refused(self):
         """H100 has no FP4 tensor cores: an FP4 row is refused, not silently run at FP8."""
         with pytest.raises(PointsError, match="field 'precision': h100 has no FP4"):

@@ -324,7 +324,10 @@ def cost_compare_cmd(
         if not sep or not eng.strip():
             fail(f"--engine {item!r}: expected HW=ENGINE[@VERSION], e.g. gb300=dynamo-trt")
         eng, _, version = eng.partition("@")
-        engines[hw.strip().lower()] = eng.strip().lower()
+        from toolkit.serving.points import FRAMEWORK_ALIASES
+
+        eng = eng.strip().lower()
+        engines[hw.strip().lower()] = FRAMEWORK_ALIASES.get(eng, eng)
         if version.strip():
             versions[hw.strip().lower()] = version.strip()
     if mtp not in ("on", "off"):

@@ -55,6 +55,16 @@ ENGINES: dict[str, str] = {
 }
 """Engines the serving model knows; an engine without fitted terms uses the global ones."""
 
+FRAMEWORK_ALIASES: dict[str, str] = {
+    "sglang-disagg": "mori-sglang",
+    "trtllm": "trt",
+    "dynamo-trtllm": "dynamo-trt",
+}
+"""Older InferenceX names of engines -> the names it uses now (and this table uses): the
+InferenceX dashboard's own mapping (SemiAnalysisAI/InferenceX-app,
+``packages/constants/src/framework-aliases.ts``), so rows exported before a rename read
+the same as rows exported after it."""
+
 PRECISIONS = ("fp4", "fp8", "bf16")
 SPEC_METHODS = ("none", "mtp")
 
@@ -126,7 +136,10 @@ def validate(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFrame:
             nulls = s.is_null().arg_true()
             if nulls.len():
                 raise PointsError(f"{where}: row {int(nulls[0]) + 1} field {col!r} is empty")
-            cols.append(s.str.strip_chars().str.to_lowercase().alias(col))
+            s = s.str.strip_chars().str.to_lowercase()
+            if col == "framework":
+                s = s.replace(FRAMEWORK_ALIASES)
+            cols.append(s.alias(col))
         else:
             cols.append(_cast_column(df, col, dtype, where))
     out = df.with_columns(cols)
