@@ -25,6 +25,7 @@ from toolkit.serving.predict import levels
 from toolkit.serving.recipes import (
     MTP_ACCEPT,
     RecipeError,
+    admission_gates,
     parse_version,
     version_date,
 )
@@ -116,6 +117,29 @@ class TestBounds:
 
 
 class TestRecipes:
+    def test_admission_gates_follow_inferencex_scripts(self):
+        """SGLang on B200/B300 polls every 30 decode iterations at >= 16 users and every 10
+        below (10 on a TP4 FP8 instance, off with DP attention); H200 and AMD SGLang, every
+        disaggregated row and TensorRT-LLM without DP attention have no gate; TensorRT-LLM
+        with DP attention balances its ranks for up to 60 iterations."""
+        rows = [_row(conc=16), _row(conc=8), _row(conc=64, decode_dp_attention=True),
+                _row(conc=64, decode_tp=4, prefill_tp=4), _row(conc=64, precision="fp4"),
+                _row(hardware="h200"), _row(hardware="mi355x"),
+                _row(framework="dynamo-sglang", disagg=True),
+                _row(framework="trt"), _row(framework="trt", decode_dp_attention=True)]
+        iters, kind, ranks = admission_gates(_frame(*rows))
+        assert iters.tolist() == [30, 10, 1, 10, 30, 1, 1, 1, 1, 60]
+        assert kind.tolist() == [0] * 9 + [1]
+        assert ranks.tolist() == [1] * 9 + [8]
+
+    def test_admission_gate_columns_override_and_refuse_below_one(self):
+        df = _frame(_row(scheduler_recv_interval=5), _row(scheduler_recv_interval=None))
+        assert admission_gates(df)[0].tolist() == [5, 30]
+        df = _frame(_row(framework="trt", decode_dp_attention=True, adp_balance_timeout_iters=1))
+        assert admission_gates(df)[0].tolist() == [1]
+        with pytest.raises(RecipeError, match="row 2: scheduler_recv_interval 0 must be >= 1"):
+            admission_gates(_frame(_row(), _row(scheduler_recv_interval=0)))
+
     def test_versions_parsed_from_images(self):
         assert parse_version("lmsysorg/sglang:v0.5.12-rocm700-mi35x") == "0.5.12"
         assert parse_version("nvcr.io/nvidia/tensorrt-llm/release:1.1.0rc2.post2") == \

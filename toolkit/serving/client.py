@@ -84,7 +84,8 @@ def _cut_run(i: int, t: float, step: np.ndarray, run_t0: np.ndarray, run_n: np.n
 def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept: float,
                 cap: int, n_dec: int, n_pre: int, disagg: bool, bs: np.ndarray,
                 ts: np.ndarray, pre_tok_s: float, pre_fixed_s: float, xfer_tok_s: float,
-                chunk: int, out: np.ndarray) -> None:
+                chunk: int, gate_iters: int, gate_kind: int, gate_ranks: int,
+                out: np.ndarray) -> None:
     """One benchmark run; writes median TTFT, p90 TTFT, median TPOT, duration, mean
     decode batch per instance and completed requests into ``out``.
 
@@ -92,7 +93,12 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     requests (the decode side pre-allocates the KV before the prefill starts), waits for the
     prefill pool (FIFO), prefills, transfers its KV and emits its first token, then decodes.
     Aggregated: requests queue for the instance, which carries one prefill chunk per step
-    while it has room; the first token comes with the prefill's last chunk."""
+    while it has room; the first token comes with the prefill's last chunk. A gate of
+    ``gate_iters > 1`` iterations (one aggregated instance only) holds new prompts out of
+    the scheduler's sight: kind 0 (SGLang's receive interval) opens every ``gate_iters``
+    decode iterations, after an iteration that prefilled and when the instance is idle;
+    kind 1 (TensorRT-LLM's attention-DP balance) opens every ``gate_iters`` iterations, when
+    ``gate_ranks`` prompts wait (one per rank) or when a rank has no decoding request."""
     inf = np.inf
     arrival = np.zeros(n_req)
     first = np.full(n_req, -1.0)
@@ -128,6 +134,9 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     n_heap = 0
     chunk_left = np.zeros(n_dec, dtype=np.int64)
     chunk_req = np.full(n_dec, -1, dtype=np.int64)
+    gated = (not disagg) and gate_iters > 1 and n_dec == 1
+    adm = 0  # aggregated: q[q_head:adm] are the prompts the scheduler sees
+    gcnt = 0  # iterations counted toward the gate's next opening
     busy_b = 0.0
     completed, issued, to_issue = 0, 0, min(conc, n_req)
     t = 0.0
@@ -143,10 +152,22 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             else:
                 q[q_tail] = r
                 q_tail += 1
-                for i in range(n_dec):  # an instance with room takes it after this step
-                    if run_n[i] > 1 and batch[i] < cap:
-                        _cut_run(i, t, step, run_t0, run_n, run_s, step_end)
+                if not gated:
+                    adm = q_tail
+                    for i in range(n_dec):  # an instance with room takes it after this step
+                        if run_n[i] > 1 and batch[i] < cap:
+                            _cut_run(i, t, step, run_t0, run_n, run_s, step_end)
         to_issue = 0
+        if gated and adm < q_tail:  # prompts the scheduler does not see yet
+            if step_end[0] == inf or (gate_kind == 1 and (q_tail - adm >= gate_ranks
+                                                          or batch[0] < gate_ranks)):
+                adm = q_tail  # idle, or (balance) every rank has a prompt / a rank is idle
+                gcnt = 0
+                if run_n[0] > 1 and batch[0] < cap:
+                    _cut_run(0, t, step, run_t0, run_n, run_s, step_end)
+            elif run_n[0] > gate_iters - gcnt:  # the run just started: end it at the gate
+                run_n[0] = gate_iters - gcnt
+                step_end[0] = run_t0[0] + run_n[0] * run_s[0]
         if disagg:
             while dq_head < dq_tail:  # reserve a decode slot, then queue for prefill
                 best, best_n = -1, cap
@@ -173,7 +194,7 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
                                    + np.ceil(tokens / chunk) * pre_fixed_s)
         else:
             for i in range(n_dec):  # an idle instance with a queued prompt prefills it
-                if step_end[i] == inf and q_head < q_tail and batch[i] < cap:
+                if step_end[i] == inf and q_head < adm and batch[i] < cap:
                     r = q[q_head]
                     chunk_req[i] = r
                     chunk_left[i] = min(rem[r], chunk)
@@ -249,8 +270,10 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             continue
         # kind == 0: a step of decode instance ``who`` ended
         i = who
+        n_ended = run_n[i]
         step[i] += run_n[i]
         run_n[i] = 1
+        carried = chunk_req[i] >= 0
         if chunk_req[i] >= 0:  # aggregated: the chunk this step carried
             r = chunk_req[i]
             rem[r] -= chunk_left[i]
@@ -276,19 +299,34 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
             to_issue += 1
             batch[i] -= 1
             r = nxt[r]
+        if gated:
+            if gate_kind == 0 and carried:
+                gcnt = gate_iters  # SGLang polls right after an iteration that prefilled
+            else:
+                gcnt += n_ended
+            if gcnt >= gate_iters:
+                adm = q_tail
+                gcnt = 0 if (gate_kind == 0 and carried) else gcnt % gate_iters
+            if adm < q_tail and ((gate_kind == 1 and (q_tail - adm >= gate_ranks
+                                                       or batch[i] < gate_ranks))
+                                 or (batch[i] == 0 and q_head >= adm)):
+                adm = q_tail  # balance met / a rank idle, or the instance would idle
+                gcnt = 0
         dt = 0.0
-        if not disagg and q_head < q_tail and batch[i] < cap:
+        if not disagg and q_head < adm and batch[i] < cap:
             r = q[q_head]
             chunk_req[i] = r
             chunk_left[i] = min(rem[r], chunk)
             dt = chunk_left[i] * pre_tok_s
-        if batch[i] > 0 and chunk_req[i] < 0 and (disagg or q_head == q_tail
+        if batch[i] > 0 and chunk_req[i] < 0 and (disagg or q_head == adm
                                                   or batch[i] >= cap):
             # nothing can join before a request finishes: run to that step
             n, j = 1, (step[i] + 1) % max_steps
             while head[i, j] < 0:  # (a non-empty slot exists: the batch's requests)
                 n += 1
                 j = j + 1 if j + 1 < max_steps else 0
+            if gated and adm < q_tail:  # or before the gate lets a waiting prompt in
+                n = min(n, gate_iters - gcnt)
             run_s[i] = _interp(bs, ts, float(batch[i]))
             run_t0[i] = t
             run_n[i] = n
@@ -317,9 +355,9 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
 def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: np.ndarray,
                 cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
                 bs: np.ndarray, ts: np.ndarray, pre_tok_s: np.ndarray,
-                pre_fixed_s: np.ndarray, xfer_tok_s: np.ndarray, ratio: float,
-                per_user: int, chunk: int,
-                seed: int) -> tuple:
+                pre_fixed_s: np.ndarray, xfer_tok_s: np.ndarray, gate_iters: np.ndarray,
+                gate_kind: np.ndarray, gate_ranks: np.ndarray, ratio: float,
+                per_user: int, chunk: int, seed: int) -> tuple:
     n = conc.size
     out = np.zeros((n, 6))
     isl_sum = np.zeros(n)
@@ -337,7 +375,8 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
             osl[r] = max(np.random.randint(lo_o, int(osl_l[i]) + 1), 2)
         _replay_one(int(conc[i]), n_req, isl, osl, accept[i], max(int(cap[i]), 1),
                     int(n_dec[i]), int(n_pre[i]), disagg[i], bs[i], ts[i], pre_tok_s[i],
-                    pre_fixed_s[i], xfer_tok_s[i], chunk, out[i])
+                    pre_fixed_s[i], xfer_tok_s[i], chunk, int(gate_iters[i]),
+                    int(gate_kind[i]), int(gate_ranks[i]), out[i])
         isl_sum[i] = isl.sum()
         osl_sum[i] = osl.sum()
     return out, isl_sum, osl_sum
@@ -346,7 +385,8 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
 def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np.ndarray,
                   cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
                   batch_grid: np.ndarray, step_s: np.ndarray, prefill_s_per_token: np.ndarray,
-                  xfer_s_per_token: np.ndarray, *, prefill_s_per_chunk=None, seed: int = 0,
+                  xfer_s_per_token: np.ndarray, *, prefill_s_per_chunk=None, gate_iters=None,
+                  gate_kind=None, gate_ranks=None, seed: int = 0,
                   per_user: int = NUM_PROMPTS_PER_USER,
                   ratio: float = RANGE_RATIO) -> dict[str, np.ndarray]:
     """Replay every row's benchmark run; arrays are per row, ``batch_grid`` / ``step_s`` are
@@ -354,10 +394,16 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
     in and out, and the time-averaged decode batch per instance.
 
     ``prefill_s_per_chunk``: a disaggregated prefill instance's fixed cost per forward chunk
-    (weights read, launches), shared by the prompts it batches; default 0."""
+    (weights read, launches), shared by the prompts it batches; default 0.
+    ``gate_iters`` / ``gate_kind`` / ``gate_ranks``: the admission gate of an aggregated
+    instance (:func:`toolkit.serving.recipes.admission_gates`); default none."""
     n = np.asarray(conc).size
-    fixed = (np.zeros(n) if prefill_s_per_chunk is None
-             else np.broadcast_to(np.asarray(prefill_s_per_chunk, np.float64), (n,)))
+
+    def per_row(v, default: float, dtype) -> np.ndarray:
+        return np.ascontiguousarray(np.broadcast_to(
+            np.asarray(default if v is None else v, dtype=np.float64), (n,)), dtype=dtype)
+
+    fixed = per_row(prefill_s_per_chunk, 0.0, np.float64)
     out, isl_sum, osl_sum = _replay_all(
         np.ascontiguousarray(conc, dtype=np.float64), np.asarray(isl, dtype=np.float64),
         np.asarray(osl, dtype=np.float64), np.asarray(accept, dtype=np.float64),
@@ -366,7 +412,8 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
         np.ascontiguousarray(batch_grid, dtype=np.float64),
         np.ascontiguousarray(step_s, dtype=np.float64),
         np.asarray(prefill_s_per_token, np.float64), np.ascontiguousarray(fixed),
-        np.asarray(xfer_s_per_token, np.float64),
+        np.asarray(xfer_s_per_token, np.float64), per_row(gate_iters, 1.0, np.int64),
+        per_row(gate_kind, 0.0, np.int64), per_row(gate_ranks, 1.0, np.int64),
         float(ratio), int(per_user), CHUNK_TOKENS, int(seed))
     return {"median_ttft_s": out[:, 0], "p90_ttft_s": out[:, 1], "median_tpot_s": out[:, 2],
             "duration_s": out[:, 3], "mean_batch_per_instance": out[:, 4],

@@ -24,7 +24,14 @@ import polars as pl
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.serving.params import REFERENCE_DATE
-from toolkit.serving.recipes import KV_DTYPE, KV_DTYPES, RecipeError, age_days, mtp_inputs
+from toolkit.serving.recipes import (
+    KV_DTYPE,
+    KV_DTYPES,
+    RecipeError,
+    admission_gates,
+    age_days,
+    mtp_inputs,
+)
 from toolkit.serving.transfer import sm_kernel_bandwidth_bytes_per_s
 
 HBM_RESERVE_FRACTION = 0.15
@@ -63,6 +70,9 @@ class Design:
     mtp_accept: np.ndarray  # tokens accepted per step (1 without MTP)
     age_days: np.ndarray  # engine age before the parameters' reference date
     max_running: np.ndarray  # engine cap on decoding requests per instance (inf = none)
+    gate_iters: np.ndarray  # iterations a waiting prompt may be held before prefill (1 = none)
+    gate_kind: np.ndarray  # 0: SGLang receive interval; 1: TensorRT-LLM attention-DP balance
+    gate_ranks: np.ndarray  # attention-DP ranks the balance waits for (kind 1)
     isl: np.ndarray
     osl: np.ndarray
     conc: np.ndarray
@@ -208,6 +218,7 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     kv_row = np.array([mods[m].mla_row_bytes(k) for m, k in zip(df["model"], kv_dt,
                                                                  strict=True)], dtype=np.float64)
     drafts, accept = mtp_inputs(df)
+    gate_iters, gate_kind, gate_ranks = admission_gates(df)
     heads = mod_col(lambda m: m.num_query_heads)
     lora = mod_col(lambda m: m.kv_lora_rank)
     rope = mod_col(lambda m: m.qk_rope_head_dim)
@@ -231,6 +242,9 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         mtp_accept=accept,
         age_days=age_days(df, reference_date or REFERENCE_DATE),
         max_running=opt("max_running_requests", np.inf),
+        gate_iters=gate_iters,
+        gate_kind=gate_kind,
+        gate_ranks=gate_ranks,
         isl=df["isl"].to_numpy().astype(np.float64),
         osl=df["osl"].to_numpy().astype(np.float64),
         conc=df["conc"].to_numpy().astype(np.float64),

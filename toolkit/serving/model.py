@@ -235,6 +235,17 @@ def _gdc_wait(service: np.ndarray, rho: np.ndarray, servers: np.ndarray,
         servers * (1.0 - rho))
 
 
+def gate_wait(d: Design, t_step: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Mean time a prompt waits at an aggregated instance's admission gate
+    (:func:`toolkit.serving.recipes.admission_gates`), for the steady-state surrogate: half the
+    gate's period, or half the time until the next arrival opens it (SGLang: an arrival's
+    prefill iteration polls again; TensorRT-LLM's balance: one prompt per DP rank)."""
+    per_inst = np.maximum(x / np.maximum(d.n_dec, 1.0), 1e-12)
+    opens_by_arrivals = np.where(d.gate_kind == 1, d.gate_ranks, 1.0) / per_inst
+    return np.where(d.gate_iters > 1,
+                    0.5 * np.minimum(d.gate_iters * t_step, opens_by_arrivals), 0.0)
+
+
 def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Steady-state closed-loop operating point of every row: batch, TPOT, TTFT and
     throughputs, with Poisson arrivals at the prefill queue. Fast (no replay): the fit uses
@@ -258,7 +269,7 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rho = x * s_cap / d.n_pre
         wait = _gdc_wait(s_cap, rho, d.n_pre, np.ones(d.n))
         ttft = (th["request_overhead_s"] + s_p + pre["t_kv_transfer_s"] + wait
-                + np.where(d.disagg, 0.0, dec["t_step_s"]))
+                + np.where(d.disagg, 0.0, dec["t_step_s"] + gate_wait(d, dec["t_step_s"], x)))
         conc = np.where(rho < 1.0, d.n_dec * batch + x * ttft, np.inf)
         return conc, x, ttft, wait, dec
 
@@ -320,7 +331,8 @@ def client(d: Design, th: dict[str, np.ndarray], cap: np.ndarray) -> dict[str, n
     fixed = np.where(d.disagg, pre["t_prefill_per_chunk_s"], 0.0)
     xfer = pre["t_kv_transfer_s"] / np.maximum(d.isl, 1.0)
     out = replay_client(d.conc, d.isl, d.osl, d.mtp_accept, cap, d.n_dec, d.n_pre, d.disagg,
-                        grid, step, per_tok, xfer, prefill_s_per_chunk=fixed)
+                        grid, step, per_tok, xfer, prefill_s_per_chunk=fixed,
+                        gate_iters=d.gate_iters, gate_kind=d.gate_kind, gate_ranks=d.gate_ranks)
     dur = np.maximum(out["duration_s"], 1e-12)
     ovh = th["request_overhead_s"]  # outside the GPUs: latency only, no capacity
     return {

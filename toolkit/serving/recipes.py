@@ -13,7 +13,15 @@ Optional row columns (InferenceX rows carry none of them; defaults below):
 * ``kv_dtype``: fp8 or bf16 KV cache;
 * ``max_running_requests``: the engine's cap on requests decoding per instance;
 * ``engine_date``: the engine build's date (``YYYY-MM-DD``); else the row's ``date`` (the run
-  date, a proxy for the image it pulled); else the reference date (age 0).
+  date, a proxy for the image it pulled); else the reference date (age 0);
+* ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval`` (decode iterations between
+  two polls for new requests) on an aggregated SGLang instance;
+* ``adp_balance_timeout_iters``: TensorRT-LLM's ``attention_dp_config.timeout_iters`` (with
+  ``enable_balance``: iterations a prompt may be held until every attention-DP rank has one)
+  on an aggregated TensorRT-LLM instance with attention data parallelism.
+
+The last two gate when a waiting prompt may start its prefill (see
+:mod:`toolkit.serving.client`); 1 or 0 turns a gate off.
 """
 
 from __future__ import annotations
@@ -42,6 +50,18 @@ KV_DTYPES = ("fp8", "bf16")
 VERSION_RE = re.compile(r"(?:^|[:/_-])v?(\d+\.\d+(?:\.\d+)?(?:\.?(?:post|rc)\d+)*)")
 """An engine version inside an image reference: ``lmsysorg/sglang:v0.5.12-rocm700-mi35x``
 -> ``0.5.12``; ``nvcr.io/.../tensorrt-llm/release:1.1.0rc2.post2`` -> ``1.1.0rc2.post2``."""
+
+
+RECV_INTERVAL_HARDWARE = ("b200", "b300")
+"""Accelerators whose InferenceX SGLang scripts set ``--scheduler-recv-interval``
+(SemiAnalysisAI/InferenceX ``benchmarks/single_node/fixed_seq_len/dsr1_{fp4,fp8}_{b200,b300}
+[_mtp].sh`` @ 843c625, used since 2025-09): 30 at 16 or more users and 10 below; 10 on a TP4
+FP8 instance; 1 (off) with DP attention. The H200 and AMD scripts leave SGLang's default, 1."""
+
+ADP_BALANCE_TIMEOUT_ITERS = 60
+"""InferenceX's TensorRT-LLM DeepSeek-R1 scripts with DP attention set ``attention_dp_config:
+{enable_balance: true, timeout_iters: 60, batching_wait_iters: 0}``
+(``dsr1_{fp4,fp8}_{b200,h200}_trt[_mtp].sh`` @ 843c625, since 2025-09)."""
 
 
 class RecipeError(ValueError):
@@ -132,3 +152,50 @@ def mtp_inputs(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         raise RecipeError(f"row {i + 1}: mtp_accept {accept[i]:g} must lie in 1 .. 1 + "
                           f"mtp_draft_tokens ({drafts[i]:g})")
     return np.where(mtp, drafts, 0.0), np.where(mtp, accept, 1.0)
+
+
+def admission_gates(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-row (iterations, kind, DP ranks) of the gate in front of an aggregated instance's
+    prefill: kind 0 is SGLang's receive interval (new requests are polled every ``iterations``
+    decode iterations, and right after a prefill iteration or when idle), kind 1 TensorRT-LLM's
+    attention-DP balance (prompts wait until each of the ``ranks`` has one, a rank has no
+    decoding request, or ``iterations`` iterations passed since the last admission). Rows
+    without a gate get 1 iteration (off). Defaults are InferenceX's own scripts
+    (:data:`RECV_INTERVAL_HARDWARE`, :data:`ADP_BALANCE_TIMEOUT_ITERS`); the optional columns
+    ``scheduler_recv_interval`` and ``adp_balance_timeout_iters`` override them.
+
+    Raises:
+        RecipeError: a gate below 1 iteration (row named).
+    """
+    n = df.height
+    eng = df["framework"].to_numpy()
+    agg = ~df["disagg"].to_numpy().astype(bool)
+    dpa = df["decode_dp_attention"].to_numpy().astype(bool)
+    tp = df["decode_tp"].to_numpy().astype(np.float64)
+    conc = df["conc"].to_numpy().astype(np.float64)
+    hw = df["hardware"].to_numpy()
+    fp8 = (df["precision"] == "fp8").to_numpy()
+
+    def col(name: str, default: np.ndarray) -> np.ndarray:
+        if name not in df.columns:
+            return default
+        v = df[name].cast(pl.Float64, strict=False).to_numpy()
+        given = np.isfinite(v)
+        bad = given & (v < 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise RecipeError(f"row {i + 1}: {name} {v[i]:g} must be >= 1 (1 = no gate)")
+        return np.where(given, np.floor(v), default)
+
+    sg = agg & (eng == "sglang")
+    recv = np.where(sg & np.isin(hw, RECV_INTERVAL_HARDWARE),
+                    np.where(dpa, 1.0, np.where((tp == 4) & fp8, 10.0,
+                                                np.where(conc >= 16, 30.0, 10.0))), 1.0)
+    recv = np.where(sg, col("scheduler_recv_interval", recv), 1.0)
+    trt = agg & (eng == "trt") & dpa
+    adp = np.where(trt, col("adp_balance_timeout_iters",
+                            np.full(n, float(ADP_BALANCE_TIMEOUT_ITERS))), 1.0)
+    iters = np.where(trt, adp, recv)
+    kind = np.where(trt, 1, 0).astype(np.int64)
+    ranks = np.where(trt, np.maximum(tp, 1.0), 1.0)
+    return iters, kind, ranks
