@@ -16,11 +16,11 @@ calls halved throughput on miss-heavy runs.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
 from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 
 SMALL, MAIN, GHOST = 1, 2, 3  # queue ids; 0 = untracked

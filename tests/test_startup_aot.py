@@ -1,0 +1,153 @@
+"""The replay kernels compiled ahead of time (``toolkit.runtime.aot``): the same results as
+numba's, bit for bit, and a warm CLI replay that never imports numba.
+
+The extension is built by ``make setup`` (``python -m toolkit.runtime.aot.build``); where
+it is missing or older than its sources these tests skip, and the kernels are numba's.
+Timings: ``benchmarks/cli_latency_bench.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import toolkit
+from toolkit.ingest import ingest_file
+from toolkit.runtime import aot
+
+ROOT = Path(__file__).resolve().parents[1]
+
+needs_extension = pytest.mark.skipif(
+    not aot._load_table(), reason="AOT extension not built or older than its sources "
+    "(python -m toolkit.runtime.aot.build)")
+
+
+def _run(code: str, aot_on: bool) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOOLKIT_AOT": "1" if aot_on else "0",
+           "TOOLKIT_PROGRESS": "0"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+REPLAY = """import json, sys
+from toolkit.cli import app
+sys.argv = ['toolkit', 'replay', 'selections', '--store', {store!r}, '--trace', 'smollm2',
+            '--mode', {mode!r}, '--buffer-tokens', '256', '--workers', '2', '--json']
+try:
+    app()
+except SystemExit as e:
+    assert not e.code, e.code
+print(json.dumps(sorted(m for m in ('numba', 'llvmlite', 'scipy') if m in sys.modules)))
+"""
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with the bundled SmolLM2 selections (real, k = 64, 30 layers)."""
+    root = tmp_path_factory.mktemp("aot") / "store"
+    with toolkit.open_store(root, create=True) as s:
+        ingest_file(s, "bundle", ROOT / "traces/smollm2", "smollm2",
+                    select="smollm2-softmax-sum")
+    return root
+
+
+def _results_files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "selection_replay" in p.parts and ".staging" not in p.parts}
+
+
+@needs_extension
+@pytest.mark.parametrize("mode", ["hisparse", "plain"])
+def test_aot_equals_jit_bit_for_bit(smollm2: Path, tmp_path: Path, mode: str):
+    """A CLI replay of the bundled real trace gives the same summary and writes the same
+    per-row result files, byte for byte (the results writer's encoder is compiled too),
+    with the extension as with numba; the first imports no numba at all."""
+    out = {}
+    for on in (True, False):
+        store = tmp_path / f"aot{int(on)}"
+        shutil.copytree(smollm2, store)
+        lines = _run(REPLAY.format(store=str(store), mode=mode), on).stdout.splitlines()
+        summary = json.loads(lines[-2])
+        summary.pop("elapsed_s")
+        out[on] = summary, json.loads(lines[-1]), _results_files(store)
+    assert out[True][1] == [], "the compiled kernels' path imported " + str(out[True][1])
+    assert "numba" in out[False][1]
+    assert out[True][0] == out[False][0]
+    assert out[True][0]["accesses"] > 0 and out[True][0]["hits"] > 0
+    assert out[True][2] and out[True][2] == out[False][2]
+
+
+@needs_extension
+def test_warm_cli_replay_imports_no_numba(tmp_path: Path):
+    """The replay the start-up benchmark times (k = 2048, HiSparse, LRU, one worker) runs
+    and saves its results without importing numba, llvmlite or SciPy."""
+    store = tmp_path / "s"
+    _run("from toolkit.store import open_store\n"
+         "from toolkit.synth.selections import SyntheticSelectionConfig, generate\n"
+         f"with open_store({str(store)!r}, create=True) as s:\n"
+         "    s.write_many(generate(SyntheticSelectionConfig(requests=1, prompt_tokens=4096, "
+         "steps=4, layers=2, k=2048, seed=1), 'syn'), 'syn')", False)
+    code = REPLAY.format(store=str(store), mode="hisparse").replace(
+        "'smollm2'", "'syn'").replace("'2', '--json'", "'1', '--json'")
+    lines = _run(code, True).stdout.splitlines()
+    assert json.loads(lines[-2])["accesses"] == 4 * 2 * 2048
+    assert json.loads(lines[-1]) == []
+
+
+@needs_extension
+def test_other_argument_types_fall_back_to_numba():
+    """A call no compiled signature matches imports numba and runs numba's kernel (never
+    the Python function); every stand-in then becomes numba's dispatcher, and a call that
+    matches still runs the compiled function."""
+    code = """import sys, json
+import numpy as np
+from toolkit.replay import selection_plan as sp
+from toolkit.runtime import aot
+assert aot.ACTIVE and 'numba' not in sys.modules
+r, la, st = np.array([0, 0, 1]), np.array([0, 1, 0], np.int16), np.array([0, 0, 0], np.int32)
+a = bool(sp.is_sorted_rows(r, la, st))          # int64 request ids: compiled
+before = 'numba' in sys.modules
+b = bool(sp.is_sorted_rows(r.astype(np.int32), la, st))  # int32: numba's
+from toolkit.runtime import jit
+print(json.dumps([a, before, b, 'numba' in sys.modules, type(sp.is_sorted_rows).__name__,
+                  type(jit.prefetch_row).__name__, jit.nb.__name__]))
+"""
+    got = json.loads(_run(code, True).stdout.splitlines()[-1])
+    assert got == [True, False, True, True, "CPUDispatcher", "CPUDispatcher", "numba"]
+
+
+@needs_extension
+def test_a_changed_source_disables_the_extension(tmp_path: Path, monkeypatch):
+    """An extension whose sources changed since it was built is not used."""
+    stamp = json.loads(aot.STAMP.read_text())
+    stamp["sources_sha256"] = "0" * 64
+    stale = tmp_path / "_kernels.json"
+    stale.write_text(json.dumps(stamp))
+    monkeypatch.setattr(aot, "STAMP", stale)
+    monkeypatch.setattr(aot, "_TABLE", None)
+    assert aot._load_table() == {}
+
+
+@pytest.mark.parametrize("value,key", [
+    (True, "b"), (np.bool_(False), "b"), (3, "i8"), (1 << 63, None), (2.5, "f8"),
+    (np.int64(3), "i8"), (np.arange(3, dtype=np.int32), "i4[:]"),
+    (np.zeros(2, np.bool_), "b1[:]"), (np.arange(6)[::2], None),
+    (np.zeros((2, 2), np.int64), None), ("x", None),
+])
+def test_argument_keys_follow_numbas_types(value, key):
+    """The key that picks a compiled signature is numba's type of the argument; anything
+    without an exact match (strided, 2-D, out of int64) gets none and goes to numba."""
+    assert aot.arg_key(value) == key
+    if isinstance(value, np.ndarray) and key is not None:
+        ro = value.view()
+        ro.flags.writeable = False
+        assert aot.arg_key(ro) == key + "r"
