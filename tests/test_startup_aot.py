@@ -40,8 +40,8 @@ def _run(code: str, aot_on: bool) -> subprocess.CompletedProcess[str]:
 
 REPLAY = """import json, sys
 from toolkit.cli import app
-sys.argv = ['toolkit', 'replay', 'selections', '--store', {store!r}, '--trace', 'smollm2',
-            '--mode', {mode!r}, '--buffer-tokens', '256', '--workers', '2', '--json']
+sys.argv = ['toolkit', 'replay', 'selections', '--store', {store!r}, '--trace', 'syn',
+            '--mode', 'hisparse', '--buffer-tokens', '256', '--workers', '1', '--json']
 try:
     app()
 except SystemExit as e:
@@ -65,25 +65,45 @@ def _results_files(root: Path) -> dict[str, bytes]:
             if p.is_file() and "selection_replay" in p.parts and ".staging" not in p.parts}
 
 
+PAIRS = [("lru", "hisparse"), ("lru", "plain"), ("arc", "plain"), ("clock", "hisparse"),
+         ("fifo", "plain"), ("lfu", "hisparse"), ("opt", "plain"), ("opt-bypass", "hisparse"),
+         ("slru", "plain"), ("lru", "hisparse", "empty")]
+"""(policy, mode[, initial]): every policy whose kernel the extension holds, both modes."""
+
+REPLAYS = """import json, sys
+from toolkit.replay.config import SelectionReplayConfig
+from toolkit.replay.selections import replay_selections
+from toolkit.store import open_store
+out = []
+with open_store({store!r}) as s:
+    for policy, mode, *initial in {pairs!r}:
+        r = replay_selections(s, SelectionReplayConfig('smollm2', policy, 256, mode=mode,
+                              initial=(initial or ['first'])[0]), workers=2, progress=False)
+        r.pop('elapsed_s')
+        out.append(r)
+print(json.dumps(out))
+print(json.dumps(sorted(m for m in ('numba', 'llvmlite', 'scipy') if m in sys.modules)))
+"""
+
+
 @needs_extension
-@pytest.mark.parametrize("mode", ["hisparse", "plain"])
-def test_aot_equals_jit_bit_for_bit(smollm2: Path, tmp_path: Path, mode: str):
-    """A CLI replay of the bundled real trace gives the same summary and writes the same
-    per-row result files, byte for byte (the results writer's encoder is compiled too),
-    with the extension as with numba; the first imports no numba at all."""
+def test_aot_equals_jit_bit_for_bit(smollm2: Path, tmp_path: Path):
+    """Replays of the bundled real trace through every policy the extension holds, in both
+    modes and on two threads, give the same summaries and write the same per-row result
+    files, byte for byte (the results writer's encoder is compiled too), with the
+    extension as with numba; the first imports no numba at all."""
     out = {}
     for on in (True, False):
         store = tmp_path / f"aot{int(on)}"
         shutil.copytree(smollm2, store)
-        lines = _run(REPLAY.format(store=str(store), mode=mode), on).stdout.splitlines()
-        summary = json.loads(lines[-2])
-        summary.pop("elapsed_s")
-        out[on] = summary, json.loads(lines[-1]), _results_files(store)
+        lines = _run(REPLAYS.format(store=str(store), pairs=PAIRS), on).stdout.splitlines()
+        out[on] = json.loads(lines[-2]), json.loads(lines[-1]), _results_files(store)
     assert out[True][1] == [], "the compiled kernels' path imported " + str(out[True][1])
     assert "numba" in out[False][1]
     assert out[True][0] == out[False][0]
-    assert out[True][0]["accesses"] > 0 and out[True][0]["hits"] > 0
-    assert out[True][2] and out[True][2] == out[False][2]
+    assert len({r["run_id"] for r in out[True][0]}) == len(PAIRS)
+    assert all(r["hits"] > 0 and r["misses"] > 0 for r in out[True][0])
+    assert len(out[True][2]) >= len(PAIRS) and out[True][2] == out[False][2]
 
 
 @needs_extension
@@ -96,8 +116,7 @@ def test_warm_cli_replay_imports_no_numba(tmp_path: Path):
          f"with open_store({str(store)!r}, create=True) as s:\n"
          "    s.write_many(generate(SyntheticSelectionConfig(requests=1, prompt_tokens=4096, "
          "steps=4, layers=2, k=2048, seed=1), 'syn'), 'syn')", False)
-    code = REPLAY.format(store=str(store), mode="hisparse").replace(
-        "'smollm2'", "'syn'").replace("'2', '--json'", "'1', '--json'")
+    code = REPLAY.format(store=str(store))
     lines = _run(code, True).stdout.splitlines()
     assert json.loads(lines[-2])["accesses"] == 4 * 2 * 2048
     assert json.loads(lines[-1]) == []

@@ -8,9 +8,10 @@ compiled from (a later edit disables the module until it is built again). It nee
 compiler and Python's headers; without them it fails, prints why, and the kernels stay
 numba's (compiled on first use, cached), so nothing else changes.
 
-The kernels are those a selection replay from the store runs (the store's page decoder,
-the replay plan, LRU's row kernel, the results writer): the path where a process's
-start-up, not its work, dominates (``benchmarks/cli_latency_bench.py``).
+The kernels are those a selection replay from the store runs, for every policy and mode
+(the store's page decoder, the replay plan, LRU's row kernel and the other policies'
+kernels, the results writer): the path where a process's start-up and first-run compile,
+not its work, dominated (``benchmarks/cli_latency_bench.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any
 # numba's own kernels while building (never the stand-ins of an older build)
 os.environ["TOOLKIT_AOT"] = "0"
 
+_POLICY = ("i4[:]", "i8", "i8", "i8[:]", "u1[:]")  # keys, n_keys, capacity, segments, hits
+
 KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
     "toolkit.store.parquet.topk_pages:_page_levels": (
         ("u1[:]r", "i8", "i8", "i8", "u1[:]", "u1[:]", "i8[:]", "i8", "i8", "b"),),
@@ -42,6 +45,18 @@ KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
          "b1[:]", "i4[:]"),),
     "toolkit.store.parquet.table_kernels:delta_encode": (
         ("i8[:]r", "i8", "u1[:]"), ("i4[:]r", "i8", "u1[:]")),
+    # every other policy: the planned path (plan, key check, policy kernel, fold)
+    "toolkit.replay.selection_plan:_plan_kernel": (
+        ("i4[:]", "i8[:]", "i8[:]", "i4[:]", "b1[:]", "i8", "b", "i8", "i4[:]", "i8[:]",
+         "i8[:]", "i8[:]", "b1[:]"),),
+    "toolkit.replay.selection_plan:row_hits": (("u1[:]", "i8[:]", "i8[:]"),),
+    "toolkit.policies._checks:_key_range": (("i4[:]",),),
+    **{f"toolkit.policies.{m}:{m}_kernel": (_POLICY + extra,) for m, extra in (
+        ("arc", ()), ("clock", ()), ("fifo", ()), ("lfu", ()), ("opt", ("b",)),
+        ("slru", ("i8",)))},
+    # not S3-FIFO's kernel: pycc's type inference rejects its queue ids (int literals
+    # assigned to one variable: "No conversion from Literal[int](1) to Literal[int](2)"),
+    # which numba's JIT accepts; it stays numba's
 }
 """``module:function`` -> argument types of each signature compiled (see
 :func:`toolkit.runtime.aot.arg_key` for the spelling)."""
