@@ -106,6 +106,34 @@ def test_aot_equals_jit_bit_for_bit(smollm2: Path, tmp_path: Path):
     assert len(out[True][2]) >= len(PAIRS) and out[True][2] == out[False][2]
 
 
+MRC = """import sys
+from toolkit.cli import app
+sys.argv = ['toolkit', 'replay', 'mrc', '--store', {store!r}, '--trace', 'smollm2',
+            '--policy', {policy!r}, *{extra!r}, '--workers', '2', '--json']
+try:
+    app()
+except SystemExit as e:
+    assert not e.code, e.code
+import json
+print(json.dumps(sorted(m for m in ('numba', 'llvmlite', 'scipy') if m in sys.modules)))
+"""
+
+
+@needs_extension
+@pytest.mark.parametrize("policy,extra", [("lru", []), ("fifo", ["--sample-rate", "0.5"]),
+                                          ("opt", ["--sample-keys", "200"])])
+def test_aot_miss_curves_equal_jit(smollm2: Path, policy: str, extra: list[str]):
+    """Miss curves over the bundled selections (LRU's exact curve, SHARDS at a fixed rate
+    and a fixed size) print the same with the extension as with numba, without numba."""
+    out = {}
+    for on in (True, False):
+        lines = _run(MRC.format(store=str(smollm2), policy=policy, extra=extra),
+                     on).stdout.splitlines()
+        out[on] = lines[:-1], json.loads(lines[-1])
+    assert out[True][1] == [] and "numba" in out[False][1]
+    assert out[True][0] == out[False][0] and len(json.loads(out[True][0][0])) > 2
+
+
 @needs_extension
 def test_warm_cli_replay_imports_no_numba(tmp_path: Path):
     """The replay the start-up benchmark times (k = 2048, HiSparse, LRU, one worker) runs

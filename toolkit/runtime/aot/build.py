@@ -17,6 +17,7 @@ not its work, dominated (``benchmarks/cli_latency_bench.py``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
@@ -54,6 +55,11 @@ KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{f"toolkit.policies.{m}:{m}_kernel": (_POLICY + extra,) for m, extra in (
         ("arc", ()), ("clock", ()), ("fifo", ()), ("lfu", ()), ("opt", ("b",)),
         ("slru", ("i8",)))},
+    # miss curves over selections: the exact LRU curve and SHARDS sampling
+    "toolkit.replay.mrc:_distance_histogram": (("i4[:]", "i8", "i8[:]", "i8"),),
+    "toolkit.replay.shards:_dense": (("i4[:]", "i8"),),
+    "toolkit.replay.shards:_first_hashes": (("i4[:]", "i8", "i8[:]", "i8", "i8"),),
+    "toolkit.replay.shards:_sample": (("i4[:]", "i8[:]", "i8", "i8", "i8"),),
     # not S3-FIFO's kernel: pycc's type inference rejects its queue ids (int literals
     # assigned to one variable: "No conversion from Literal[int](1) to Literal[int](2)"),
     # which numba's JIT accepts; it stays numba's
@@ -135,15 +141,19 @@ def build(out_dir: Path, verbose: bool = False) -> dict[str, Any]:
     cc.target_cpu = "host"  # as numba's JIT compiles: for this machine
     cc.verbose = verbose
     exports, funcs = [], []
-    for i, (kernel, sigs) in enumerate(sorted(KERNELS.items())):
+    for kernel, sigs in sorted(KERNELS.items()):
         module, name = kernel.split(":")
         disp = getattr(importlib.import_module(module), name)
         funcs.append(disp.py_func)
-        for j, args in enumerate(sigs):
+        for args in sigs:
             argtypes = tuple(numba_type(a) for a in args)
             disp.compile(argtypes)  # its return type (from numba's cache when warm)
             ret = disp.overloads[argtypes].signature.return_type
-            symbol = f"k{i}_{j}_{name.strip('_')}"
+            # the symbol names the kernel and its argument types: an extension and a
+            # stamp from different builds can then only miss each other (numba serves),
+            # never pair a kernel with another's types
+            tag = hashlib.sha1(",".join(args).encode()).hexdigest()[:10]
+            symbol = f"{module.replace('.', '_')}__{name}__{tag}"
             cc.export(symbol, ret(*argtypes))(disp.py_func)
             exports.append({"kernel": kernel, "args": list(args), "symbol": symbol})
     sources = _sources(funcs)
