@@ -184,7 +184,8 @@ def main() -> int:
     except Exception as e:
         for old in here.glob("_kernels*"):
             old.unlink()
-        print(f"aot build failed ({type(e).__name__}: {e}); the replay kernels will be "
+        why = " ".join(str(e).split())  # one line (pycc's messages span several)
+        print(f"aot build failed ({type(e).__name__}: {why}); the replay kernels will be "
               "numba's, compiled on first use", file=sys.stderr)
         return 1
     print(f"aot build: {len(stamp['exports'])} kernel signature(s) compiled ahead of time in "
