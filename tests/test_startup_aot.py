@@ -67,7 +67,7 @@ def _results_files(root: Path) -> dict[str, bytes]:
 
 PAIRS = [("lru", "hisparse"), ("lru", "plain"), ("arc", "plain"), ("clock", "hisparse"),
          ("fifo", "plain"), ("lfu", "hisparse"), ("opt", "plain"), ("opt-bypass", "hisparse"),
-         ("slru", "plain"), ("lru", "hisparse", "empty")]
+         ("slru", "plain"), ("s3fifo", "hisparse"), ("lru", "hisparse", "empty")]
 """(policy, mode[, initial]): every policy whose kernel the extension holds, both modes."""
 
 REPLAYS = """import json, sys

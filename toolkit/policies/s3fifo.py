@@ -120,14 +120,15 @@ def s3fifo_kernel(
                             _move(nxt, prv, where, n_keys, v, GHOST)
                         evictions += 1
                         break
+            # int64, not the literals: numba's AOT compiler (pycc) does not unify them
             if w == GHOST:
-                dst = MAIN
+                dst = np.int64(MAIN)
             elif small_max <= 1:
                 continue
             elif not has_evicted and ln[U(SMALL)] >= small_max:
-                dst = MAIN
+                dst = np.int64(MAIN)
             else:
-                dst = SMALL
+                dst = np.int64(SMALL)
             freq[U(k)] = 0
             ln[U(dst)] += 1
             _move(nxt, prv, where, n_keys, k, dst)

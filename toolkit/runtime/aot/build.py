@@ -54,15 +54,12 @@ KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
     "toolkit.policies._checks:_key_range": (("i4[:]",),),
     **{f"toolkit.policies.{m}:{m}_kernel": (_POLICY + extra,) for m, extra in (
         ("arc", ()), ("clock", ()), ("fifo", ()), ("lfu", ()), ("opt", ("b",)),
-        ("slru", ("i8",)))},
+        ("s3fifo", ("i8", "i8", "i8")), ("slru", ("i8",)))},
     # miss curves over selections: the exact LRU curve and SHARDS sampling
     "toolkit.replay.mrc:_distance_histogram": (("i4[:]", "i8", "i8[:]", "i8"),),
     "toolkit.replay.shards:_dense": (("i4[:]", "i8"),),
     "toolkit.replay.shards:_first_hashes": (("i4[:]", "i8", "i8[:]", "i8", "i8"),),
     "toolkit.replay.shards:_sample": (("i4[:]", "i8[:]", "i8", "i8", "i8"),),
-    # not S3-FIFO's kernel: pycc's type inference rejects its queue ids (int literals
-    # assigned to one variable: "No conversion from Literal[int](1) to Literal[int](2)"),
-    # which numba's JIT accepts; it stays numba's
 }
 """``module:function`` -> argument types of each signature compiled (see
 :func:`toolkit.runtime.aot.arg_key` for the spelling)."""
