@@ -134,6 +134,37 @@ def test_aot_miss_curves_equal_jit(smollm2: Path, policy: str, extra: list[str])
     assert out[True][0] == out[False][0] and len(json.loads(out[True][0][0])) > 2
 
 
+PREFIX = """import sys
+from toolkit.cli import app
+sys.argv = ['toolkit', 'replay', 'prefix', '--store', {store!r}, '--trace', 'conv',
+            '--policy', {policy!r}, '--capacity-blocks', '10000', '--json']
+try:
+    app()
+except SystemExit as e:
+    assert not e.code, e.code
+import json
+print(json.dumps(sorted(m for m in ('numba', 'llvmlite') if m in sys.modules)))
+"""
+
+
+@needs_extension
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+def test_aot_prefix_replay_equals_jit(tmp_path: Path, policy: str):
+    """A prefix replay of the bundled Mooncake conversation trace gives the same summary
+    with the extension as with numba, without numba."""
+    store = tmp_path / "mc"
+    with toolkit.open_store(store, create=True) as s:
+        ingest_file(s, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "conv")
+    out = {}
+    for on in (True, False):
+        lines = _run(PREFIX.format(store=str(store), policy=policy), on).stdout.splitlines()
+        summary = json.loads(lines[-2])
+        out[on] = {k: v for k, v in summary.items() if "elapsed" not in k}, \
+            json.loads(lines[-1])
+    assert out[True][1] == [] and "numba" in out[False][1]
+    assert out[True][0] == out[False][0] and out[True][0]["block_hits"] > 0
+
+
 @needs_extension
 def test_warm_cli_replay_imports_no_numba(tmp_path: Path):
     """The replay the start-up benchmark times (k = 2048, HiSparse, LRU, one worker) runs

@@ -55,6 +55,11 @@ KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
     **{f"toolkit.policies.{m}:{m}_kernel": (_POLICY + extra,) for m, extra in (
         ("arc", ()), ("clock", ()), ("fifo", ()), ("lfu", ()), ("opt", ("b",)),
         ("s3fifo", ("i8", "i8", "i8")), ("slru", ("i8",)))},
+    # prefix replays: LRU's plain kernel (every other policy's is above) and the totals
+    "toolkit.policies.lru:lru_kernel": (_POLICY,),
+    "toolkit.replay.prefix:_hit_totals": (("u1[:]", "i8", "i8[:]", "i8[:]", "i8[:]", "i8[:]",
+                                           "i8"),),
+    "toolkit.replay.prefix:_in_order": (("f8[:]", "i8[:]"),),
     # miss curves over selections: the exact LRU curve and SHARDS sampling
     "toolkit.replay.mrc:_distance_histogram": (("i4[:]", "i8", "i8[:]", "i8"),),
     "toolkit.replay.shards:_dense": (("i4[:]", "i8"),),
