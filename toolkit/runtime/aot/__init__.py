@@ -17,8 +17,8 @@ here instead of from numba and llvmlite:
   signature still compiles on first use as before.
 
 The extension is used only while the sources it was built from are unchanged (a hash of
-those files is recorded next to it): after an edit or a ``git pull`` without
-``make setup`` the kernels are compiled by numba again, never run stale.
+those files is recorded next to it): after an edit or a ``git pull`` the kernels are
+numba's again, never run stale, until ``python -m toolkit.runtime.aot.build`` runs.
 """
 
 from __future__ import annotations
