@@ -7,12 +7,15 @@ layers, 32K-token prompt: 16.8M accesses in HiSparse mode at 4,096 slots, LRU).
 - in process: ``replay_selections`` with kernels loaded (median of ``--runs``), 1 worker
   and 2 workers (the 2-worker speed-up, with ``/proc/loadavg`` at the time);
 - start-up: ``toolkit --version``, ``toolkit --help``, ``toolkit sql --store S "SELECT 1"``;
-- warm: ``toolkit replay selections ... --json`` with numba's cache filled;
+- warm: ``toolkit replay selections ... --json`` with the replay kernels compiled ahead
+  of time (``toolkit.runtime.aot``, built by ``make setup``: no numba in the process) and
+  with numba's cache filled instead (``TOOLKIT_AOT=0``), run by run in turn;
 - after warm-up: the same, first run in a cache that only ``toolkit warm-up`` filled
   (``--warm-cache DIR``: a ``NUMBA_CACHE_DIR`` where ``toolkit warm-up`` ran; the bench runs
   warm-up there itself when the directory is empty);
-- cold: the same, first run with an empty ``NUMBA_CACHE_DIR`` (every kernel it needs is
-  compiled; once, it takes minutes on a loaded machine; ``--no-cold`` skips it);
+- cold: the same, first run with an empty ``NUMBA_CACHE_DIR``, with the compiled
+  extension and without it (every kernel it needs is then compiled; once, it takes
+  minutes on a loaded machine; ``--no-cold`` skips both);
 - the floor under a warm replay that numba sets: ``python -c`` importing numba and
   preparing its CPU target the way a first cached-kernel load does (the target context's
   ``refresh``: numba's implementation registries, which import SciPy's BLAS wrappers and
@@ -75,6 +78,27 @@ def median_wall(args: list[str], runs: int, env: dict[str, str] | None = None
     return walls[len(walls) // 2], load()
 
 
+def interleaved(variants: list[tuple[str, list[str], dict[str, str]]], runs: int
+                ) -> list[tuple[str, float, str]]:
+    """Median wall of each variant, run one after the other ``runs`` times (a change in
+    the machine's load then falls on every variant alike)."""
+    for _, argv, env in variants:
+        cli_wall(argv, env)  # fills the caches
+    walls: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+    for _ in range(runs):
+        for label, argv, env in variants:
+            walls[label].append(cli_wall(argv, env))
+    return [(label, sorted(w)[len(w) // 2], load()) for label, w in walls.items()]
+
+
+def aot_built() -> bool:
+    """Whether the compiled replay kernels are built and current."""
+    out = subprocess.run([sys.executable, "-c", "from toolkit.runtime import aot; "
+                          "print(bool(aot._load_table()))"], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return out.stdout.strip() == "True"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -120,13 +144,18 @@ def run(args: argparse.Namespace, root: Path) -> None:
     for label, argv in (("toolkit --version", ["--version"]),
                         ("toolkit --help", ["--help"]),
                         ('toolkit sql --store S "SELECT 1"', ["sql", "--store", str(root),
-                                                              "SELECT 1"]),
-                        ("CLI replay, warm cache", replay),
-                        ("floor: Python, NumPy, PyArrow, DuckDB, numba and its CPU target "
-                         "(no toolkit)", ["-c", FLOOR])):
+                                                              "SELECT 1"])):
         cli_wall(argv)  # fills the cache and the page cache
         wall, ld = median_wall(argv, args.runs)
         rows.append((label, wall, ld))
+    # the warm replay with the replay path's kernels compiled ahead of time (when built:
+    # toolkit.runtime.aot) and with numba's cached kernels, run by run in turn
+    aot = "extension" if aot_built() else "extension NOT built: numba's kernels"
+    rows += interleaved([(f"CLI replay, warm cache ({aot})", replay, {}),
+                         ("CLI replay, warm cache, numba's kernels (TOOLKIT_AOT=0)", replay,
+                          {"TOOLKIT_AOT": "0"}),
+                         ("floor: Python, NumPy, PyArrow, DuckDB, numba and its CPU target "
+                          "(no toolkit)", ["-c", FLOOR], {})], args.runs)
     if args.warm_cache is not None:
         args.warm_cache.mkdir(parents=True, exist_ok=True)
         env = {"NUMBA_CACHE_DIR": str(args.warm_cache)}
@@ -137,8 +166,13 @@ def run(args: argparse.Namespace, root: Path) -> None:
         rows.append(("CLI replay, first run after warm-up", cli_wall(replay, env), load()))
     if not args.no_cold:
         with tempfile.TemporaryDirectory(prefix="numba-cold-") as cold:
-            rows.append(("CLI replay, empty numba cache (cold)",
+            rows.append((f"CLI replay, empty numba cache (cold; {aot})",
                          cli_wall(replay, {"NUMBA_CACHE_DIR": cold}), load()))
+        with tempfile.TemporaryDirectory(prefix="numba-cold-") as cold:
+            rows.append(("CLI replay, empty numba cache (cold), numba's kernels "
+                         "(TOOLKIT_AOT=0)",
+                         cli_wall(replay, {"NUMBA_CACHE_DIR": cold, "TOOLKIT_AOT": "0"}),
+                         load()))
     print("\n| what | wall (s) | / in-process replay | CPU (s) | load (1/5/15 min) |")
     print("|---|---|---|---|---|")
     print(f"| in-process replay, 1 worker | {base:.3f} | 1.00 | | {inproc[1][1]} |")

@@ -16,6 +16,13 @@ An earlier revision's ``toolkit/store/parquet/{topk_pages,table}.py`` are taken 
 file (k = 512, ascending positions below 32,768) in turns, 25 times each; the best time a
 position of each (a compile-time saving must not cost decode speed).
 Run: ``.venv/bin/python benchmarks/compile_bench.py --ref 51f6744 --decode``.
+
+``--warm-up``: instead, where ``toolkit warm-up``'s compile time goes. Each of its work
+items runs in its own subprocess, one after the other, in one fresh ``NUMBA_CACHE_DIR``
+(as the warm-up's processes share one), with numba's compile events timed: per item the
+kernels compiled and seconds, then the kernels that took longest, self time (a kernel's
+compile less that of the kernels it compiled on the way) and their count of type
+specialisations.
 """
 
 from __future__ import annotations
@@ -123,6 +130,70 @@ print(" ".join(f"{n}={best[n] / topk.size * 1e9:.3f}" for n in mods))
 """
 
 
+PROFILE = r"""
+import json, sys, threading, time
+from numba.core import event
+from toolkit.commands.warmup import _TASK_FUNCTIONS
+from pathlib import Path
+stack, rec = [], []
+class L(event.Listener):
+    def on_start(self, ev):
+        fn = getattr(ev.data.get("dispatcher"), "py_func", None)
+        name = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else "?"
+        stack.append([name, str(ev.data.get("args")), time.perf_counter(), 0.0])
+    def on_end(self, ev):
+        name, args, t0, child = stack.pop()
+        dt = time.perf_counter() - t0
+        if stack:
+            stack[-1][3] += dt
+        rec.append((name, args, dt - child, not stack))
+event.register("numba:compile", L())
+t0 = time.perf_counter()
+_TASK_FUNCTIONS[sys.argv[1]](Path(sys.argv[2]) / sys.argv[1], Path("traces"))
+print(json.dumps({"seconds": time.perf_counter() - t0, "rec": rec}))
+"""
+
+
+def warm_up_profile() -> None:
+    from collections import defaultdict
+
+    from toolkit.commands.warmup import TASKS
+
+    order = sorted(TASKS, key=lambda t: t != "demo")
+    per_kernel: dict[str, list[float]] = defaultdict(list)
+    print("| work item | kernels compiled | seconds | CPU (s) | load after |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="compile-bench-") as cache, \
+            tempfile.TemporaryDirectory(prefix="compile-bench-data-") as data:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT),
+               "TOOLKIT_AOT": "0", "TOOLKIT_PROGRESS": "0"}
+        total = 0.0
+        for task in order:
+            r0 = os.times()
+            res = subprocess.run([sys.executable, "-c", PROFILE, task, data],
+                                 capture_output=True, text=True, env=env, cwd=ROOT)
+            r1 = os.times()
+            if res.returncode != 0:
+                raise SystemExit(f"{task}: {res.stderr.strip()}")
+            out = json.loads(res.stdout.splitlines()[-1])
+            for name, _args, self_s, _top in out["rec"]:
+                per_kernel[name].append(self_s)
+            cpu = (r1.children_user - r0.children_user) + (r1.children_system
+                                                           - r0.children_system)
+            total += out["seconds"]
+            print(f"| {task} | {len(out['rec'])} | {out['seconds']:.1f} | {cpu:.1f} | "
+                  f"{load()} |", flush=True)
+    ranked = sorted(per_kernel.items(), key=lambda kv: -sum(kv[1]))
+    everything = sum(sum(v) for v in per_kernel.values())
+    print(f"\n{sum(len(v) for v in per_kernel.values())} compiles of {len(per_kernel)} "
+          f"kernels, {everything:.1f} s self time in all ({total:.1f} s wall for the items)")
+    print("\n| kernel | specialisations | self seconds | share |")
+    print("|---|---|---|---|")
+    for name, times in ranked[:25]:
+        print(f"| {name} | {len(times)} | {sum(times):.1f} | "
+              f"{100 * sum(times) / everything:.0f}% |")
+
+
 def run(scratch: Path, topk: str, table: str, label: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as cache, \
             tempfile.TemporaryDirectory(prefix="compile-bench-data-") as data:
@@ -147,7 +218,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ref", default=None, help="git revision to compare with")
     ap.add_argument("--decode", action="store_true", help="also compare decode speed")
+    ap.add_argument("--warm-up", action="store_true",
+                    help="profile toolkit warm-up's compiles instead")
     args = ap.parse_args()
+    if args.warm_up:
+        warm_up_profile()
+        return
     with tempfile.TemporaryDirectory(prefix="compile-bench-ref-") as scratch:
         versions = [("this tree", "toolkit.store.parquet.topk_pages",
                      "toolkit.store.parquet.table")]

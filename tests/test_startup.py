@@ -22,7 +22,8 @@ HEAVY = ("numba", "polars", "duckdb", "pyarrow", "numpy", "llvmlite")
 
 
 def _python(code: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # numba's kernels (the path without the compiled extension: tests/test_startup_aot.py)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOOLKIT_AOT": "0"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -6,8 +6,9 @@ validation) loads neither NumPy nor numba.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+
+from toolkit.runtime.aot import nb
 
 
 def as_segments(segments: np.ndarray | None, n: int) -> np.ndarray:

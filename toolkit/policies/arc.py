@@ -20,11 +20,11 @@ cast with ``U`` (see ``_kernel.U``).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
 from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 
 T1, T2, B1, B2 = 1, 2, 3, 4  # list ids; 0 = untracked

@@ -7,10 +7,10 @@ moved to the head) is the same as this ring with a hand, so miss counts agree ex
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies._kernel import KernelPolicy
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 
 

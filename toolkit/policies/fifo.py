@@ -5,10 +5,10 @@ A ring buffer of cached keys plus a dense residency flag; hits change no state.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies._kernel import KernelPolicy
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 
 

@@ -8,11 +8,11 @@ every hit, so a list's head is its least recently used key. O(1) per access.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
 from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 
 _SIZE, _TOP, _MIN_F, _EVICTIONS = 0, 1, 2, 3  # slots of the state carried between runs

@@ -6,10 +6,10 @@ a few array loads and stores with no hashing.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies._kernel import KernelPolicy
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U, prefetch_row
 
 

@@ -10,14 +10,11 @@ next-use times (see ``opt_kernel``), so an access is a bit test and a few word u
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
 from toolkit.policies import SimResult, as_segments, check_keys
 from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.aot import intrinsic, ir, nb, types
 from toolkit.runtime.jit import U
 
 NEVER = np.iinfo(np.int64).max

@@ -16,11 +16,11 @@ calls halved throughput on miss-heavy runs.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
 from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 
 SMALL, MAIN, GHOST = 1, 2, 3  # queue ids; 0 = untracked
@@ -120,14 +120,15 @@ def s3fifo_kernel(
                             _move(nxt, prv, where, n_keys, v, GHOST)
                         evictions += 1
                         break
+            # int64, not the literals: numba's AOT compiler (pycc) does not unify them
             if w == GHOST:
-                dst = MAIN
+                dst = np.int64(MAIN)
             elif small_max <= 1:
                 continue
             elif not has_evicted and ln[U(SMALL)] >= small_max:
-                dst = MAIN
+                dst = np.int64(MAIN)
             else:
-                dst = SMALL
+                dst = np.int64(SMALL)
             freq[U(k)] = 0
             ln[U(dst)] += 1
             _move(nxt, prv, where, n_keys, k, dst)

@@ -12,11 +12,11 @@ is not a multiple of ``n_segments``), and nothing is admitted when
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies import SimResult
 from toolkit.policies._kernel import run_kernel
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 
 from toolkit.policies import as_segments, check_keys, compact_keys
+from toolkit.runtime.aot import nb
 from toolkit.runtime.memory import check_memory
 from toolkit.runtime.pool import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.store import Store, bounded_key

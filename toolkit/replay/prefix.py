@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,6 +28,7 @@ from toolkit.policies import SPARSE_KEY_FACTOR, policies
 from toolkit.policies._kernel import INT32_LIMIT
 from toolkit.replay.config import PrefixReplayConfig
 from toolkit.replay.keys import dense_ids
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U
 from toolkit.runtime.pool import ordered_results, resolve_workers, thread_map
 from toolkit.runtime.progress import progress as progress_bar

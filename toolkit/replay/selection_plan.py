@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
 
 from toolkit.policies.lru import row_shape
+from toolkit.runtime.aot import nb
 from toolkit.runtime.jit import U, prefetch_row
 from toolkit.runtime.memory import check_memory
 

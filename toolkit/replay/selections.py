@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -60,6 +59,7 @@ from toolkit.replay.selection_plan import (
     row_hits,
 )
 from toolkit.runtime import pool
+from toolkit.runtime.aot import nb
 from toolkit.runtime.memory import check_memory
 from toolkit.runtime.pool import ordered_results, resolve_workers, split_at, thread_map
 from toolkit.runtime.progress import progress as progress_bar

@@ -23,8 +23,9 @@ not the denominator.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+
+from toolkit.runtime.aot import nb
 
 HASH_SPACE = 1 << 24
 """``P``: sampling thresholds are integers in ``[0, P]``."""

@@ -7,11 +7,9 @@ wherever they are defined (``inline="always"`` makes that explicit).
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
+
+from toolkit.runtime.aot import intrinsic, ir, nb, types
 
 U = np.uintp
 """Index cast for kernels' hot loops: ``a[U(i)]`` instead of ``a[i]``. numba must allow a

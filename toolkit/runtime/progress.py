@@ -215,13 +215,27 @@ def compile_notice(enabled: bool | None = None) -> Iterator[None]:
     if not show:
         yield
         return
-    from numba.core import event
+    from toolkit.runtime import aot
 
-    listener = _compile_listener()
-    event.register("numba:compile", listener)
+    listener: Any = None
+    open_ = True
+
+    def attach() -> None:  # when numba is imported: not at all if no kernel compiles
+        nonlocal listener
+        if open_:
+            from numba.core import event
+
+            listener = _compile_listener()
+            event.register("numba:compile", listener)
+
+    aot.on_numba(attach)
     try:
         yield
     finally:
-        event.unregister("numba:compile", listener)
-        if listener.kernels:
-            _say(f"compiled {listener.kernels} kernel(s) in {listener.seconds:.0f} s")
+        open_ = False
+        if listener is not None:
+            from numba.core import event
+
+            event.unregister("numba:compile", listener)
+            if listener.kernels:
+                _say(f"compiled {listener.kernels} kernel(s) in {listener.seconds:.0f} s")

@@ -5,8 +5,9 @@ table with integer or several-valued string columns loads them.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
+
+from toolkit.runtime.aot import nb
 
 _BLOCK, _MINI = 128, 4  # values per delta block; miniblocks per block (32 values each)
 

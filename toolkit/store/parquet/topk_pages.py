@@ -18,14 +18,11 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
+from toolkit.runtime.aot import intrinsic, ir, nb, types
 from toolkit.runtime.jit import U
 
 # Parquet enums (parquet.thrift)

@@ -1,0 +1,199 @@
+"""Build the extension module of :mod:`toolkit.runtime.aot` (``make setup`` runs this).
+
+``python -m toolkit.runtime.aot.build`` compiles :data:`KERNELS` with numba's ``pycc``
+(each kernel for exactly the argument types listed) into
+``toolkit/runtime/aot/_kernels*.so`` and writes ``_kernels.json`` beside it: which symbol
+serves which kernel and argument types, and a hash of the source files the kernels were
+compiled from (a later edit disables the module until it is built again). It needs a C
+compiler and Python's headers; without them it fails, prints why, and the kernels stay
+numba's (compiled on first use, cached), so nothing else changes.
+
+The kernels are those a selection replay from the store runs, for every policy and mode
+(the store's page decoder, the replay plan, LRU's row kernel and the other policies'
+kernels, the results writer): the path where a process's start-up and first-run compile,
+not its work, dominated (``benchmarks/cli_latency_bench.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# numba's own kernels while building (never the stand-ins of an older build)
+os.environ["TOOLKIT_AOT"] = "0"
+
+_POLICY = ("i4[:]", "i8", "i8", "i8[:]", "u1[:]")  # keys, n_keys, capacity, segments, hits
+
+KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "toolkit.store.parquet.topk_pages:_page_levels": (
+        ("u1[:]r", "i8", "i8", "i8", "u1[:]", "u1[:]", "i8[:]", "i8", "i8", "b"),),
+    "toolkit.store.parquet.topk_pages:_delta": (("u1[:]r", "i8", "i8", "i4[:]", "i8", "b"),),
+    "toolkit.replay.selection_plan:is_sorted_rows": (("i8[:]", "i2[:]", "i4[:]"),),
+    "toolkit.replay.selection_plan:layer_major": (("i8[:]", "i2[:]", "i4[:]"),),
+    "toolkit.replay.selection_plan:gather_rows": (
+        ("i8[:]", "i8[:]", "i2[:]", "i4[:]", "i4[:]", "i8[:]"),),
+    "toolkit.policies.lru:lru_rows": (
+        ("i4[:]", "i8[:]", "i8[:]", "i4[:]", "b1[:]", "i8", "b", "i8", "i8", "i8", "i8[:]",
+         "b1[:]", "i4[:]"),),
+    "toolkit.store.parquet.table_kernels:delta_encode": (
+        ("i8[:]r", "i8", "u1[:]"), ("i4[:]r", "i8", "u1[:]")),
+    # every other policy: the planned path (plan, key check, policy kernel, fold)
+    "toolkit.replay.selection_plan:_plan_kernel": (
+        ("i4[:]", "i8[:]", "i8[:]", "i4[:]", "b1[:]", "i8", "b", "i8", "i4[:]", "i8[:]",
+         "i8[:]", "i8[:]", "b1[:]"),),
+    "toolkit.replay.selection_plan:row_hits": (("u1[:]", "i8[:]", "i8[:]"),),
+    "toolkit.policies._checks:_key_range": (("i4[:]",),),
+    **{f"toolkit.policies.{m}:{m}_kernel": (_POLICY + extra,) for m, extra in (
+        ("arc", ()), ("clock", ()), ("fifo", ()), ("lfu", ()), ("opt", ("b",)),
+        ("s3fifo", ("i8", "i8", "i8")), ("slru", ("i8",)))},
+    # prefix replays: LRU's plain kernel (every other policy's is above) and the totals
+    "toolkit.policies.lru:lru_kernel": (_POLICY,),
+    "toolkit.replay.prefix:_hit_totals": (("u1[:]", "i8", "i8[:]", "i8[:]", "i8[:]", "i8[:]",
+                                           "i8"),),
+    "toolkit.replay.prefix:_in_order": (("f8[:]", "i8[:]"),),
+    # miss curves over selections: the exact LRU curve and SHARDS sampling
+    "toolkit.replay.mrc:_distance_histogram": (("i4[:]", "i8", "i8[:]", "i8"),),
+    "toolkit.replay.shards:_dense": (("i4[:]", "i8"),),
+    "toolkit.replay.shards:_first_hashes": (("i4[:]", "i8", "i8[:]", "i8", "i8"),),
+    "toolkit.replay.shards:_sample": (("i4[:]", "i8[:]", "i8", "i8", "i8"),),
+}
+"""``module:function`` -> argument types of each signature compiled (see
+:func:`toolkit.runtime.aot.arg_key` for the spelling)."""
+
+
+def numba_type(key: str) -> Any:
+    from numba.core import types
+
+    scalar = {"b": types.boolean, "f8": types.float64}
+    if key in scalar:
+        return scalar[key]
+    if key.endswith(("[:]", "[:]r")):
+        base = key.split("[", 1)[0]
+        dtype = types.boolean if base == "b1" else getattr(types, _name(base))
+        return types.Array(dtype, 1, "C", readonly=key.endswith("r"))
+    return getattr(types, _name(key))
+
+
+def _name(key: str) -> str:
+    return {"i": "int", "u": "uint", "f": "float"}[key[0]] + str(8 * int(key[1:]))
+
+
+def _sources(funcs: list[Any]) -> list[str]:
+    """The files whose code the kernels compile: their modules and, transitively, those
+    of the kernels and intrinsics they call."""
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.extending import _Intrinsic
+
+    root = Path(__file__).resolve().parents[3]
+    files: set[str] = set()
+    seen: set[int] = set()
+    todo = list(funcs)
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        code = getattr(f, "__code__", None)
+        path = Path(getattr(code, "co_filename", "")).resolve()
+        if code is None or not path.is_relative_to(root / "toolkit"):
+            continue
+        files.add(path.relative_to(root).as_posix())
+        names = set(code.co_names)
+        for c in code.co_consts:  # nested functions (an intrinsic's codegen)
+            if hasattr(c, "co_names"):
+                names |= set(c.co_names)
+        for name in names:
+            g = f.__globals__.get(name)
+            if isinstance(g, Dispatcher):
+                todo.append(g.py_func)
+            elif isinstance(g, _Intrinsic):
+                todo.append(g._defn)
+    files.add("toolkit/runtime/aot/__init__.py")
+    files.add("toolkit/runtime/aot/build.py")
+    return sorted(files)
+
+
+def build(out_dir: Path, verbose: bool = False) -> dict[str, Any]:
+    """Compile :data:`KERNELS` into ``out_dir``; returns the stamp written beside it."""
+    import numba
+    import numba.pycc.compiler as pycc_compiler
+    from numba.pycc import CC
+
+    from toolkit.runtime.aot import _source_hash
+
+    class Flags(pycc_compiler.Flags):  # type: ignore[misc,name-defined]
+        """As numba's kernels are compiled here (``nogil=True``): the wrapper releases the
+        GIL, so worker threads run the compiled kernels in parallel."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    pycc_compiler.Flags = Flags
+    cc = CC("_kernels")
+    cc.target_cpu = "host"  # as numba's JIT compiles: for this machine
+    cc.verbose = verbose
+    exports, funcs = [], []
+    for kernel, sigs in sorted(KERNELS.items()):
+        module, name = kernel.split(":")
+        disp = getattr(importlib.import_module(module), name)
+        funcs.append(disp.py_func)
+        for args in sigs:
+            argtypes = tuple(numba_type(a) for a in args)
+            disp.compile(argtypes)  # its return type (from numba's cache when warm)
+            ret = disp.overloads[argtypes].signature.return_type
+            # the symbol names the kernel and its argument types: an extension and a
+            # stamp from different builds can then only miss each other (numba serves),
+            # never pair a kernel with another's types
+            tag = hashlib.sha1(",".join(args).encode()).hexdigest()[:10]
+            symbol = f"{module.replace('.', '_')}__{name}__{tag}"
+            cc.export(symbol, ret(*argtypes))(disp.py_func)
+            exports.append({"kernel": kernel, "args": list(args), "symbol": symbol})
+    sources = _sources(funcs)
+    with tempfile.TemporaryDirectory(prefix="toolkit-aot-") as tmp:
+        cc.output_dir = tmp
+        cc.compile()
+        built = [p for p in Path(tmp).iterdir() if p.name.startswith("_kernels")]
+        if len(built) != 1:
+            raise RuntimeError(f"pycc wrote {[p.name for p in built]}, expected one module")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for old in out_dir.glob("_kernels*"):
+            old.unlink()
+        shutil.move(str(built[0]), out_dir / built[0].name)
+    stamp = {"numba": numba.__version__, "exports": exports, "sources": sources,
+             "sources_sha256": _source_hash(sources)}
+    (out_dir / "_kernels.json").write_text(json.dumps(stamp, indent=1) + "\n")
+    return stamp
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args()
+    here = Path(__file__).resolve().parent
+    t0 = time.perf_counter()
+    try:
+        stamp = build(here, args.verbose)
+    except Exception as e:
+        for old in here.glob("_kernels*"):
+            old.unlink()
+        why = " ".join(str(e).split())  # one line (pycc's messages span several)
+        print(f"aot build failed ({type(e).__name__}: {why}); the replay kernels will be "
+              "numba's, compiled on first use", file=sys.stderr)
+        return 1
+    print(f"aot build: {len(stamp['exports'])} kernel signature(s) compiled ahead of time in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
