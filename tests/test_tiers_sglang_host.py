@@ -109,11 +109,44 @@ FUZZ_CASE = {
 }
 
 
-def test_fuzz_case_equals_sglang(store):
+# engine_fuzz --engine sglang-host --seed 4, case 241 (SYNTHETIC, 8-token blocks, 1-token
+# pages, write_back, a 33-token host pool): request 12's declined host run (8 tokens,
+# below the load-back threshold) was re-stamped by its match, so SGLang's host eviction
+# (a heap of the host leaves keyed by last access *when it evicts*) took it to make room
+# for a write-back backup, and the backup succeeded; a host-leaf heap that missed the
+# match's stamp kept it, failed the backup and dropped the node (request 19: 16 GPU hit
+# tokens instead of 19).
+FUZZ_CASE_WB = {
+    "hashes": [
+        [0, 1, 2], [3, 4], [3, 4, 5, 6, 7], [0], [3, 8, 9, 10, 11, 12], [0], [3, 8], [0, 13, 14],
+        [0, 1, 15, 16, 17, 18], [0, 1], [0, 1, 2, 19, 20], [0, 1, 2], [3, 8, 21, 22],
+        [3, 8, 21], [3, 4], [3, 4, 23, 24], [3], [3, 8, 9, 25, 26], [0, 13, 27, 28, 29, 30],
+        [3, 8, 21], [3, 4, 23, 24, 31, 32],
+    ],
+    "prompts": [23, 9, 39, 1, 44, 4, 16, 21, 43, 14, 40, 17, 28, 19, 11, 32, 4, 37, 42, 21, 45],
+    "arrival": [
+        0.0, 0.0, 1.0, 1.0, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 6.0, 7.0, 7.0, 7.0, 8.0, 8.0, 8.0,
+        9.0, 9.0, 9.0,
+    ],
+    "unit": 1,
+    "cap": 89,
+    "host": 32,
+    "write": "write_back",
+    "host_capacity": 33,
+    "sglang": [
+        [0, 0], [0, 0], [9, 0], [1, 0], [8, 0], [4, 0], [16, 0], [8, 0], [16, 0], [14, 0],
+        [23, 0], [17, 0], [8, 0], [19, 0], [8, 0], [11, 0], [4, 0], [16, 0], [8, 0], [19, 0],
+        [11, 21],
+    ],
+}
+
+
+@pytest.mark.parametrize("case", [FUZZ_CASE, FUZZ_CASE_WB], ids=["seed2-case0", "seed4-case241"])
+def test_fuzz_case_equals_sglang(store, case):
     """GPU and host hits equal SGLang's on every request."""
     from toolkit.ingest.fields import requests_table
 
-    c = FUZZ_CASE
+    c = case
     n = len(c["prompts"])
     store.write("requests", "fz", requests_table("fz", c["arrival"], c["prompts"], [1] * n,
                                                  8, c["hashes"]), replace=True)

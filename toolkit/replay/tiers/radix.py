@@ -403,6 +403,9 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
         k = keys[b0 + i]
         if is_tail[k]:
             stamp[k] = t_match
+            if _is_hleaf(k, is_tail, on_dev, on_host, kids, lock):
+                # SGLang keys its host-leaf heap by last access when it evicts
+                _lpush(k, policy, hits, stamp, gk, gs, gid, st, S_HHEAP)
     if e > 0 and not is_tail[keys[b0 + e - 1]]:
         cc = _tail_below(keys[b0 + e - 1], is_tail, down)
         stamp[cc] = t_match
