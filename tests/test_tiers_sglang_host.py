@@ -164,8 +164,8 @@ def test_fuzz_case_equals_sglang(store, case):
 def test_random_traces_equal_sglang_host(store):
     """``engine_fuzz.py --engine sglang-host --seed 1 --cases 160 --fixture``: 160 random
     traces (SYNTHETIC) answered by SGLang 0.5.23's UnifiedRadixCache with HiCache, all
-    three write policies, host pools from one page to the working set; every request's GPU
-    and host hit tokens equal the engine's. Cases 21 and 155 are the first divergences the
+    three write policies, lru and lfu, host pools from one page to about half the working
+    set; every request's GPU and host hit tokens equal the engine's. Cases 21 and 155 are the first divergences the
     harness found before the host tier became node-granular (21: a re-filled host node kept
     its own bounds, so its device copy outlived the leaf inserted below it) and before the
     driver inserted fully cached prompts (155)."""
@@ -177,6 +177,7 @@ def test_random_traces_equal_sglang_host(store):
     assert fx["engine"] == "sglang-host" and fx["version"] == "0.5.23" and fx["seed"] == 1
     assert len(fx["cases"]) == 160
     assert {c["write"] for c in fx["cases"]} == set(POLICIES)
+    assert {c["policy"] for c in fx["cases"]} == {"lru", "lfu"}
     bad = [k for k, case in enumerate(fx["cases"])
            if toolkit_hits(store, case, "sglang-host") != fx["engine_hits"][k]]
     assert bad == []
