@@ -25,7 +25,8 @@ comparing GPU and CPU hit tokens of every request, with CPU capacities near the 
 set; ``sglang-host`` = SGLang's ``UnifiedRadixCache`` with HiCache (``sglang_peer.py
 --host-tokens``'s driver: real controller, host pool and tree, no byte copies) vs the
 default sglang semantics with a host tier, comparing GPU and host hit tokens, over the
-three write policies and host pools from one page to the working set.
+three write policies, lru and lfu eviction, and host pools from one page to about half the
+working set.
 
 In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
 uninstalled and an empty stand-in module satisfies the multimodal config imports on the

@@ -165,10 +165,10 @@ def test_random_traces_equal_sglang_host(store):
     """``engine_fuzz.py --engine sglang-host --seed 1 --cases 160 --fixture``: 160 random
     traces (SYNTHETIC) answered by SGLang 0.5.23's UnifiedRadixCache with HiCache, all
     three write policies, lru and lfu, host pools from one page to about half the working
-    set; every request's GPU and host hit tokens equal the engine's. Cases 21 and 155 are the first divergences the
-    harness found before the host tier became node-granular (21: a re-filled host node kept
-    its own bounds, so its device copy outlived the leaf inserted below it) and before the
-    driver inserted fully cached prompts (155)."""
+    set; every request's GPU and host hit tokens equal the engine's. Cases 21 and 155 are
+    the first divergences the harness found before the host tier became node-granular (21:
+    a re-filled host node kept its own bounds, so its device copy outlived the leaf
+    inserted below it) and before the driver inserted fully cached prompts (155)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from engine_fuzz import toolkit_hits
 

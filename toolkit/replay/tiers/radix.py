@@ -632,9 +632,11 @@ def simulate_radix(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sc
     sp = np.full(n + 1, -1, np.int32)
     sn[n] = n
     sp[n] = n
-    # lazy heaps: a push per release, eviction, split, load and re-fill; with a host tier
-    # nodes come back to the device, so the bound grows with the pieces too
-    hcap = 4 * R + 16 + (4 * n if lim[L_HOST] > 0 else 0)
+    # lazy heaps, sized by their total pushes: per request a release, a split, a match's
+    # host leaf and a declined load; per eviction its parent and (host) the demoted node.
+    # Device evictions are bounded by device residencies: one new leaf per request, and,
+    # with a host tier, each node a request loads or re-fills, at most its pieces
+    hcap = 4 * R + 16 + (keys.shape[0] + 4 * R if lim[L_HOST] > 0 else 0)
     hk = np.empty(hcap, np.int64)
     hs = np.empty(hcap, np.int64)
     hid = np.empty(hcap, np.int32)
