@@ -280,8 +280,10 @@ def main() -> None:
         checked = 0
         first = None
         with toolkit.open_store(Path(tmp) / "s", create=True) as store:
+            got_all = []
             for k, case in enumerate(cases):
                 got = toolkit_hits(store, case, args.engine)
+                got_all.append(got)
                 checked += len(got)
                 if got != want[k] and first is None:
                     first = {"case": k, **case, "toolkit": got, "engine": want[k]}
@@ -289,6 +291,10 @@ def main() -> None:
     print(f"{args.engine}: {len(cases) if first is None else first['case'] + 1} cases, "
           f"{checked} requests checked, engine {t_engine:.0f} s, "
           f"total {time.perf_counter() - t0:.0f} s")
+    if args.engine in ("vllm-offload", "sglang-host"):
+        tier = [h for k in range(len(got_all)) for _, h in want[k]]
+        print(f"{sum(h > 0 for h in tier)} of those requests hit the host / CPU tier "
+              f"({sum(tier)} tokens)")
     if first is None:
         print("no divergence")
     else:
