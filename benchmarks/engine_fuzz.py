@@ -25,7 +25,8 @@ comparing GPU and CPU hit tokens of every request, with CPU capacities near the 
 set; ``sglang-host`` = SGLang's ``UnifiedRadixCache`` with HiCache (``sglang_peer.py
 --host-tokens``'s driver: real controller, host pool and tree, no byte copies) vs the
 default sglang semantics with a host tier, comparing GPU and host hit tokens, over the
-three write policies and host pools from one page to the working set.
+three write policies, lru and lfu eviction, and host pools from one page to about half the
+working set.
 
 In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
 uninstalled and an empty stand-in module satisfies the multimodal config imports on the
@@ -81,17 +82,21 @@ def gen_case(rng: np.random.Generator, engine: str) -> dict:
         # a GPU pool that fits every prompt but little more; a CPU tier near the working set
         need = max(-(-p // unit) for p in prompts) + 1
         case["cap"] = unit * int(rng.integers(need, 2 * need + 2))
+        chunks = sum(p // unit for p in prompts)
+        case["host"] = unit * int(rng.integers(1, max(chunks // 2, 1) + 3))
+        case["policy"] = str(rng.choice(["lru", "arc"]))
     if engine == "sglang-host":
         # HiCache: a device pool that fits every prompt but little more (the allocator is
-        # real, so bounded), a host pool from one page to the working set, a write policy
+        # real, so bounded), a host pool from one page to about half the working set, a
+        # write policy, an eviction policy (device and host leaves alike)
         need = max(-(-p // unit) for p in prompts)
         case["cap"] = unit * int(rng.integers(need, 2 * need + 2))
-        case["host"] = unit * int(rng.integers(1, max(work // unit, 1) + 2))
+        rng.integers(1, max(work // unit, 1) + 2)  # an unused draw: keeps seeds' cases
         case["write"] = str(rng.choice(["write_through", "write_through_selective",
                                         "write_back"]))
         chunks = sum(p // unit for p in prompts)
         case["host"] = unit * int(rng.integers(1, max(chunks // 2, 1) + 3))
-        case["policy"] = str(rng.choice(["lru", "arc"]))
+        case["policy"] = str(rng.choice(["lru", "lfu"]))
     return case
 
 
@@ -190,7 +195,7 @@ def engine_sglang_host(case: dict) -> list:
     HiCache (``sglang_peer.run_host``), then the host pool's size as SGLang allocated it."""
     sp, order, hashes, prompt = _sglang_inputs(case)
     gpu, host, capacity = sp.run_host(hashes, prompt, case["unit"], case["cap"],
-                                      case["host"], case["write"])
+                                      case["host"], case["write"], case.get("policy", "lru"))
     out: list = [[0, 0]] * len(order)
     for k, i in enumerate(order):
         out[i] = [int(gpu[k]), int(host[k])]
@@ -214,6 +219,7 @@ def toolkit_hits(store, case: dict, engine: str) -> list:
         host = case["host"]
     if engine == "sglang-host":
         kw["write_policy"] = case["write"]
+        kw["policy"] = case.get("policy", "lru")
         host = case["host_capacity"]  # as SGLang sized it (one padding page more)
     res = run_tiers(store, TierReplayConfig("f", device_tokens=case["cap"], host_tokens=host,
                                             sequential=True, **kw), save=False)
@@ -274,8 +280,10 @@ def main() -> None:
         checked = 0
         first = None
         with toolkit.open_store(Path(tmp) / "s", create=True) as store:
+            got_all = []
             for k, case in enumerate(cases):
                 got = toolkit_hits(store, case, args.engine)
+                got_all.append(got)
                 checked += len(got)
                 if got != want[k] and first is None:
                     first = {"case": k, **case, "toolkit": got, "engine": want[k]}
@@ -283,6 +291,10 @@ def main() -> None:
     print(f"{args.engine}: {len(cases) if first is None else first['case'] + 1} cases, "
           f"{checked} requests checked, engine {t_engine:.0f} s, "
           f"total {time.perf_counter() - t0:.0f} s")
+    if args.engine in ("vllm-offload", "sglang-host"):
+        tier = [h for k in range(len(got_all)) for _, h in want[k]]
+        print(f"{sum(h > 0 for h in tier)} of those requests hit the host / CPU tier "
+              f"({sum(tier)} tokens)")
     if first is None:
         print("no divergence")
     else:

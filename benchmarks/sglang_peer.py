@@ -75,7 +75,9 @@ Protocol per request (arrival order, one at a time):
    request's host hit tokens, and its lock moves to the loaded node;
 3. ``allocator.evict_to_free_tokens(cache, ceil_page(prompt - cached))``, allocate;
 4. ``insert`` the page-aligned prompt with ``prev_prefix_len`` = the cached prefix (the
-   scheduler's ``cache_protected_len``), free the partial page, ``dec_lock_ref``;
+   scheduler's ``cache_protected_len``), even when all of it was cached: the scheduler's
+   ``checkpoint_into_tree`` always inserts, and that insert stamps and counts the path
+   (which selective write-through backs up on); free the partial page, ``dec_lock_ref``;
 5. poll: ``flush_pending_backups`` (submits write-through / selective backups queued by
    ``insert``), ``writing_check`` and ``loading_check`` over every ack.
 
@@ -315,9 +317,10 @@ def run_host(hashes, prompt, page: int, device_tokens: int, host_tokens: int,
                 raise RuntimeError(f"request {r}: {need} device tokens not allocatable")
         value = torch.cat([cache.path_device_indices(last)[:cached], new])
         key_len = p // page * page
-        if key_len > cached:
-            # the tree adopts slots past ``cached`` where it re-fills host-only nodes (a
-            # host run the load-back declined) and frees duplicates itself
+        if key_len > 0:
+            # always, as the scheduler does (step 4); the tree adopts slots past ``cached``
+            # where it re-fills host-only nodes (a host run the load-back declined) and
+            # frees duplicates itself
             cache.insert(InsertParams(key=RadixKey(toks[:key_len]), value=value[:key_len],
                                       prev_prefix_len=cached))
         if len(value) > max(key_len, cached):

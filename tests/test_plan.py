@@ -42,9 +42,9 @@ SMALL = dict(trace="conv", model="glm-5.2", hardware=("mi355x",), host_dram_gb=(
 
 # Replay figures of the small plan (tier replay of `conv` on mi355x at 4 closed-loop users,
 # LRU, SGLang's default device pool; 512 GB host, 4096 GB SSD per 8-GPU instance).
-GOLDEN_GPU_HIT = 0.1518243772042679
-GOLDEN_HOST_HIT_512 = 0.138221144972462
-GOLDEN_STORAGE_HIT_512_4096 = 0.08319647724198842
+GOLDEN_GPU_HIT = 0.15182791326671444
+GOLDEN_HOST_HIT_512 = 0.13730176873636385
+GOLDEN_STORAGE_HIT_512_4096 = 0.08411231741564003
 
 
 @pytest.fixture(scope="module")
