@@ -108,9 +108,9 @@ charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: wher
 # of idle sessions first, and the next turn finds its prefix's head on the GPU and its tail
 # on the host. The overall hit rate does not move (94.5%, set by the workload: the new
 # tokens of each turn) because write-through keeps every evicted page on the host. With the
-# default 1.59M-token pool the host share appears only at 32 users (GPU 86.0%, host 8.6%);
-# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.5% → 51.4%, host
-# 0.1% → 43.2% (SGLang semantics; 55.5% / 39.0% page-granular, section 5) against the
+# default 1.59M-token pool the host share appears only at 32 users (GPU 86.4%, host 8.2%);
+# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.4% → 55.4%, host
+# 0.1% → 39.2% (SGLang semantics; 54.9% / 39.7% page-granular, section 5) against the
 # published 90.3% → 54.8% and 6.0% → 40.3%. The parameter that matters is the ratio of concurrent
 # session contexts to the device pool (here ~8 sessions × ~60-150K tokens vs 600K), not the
 # absolute numbers; the published run's workload and pool sizes are not public. At 32 users
@@ -236,12 +236,13 @@ charts.tier_share_bars(shares_both, "600K-token device pool: page-granular ideal
 
 # %% [markdown]
 # **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.4-94.5% either
-# way). At 16 users SGLang's whole-leaf eviction costs 4.1 points of GPU share
-# (page-granular 55.5% → SGLang 51.4%) and 9% more evicted pages (2.11M → 2.30M): a leaf
-# is a whole idle session's tail, so evicting one to make room for a turn frees far more
-# than the turn needs.
-# Write-through catches all of it on the host (39.0% → 43.2%), so the overall rate (94.5%)
-# and p90 TTFT (0.39 s either way) barely move. At 32 users the host overflows under both.
+# way). At 16 users they differ by half a point: SGLang's radix tree keeps 55.4% of prompt
+# tokens on the GPU against 54.9% page-granular, and evicts 1.3% fewer pages (2.11M against
+# 2.14M). SGLang evicts whole leaves, each an idle session's tail, which is also where
+# page-granular LRU evicts first, so the two choose nearly the same pages.
+# Write-through catches the rest on the host (39.2% SGLang, 39.7% page-granular), so the
+# overall rate (94.5%) and p90 TTFT (0.38 s against 0.41 s) barely move. At 32 users the
+# host overflows under both.
 
 # %% [markdown]
 # ## 6. Against measured agentic serving: B200, vLLM, DeepSeek-R1 (InferenceX)
@@ -389,9 +390,9 @@ vside
 
 # %% [markdown]
 # **Reading it.** The engine's rules barely move the modelled rates: vLLM's block pool and
-# SGLang's radix tree agree at 8 and 24 users (94.5%) and within 0.3 point at 48 users
-# offload off (34.3% vs 34.1%); with offload on, vLLM's CPU tier serves 52.7% of prompt
-# tokens at 48 users against SGLang's host tier's 55.7%. What separates model and
+# SGLang's radix tree agree at 8 and 24 users (94.5%) and within 0.5 point at 48 users
+# offload off (34.6% vs 34.1%); with offload on, vLLM's CPU tier serves 53.3% of prompt
+# tokens at 48 users against SGLang's host tier's 53.8%. What separates model and
 # measurement is not the cache rules (vLLM's are proven against its code) but: (a) **the
 # workload**: at 8 users the synthetic sessions reuse 94.5% (their ceiling: a shared 12K
 # system prompt, whole turns appended) against 89.8-90.7% measured; at 24 users the
