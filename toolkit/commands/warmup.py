@@ -20,7 +20,7 @@ import typer
 from toolkit.commands.common import fail
 
 #: Work items; each runs in its own process with its own scratch store.
-TASKS = ("demo", "selections-plain", "selections-hisparse", "prefix", "mrc")
+TASKS = ("demo", "selections-plain", "selections-hisparse", "prefix", "mrc", "tiers")
 
 
 def _run_task(task: str, scratch: str, traces: str) -> tuple[str, float, int]:
@@ -98,7 +98,25 @@ def _mrc(root: Path, traces: Path) -> None:
                 policy_miss_curve(streams, [8, 32], policy, **kw)
 
 
-_TASK_FUNCTIONS = {"demo": _demo, "selections-plain": _selections("plain"),
+def _tiers(root: Path, traces: Path) -> None:
+    """The tier engines the demo does not run: vLLM's block pool (offload none, LRU, ARC)
+    and page-granular SGLang, open and closed loop and sequential (a first vLLM replay of
+    the Mooncake trace compiled for 11 s without this)."""
+    from toolkit.cost.from_replay import run_tiers
+    from toolkit.replay.tiers import TierReplayConfig
+    from toolkit.store import open_store
+    from toolkit.synth.agentic import AgenticConfig, write_agentic
+
+    with open_store(root / "store", create=True) as store:
+        write_agentic(store, AgenticConfig(sessions=4), "warm")
+        runs = [{"engine_semantics": "vllm", "offload_policy": o} for o in ("none", "lru", "arc")]
+        runs.append({"radix_semantics": "page"})
+        for kw in runs:
+            for loop in ({}, {"concurrency": 2}, {"sequential": True}):
+                run_tiers(store, TierReplayConfig("warm", "gb200", "glm-5.2", **kw, **loop))
+
+
+_TASK_FUNCTIONS = {"demo": _demo, "tiers": _tiers, "selections-plain": _selections("plain"),
                    "selections-hisparse": _selections("hisparse"), "prefix": _prefix,
                    "mrc": _mrc}
 
