@@ -282,6 +282,21 @@ class TestCostCompare:
                                             MeasurementSource(store=str(store), name="mine")}))
         assert by_file["source"][0] == "measured" and by_store.equals(by_file)
 
+    def test_inferencex_model_names_match_the_registry_model(self, tmp_path):
+        """An export naming the model as InferenceX shows it (``DeepSeek-R1-0528``) answers
+        ``--model dsr1`` from its measured rows, as the same rows named ``dsr1`` do."""
+        mine = read_points(bundled_points_path()).filter(
+            (pl.col("hardware") == "b200") & (pl.col("framework") == "sglang")
+            & (pl.col("isl") == 8192) & (pl.col("precision") == "fp8"))
+        (tmp_path / "a.csv").write_text(mine.write_csv())
+        (tmp_path / "b.csv").write_text(
+            mine.with_columns(model=pl.lit("DeepSeek-R1-0528")).write_csv())
+        cfg = CompareConfig("dsr1", ("b200",), (float(mine["median_intvty"].min()),),
+                            engines={"b200": "sglang"}, measured=False, max_p90_ttft_s=None)
+        got = [compare(CompareConfig(**{**cfg.__dict__, "measurements": str(tmp_path / f)}))
+               for f in ("a.csv", "b.csv")]
+        assert got[1]["source"][0] == "measured" and got[1].equals(got[0])
+
     def test_cli(self, tmp_path):
         args = ("cost", "compare", "--model", "dsr1", "--hardware", "h200", "--engine",
                 "h200=sglang", "--isl", "1024", "--osl", "256", "--interactivity", "50",

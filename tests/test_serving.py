@@ -90,6 +90,18 @@ class TestPoints:
         pred = predict(got)
         assert pred["pred_tput_per_gpu"][0] == pred["pred_tput_per_gpu"][1]
 
+    @pytest.mark.parametrize(("key", "name"), [("glm5", "glm-5"), ("DeepSeek-R1-0528", "dsr1")])
+    def test_inferencex_model_keys_read_as_registry_models(self, key, name):
+        """InferenceX names GLM-5 ``glm5`` (its database key) and DeepSeek-R1
+        ``DeepSeek-R1-0528`` (its display name): both predict as the registry's model."""
+        from toolkit.serving.predict import predict
+
+        got = _frame(_row(model=key), _row(model=name))
+        assert got["model"].to_list() == [name, name]
+        pred = predict(got)
+        assert pred["pred_tput_per_gpu"][0] == pred["pred_tput_per_gpu"][1]
+        assert pred["pred_median_ttft"][0] == pred["pred_median_ttft"][1]
+
     def test_fp4_on_hopper_refused(self):
         """H100 has no FP4 tensor cores: an FP4 row is refused, not silently run at FP8."""
         with pytest.raises(PointsError, match="field 'precision': h100 has no FP4"):

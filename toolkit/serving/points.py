@@ -142,8 +142,7 @@ def validate(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFrame:
             cols.append(s.alias(col))
         else:
             cols.append(_cast_column(df, col, dtype, where))
-    out = df.with_columns(cols)
-    _check_names(out, where)
+    out = _check_names(df.with_columns(cols), where)
     for col in ("isl", "osl", "conc", "num_prefill_gpu", "num_decode_gpu", "prefill_tp",
                 "prefill_ep", "decode_tp", "decode_ep"):
         bad = (out[col] < 1).arg_true()
@@ -160,7 +159,9 @@ def validate(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFrame:
     return _check_whatif_and_layout(out, where)
 
 
-def _check_names(df: pl.DataFrame, where: str) -> None:
+def _check_names(df: pl.DataFrame, where: str) -> pl.DataFrame:
+    """Refuse unknown names; models come back under their registry names (an alias such as
+    InferenceX's ``glm5`` reads as ``glm-5``, so measured rows match ``--model glm-5``)."""
     checks = {
         "hardware": (set(hardware_names()), "toolkit hardware list"),
         "framework": (set(ENGINES), "engines: " + ", ".join(sorted(ENGINES))),
@@ -173,9 +174,12 @@ def _check_names(df: pl.DataFrame, where: str) -> None:
             i = int(bad[0])
             raise PointsError(f"{where}: row {i + 1} field {col!r}: unknown {col} "
                               f"{df[col][i]!r}; known: {hint}")
+    canonical = {}
     for i, name in enumerate(df["model"].to_list()):
+        if name in canonical:
+            continue
         try:
-            get_model(name)
+            canonical[name] = get_model(name).name
         except RegistryError:
             raise PointsError(f"{where}: row {i + 1} field 'model': unknown model {name!r}; "
                               f"known: {', '.join(model_names())}") from None
@@ -183,6 +187,7 @@ def _check_names(df: pl.DataFrame, where: str) -> None:
         if prec == "fp4" and get_hardware(hw).dense_fp4_tflops is None:
             raise PointsError(f"{where}: row {i + 1} field 'precision': {hw} has no FP4 "
                               "tensor cores")
+    return df.with_columns(pl.col("model").replace(canonical))
 
 
 MAX_GPUS = 65_536
