@@ -4,8 +4,9 @@ numba compiles a kernel the first time it is called with new argument types and 
 the machine code on disk. The commands call many kernels (the store's page decoders and
 writers, one row kernel per policy and mode, the tier loop, the Engram hash), so a first
 run used to spend most of its time compiling. ``make setup`` runs this command once: it
-runs the demo into a scratch directory (every kernel the demo uses) and replays small
-traces through every policy in every mode, on ``--workers`` processes.
+runs the demo into a scratch directory (every kernel the demo uses), replays small
+traces through every policy in every mode and through the tier engines the demo does not
+run (vLLM's block pool, page-granular SGLang), on ``--workers`` processes.
 """
 
 from __future__ import annotations
