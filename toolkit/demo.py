@@ -166,9 +166,10 @@ def _serving_part(store: Store, hisparse: tuple[str, int],
                                                                                     150.0]))
     echo("\nGLM-5.2 $/M tokens (agentic mix: 64K prompts, 95% cached (assumed), 512 out; p90 "
          "TTFT <= 10 s, the default): source = measured points or the model; band = 10-90% "
-         "cross-validated error; reachable = false: beyond the front, no price:")
+         "cross-validated error; reachable = false: beyond the front, no price; edge = true: "
+         "within 15% of the front's end:")
     echo(str(cmp.select("hardware", "engine", "interactivity", "source", "basis",
-                        "reachable", pl.col("tput_per_gpu").round(0),
+                        "reachable", "edge", pl.col("tput_per_gpu").round(0),
                         pl.col("usd_per_mtok_total").round(4),
                         pl.col("usd_per_mtok_total_low").round(4),
                         pl.col("usd_per_mtok_total_high").round(4),
