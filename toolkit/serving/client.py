@@ -29,8 +29,11 @@ duration, divided by the GPUs (InferenceX's divisors).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 NUM_PROMPTS_PER_USER = 10
 """InferenceX: ``--num-prompts $((CONC * 10))``."""
@@ -351,18 +354,17 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     out[5] = completed
 
 
-@njit(cache=True, parallel=True)
-def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: np.ndarray,
-                cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
-                bs: np.ndarray, ts: np.ndarray, pre_tok_s: np.ndarray,
-                pre_fixed_s: np.ndarray, xfer_tok_s: np.ndarray, gate_iters: np.ndarray,
-                gate_kind: np.ndarray, gate_ranks: np.ndarray, ratio: float,
-                per_user: int, chunk: int, seed: int) -> tuple:
-    n = conc.size
-    out = np.zeros((n, 6))
-    isl_sum = np.zeros(n)
-    osl_sum = np.zeros(n)
-    for i in prange(n):  # rows are independent runs (one thread each)
+@njit(cache=True, nogil=True)
+def _replay_rows(first: int, stride: int, conc: np.ndarray, isl_l: np.ndarray,
+                 osl_l: np.ndarray, accept: np.ndarray, cap: np.ndarray, n_dec: np.ndarray,
+                 n_pre: np.ndarray, disagg: np.ndarray, bs: np.ndarray, ts: np.ndarray,
+                 pre_tok_s: np.ndarray, pre_fixed_s: np.ndarray, xfer_tok_s: np.ndarray,
+                 gate_iters: np.ndarray, gate_kind: np.ndarray, gate_ranks: np.ndarray,
+                 ratio: float, per_user: int, chunk: int, seed: int, out: np.ndarray,
+                 isl_sum: np.ndarray, osl_sum: np.ndarray) -> None:
+    """Rows ``first, first + stride, ...``: one thread's share (rows are independent runs;
+    numba's random state is per thread and each row seeds it)."""
+    for i in range(first, conc.size, stride):
         n_req = int(conc[i]) * per_user
         # lengths depend on the configuration, not on the row's position in the table
         np.random.seed((seed + int(conc[i]) * 1000003 + int(isl_l[i]) * 7919
@@ -379,6 +381,33 @@ def _replay_all(conc: np.ndarray, isl_l: np.ndarray, osl_l: np.ndarray, accept: 
                     int(gate_kind[i]), int(gate_ranks[i]), out[i])
         isl_sum[i] = isl.sum()
         osl_sum[i] = osl.sum()
+
+
+def _threads(rows: int) -> int:
+    """Threads for ``rows`` independent runs: one per core this process may use."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, rows))
+
+
+def _replay_all(*args) -> tuple:
+    """Every row on every core: threads over a ``nogil`` kernel, rows dealt round-robin
+    (their costs vary by 1000x with ``conc``). numba's ``parallel=True`` did the same and
+    took ~5 s more to compile on first use."""
+    n = args[0].size
+    out = np.zeros((n, 6))
+    isl_sum = np.zeros(n)
+    osl_sum = np.zeros(n)
+    k = _threads(n)
+    if k == 1:
+        _replay_rows(0, 1, *args, out, isl_sum, osl_sum)
+    else:
+        with ThreadPoolExecutor(k) as pool:
+            for f in [pool.submit(_replay_rows, t, k, *args, out, isl_sum, osl_sum)
+                      for t in range(k)]:
+                f.result()
     return out, isl_sum, osl_sum
 
 
