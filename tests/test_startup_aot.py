@@ -184,8 +184,8 @@ def test_warm_cli_replay_imports_no_numba(tmp_path: Path):
 @needs_extension
 def test_other_argument_types_fall_back_to_numba():
     """A call no compiled signature matches imports numba and runs numba's kernel (never
-    the Python function); every stand-in then becomes numba's dispatcher, and a call that
-    matches still runs the compiled function."""
+    the Python function); every other stand-in then becomes numba's dispatcher, and a call
+    that matches still runs the compiled function: numba never compiles that signature."""
     code = """import sys, json
 import numpy as np
 from toolkit.replay import selection_plan as sp
@@ -195,12 +195,53 @@ r, la, st = np.array([0, 0, 1]), np.array([0, 1, 0], np.int16), np.array([0, 0, 
 a = bool(sp.is_sorted_rows(r, la, st))          # int64 request ids: compiled
 before = 'numba' in sys.modules
 b = bool(sp.is_sorted_rows(r.astype(np.int32), la, st))  # int32: numba's
+c = bool(sp.is_sorted_rows(r, la, st))          # int64 again, numba imported: compiled
 from toolkit.runtime import jit
-print(json.dumps([a, before, b, 'numba' in sys.modules, type(sp.is_sorted_rows).__name__,
-                  type(jit.prefetch_row).__name__, jit.nb.__name__]))
+print(json.dumps([a, before, b, c, 'numba' in sys.modules, type(sp.is_sorted_rows).__name__,
+                  len(sp.is_sorted_rows.real.signatures), type(jit.prefetch_row).__name__,
+                  jit.nb.__name__]))
 """
     got = json.loads(_run(code, True).stdout.splitlines()[-1])
-    assert got == [True, False, True, True, "CPUDispatcher", "CPUDispatcher", "numba"]
+    assert got == [True, False, True, True, True, "LazyKernel", 1, "CPUDispatcher", "numba"]
+
+
+@needs_extension
+def test_kernel_modules_imported_after_numba_keep_the_extension():
+    """numba imported first (as ``toolkit warm-up``, the demo and a tier replay do): a
+    kernel module imported afterwards still runs its compiled signatures, and its other
+    kernels are numba's dispatchers."""
+    code = """import sys, json
+import numpy as np
+from toolkit.runtime import aot
+import numba
+from toolkit.replay import selection_plan as sp
+from toolkit.replay.tiers import pieces
+r, la, st = np.array([0, 0, 1]), np.array([0, 1, 0], np.int16), np.array([0, 0, 0], np.int32)
+a = bool(sp.is_sorted_rows(r, la, st))
+print(json.dumps([aot.ACTIVE, a, type(sp.is_sorted_rows).__name__,
+                  len(sp.is_sorted_rows.real.signatures), type(pieces._emit).__name__]))
+"""
+    got = json.loads(_run(code, True).stdout.splitlines()[-1])
+    assert got == [True, True, "LazyKernel", 0, "CPUDispatcher"]
+
+
+def test_no_kernel_calls_a_compiled_kernel():
+    """A kernel the extension holds stays a stand-in once numba is imported, which a
+    numba kernel calling it as a global could not inline: only Python calls such kernels."""
+    import ast
+
+    from toolkit.runtime.aot.build import KERNELS
+
+    exported = {name.rsplit(":", 1)[-1] for name in KERNELS}
+    calls = []
+    for path in sorted((ROOT / "toolkit").rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, ast.FunctionDef) and any(
+                    "njit" in ast.unparse(d) for d in fn.decorator_list):
+                calls += [(path.name, fn.name, c.func.id) for c in ast.walk(fn)
+                          if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                          and c.func.id in exported and c.func.id != fn.name]
+    assert exported and calls == []
 
 
 @needs_extension

@@ -41,8 +41,9 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import numba as nb
 import numpy as np
+
+from toolkit.runtime.aot import nb
 
 REFERENCE_COMMIT = "deepseek-ai/Engram@11a020e54de33c1e83034fd82f7f6eb484019dca engram_demo_v1.py"
 LAYER_SEED_PRIME = 10007  # reference: base_seed = seed + PRIME_1 * layer_id

@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numba as nb
 import numpy as np
 
 from toolkit.errors import ToolkitError
 from toolkit.policies import policies
 from toolkit.replay.config import EngramReplayConfig
+from toolkit.runtime.aot import nb
 from toolkit.store import Store
 
 

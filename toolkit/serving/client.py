@@ -33,7 +33,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import njit
+
+from toolkit.runtime.aot import nb
 
 NUM_PROMPTS_PER_USER = 10
 """InferenceX: ``--num-prompts $((CONC * 10))``."""
@@ -43,7 +44,7 @@ CHUNK_TOKENS = 8192
 """Prefill chunk per step (assumed: SGLang's ``chunked_prefill_size`` on large GPUs)."""
 
 
-@njit(cache=True)
+@nb.njit(cache=True)
 def _interp(bs: np.ndarray, ts: np.ndarray, b: float) -> float:
     k = bs.size
     if b <= bs[0]:
@@ -62,7 +63,7 @@ def _interp(bs: np.ndarray, ts: np.ndarray, b: float) -> float:
     return ts[lo] + w * (ts[hi] - ts[lo])
 
 
-@njit(cache=True)
+@nb.njit(cache=True)
 def _quantile(x: np.ndarray, q: float) -> float:
     s = np.sort(x)
     pos = q * (s.size - 1)
@@ -71,7 +72,7 @@ def _quantile(x: np.ndarray, q: float) -> float:
     return s[lo] + (pos - lo) * (s[hi] - s[lo])
 
 
-@njit(cache=True)
+@nb.njit(cache=True)
 def _cut_run(i: int, t: float, step: np.ndarray, run_t0: np.ndarray, run_n: np.ndarray,
              run_s: np.ndarray, step_end: np.ndarray) -> None:
     """End instance ``i``'s run of steps with the step in progress at ``t``: the steps
@@ -83,7 +84,7 @@ def _cut_run(i: int, t: float, step: np.ndarray, run_t0: np.ndarray, run_n: np.n
     step_end[i] = run_t0[i] + run_s[i]
 
 
-@njit(cache=True)
+@nb.njit(cache=True)
 def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept: float,
                 cap: int, n_dec: int, n_pre: int, disagg: bool, bs: np.ndarray,
                 ts: np.ndarray, pre_tok_s: float, pre_fixed_s: float, xfer_tok_s: float,
@@ -354,7 +355,7 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
     out[5] = completed
 
 
-@njit(cache=True, nogil=True)
+@nb.njit(cache=True, nogil=True)
 def _replay_rows(first: int, stride: int, conc: np.ndarray, isl_l: np.ndarray,
                  osl_l: np.ndarray, accept: np.ndarray, cap: np.ndarray, n_dec: np.ndarray,
                  n_pre: np.ndarray, disagg: np.ndarray, bs: np.ndarray, ts: np.ndarray,

@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-import numba as nb
 import numpy as np
 import pyarrow as pa
 
 from toolkit import schema
 from toolkit.config import config_json
+from toolkit.runtime.aot import nb
 from toolkit.runtime.pool import ordered_results, resolve_workers
 from toolkit.store import Store
 from toolkit.synth.selections import SyntheticSelectionConfig

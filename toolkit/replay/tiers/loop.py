@@ -24,9 +24,9 @@ replay counts, it does not model hardware.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from toolkit.runtime.aot import nb
 from toolkit.schema import TIER_COUNTERS
 
 # indices into the counters array

@@ -21,7 +21,6 @@ Everything per page (lookup, lock, evict, demote, load back) happens in the two 
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.replay.tiers.loop import (
@@ -50,6 +49,7 @@ from toolkit.replay.tiers.loop import (
     _unlink,
     event_loop,
 )
+from toolkit.runtime.aot import nb
 
 SLRU_PROTECTED_HITS = 2  # sglang SLRUStrategy(protected_threshold=2)
 

@@ -14,11 +14,11 @@ Both take the flattened chained hashes of requests in replay order.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.errors import ToolkitError
 from toolkit.replay.keys import dense_ids
+from toolkit.runtime.aot import nb
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -58,7 +58,6 @@ sizes are tokens.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.replay.tiers.loop import (
@@ -85,6 +84,7 @@ from toolkit.replay.tiers.loop import (
     _unlink,
     event_loop,
 )
+from toolkit.runtime.aot import nb
 
 # policy codes: 0 lru / priority, 1 lfu, 2 sglang-slru (SLRUStrategy(protected_threshold=2))
 SLRU_PROTECTED_HITS = 2

@@ -60,7 +60,6 @@ the queue is kept as a stack of uncached block ids plus a doubly linked LRU of c
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
 from toolkit.replay.tiers.loop import (
@@ -79,6 +78,7 @@ from toolkit.replay.tiers.loop import (
     _unlink,
     event_loop,
 )
+from toolkit.runtime.aot import nb
 
 # indices into the state vector ``st``: device tokens in use (the loop's SZ_DEV), host
 # (always 0), free uncached blocks on the stack, free cached blocks in the LRU

@@ -14,7 +14,11 @@ here instead of from numba and llvmlite:
   an exported signature runs the compiled function; any other call imports numba, which
   turns every lazy kernel into the numba dispatcher it stands for (and rebinds the
   module globals that held stand-ins), so a kernel never runs as Python and another
-  signature still compiles on first use as before.
+  signature still compiles on first use as before. A kernel with exported signatures
+  stays a stand-in after that, so a process that also runs numba's kernels (the demo, a
+  tier replay, ``toolkit warm-up``) still runs the compiled ones and never compiles them
+  again; no kernel calls such a kernel (``tests/test_startup_aot.py`` checks), so none
+  needs it as a numba global.
 
 The extension is used only while the sources it was built from are unchanged (a hash of
 those files is recorded next to it): after an edit or a ``git pull`` the kernels are
@@ -191,10 +195,19 @@ class _Module:
 class _Numba(_Module):
     def njit(self, *args: Any, **options: Any) -> Any:
         if args and callable(args[0]) and len(args) == 1 and not options:
-            return LazyKernel(args[0], {})
+            return _kernel(args[0], {})
         if args:  # explicit signatures: numba's own
             return importlib.import_module("numba").njit(*args, **options)
-        return lambda f: LazyKernel(f, options)
+        return lambda f: _kernel(f, options)
+
+
+def _kernel(py_func: Any, options: dict[str, Any]) -> Any:
+    """A stand-in; once numba is imported, numba's own dispatcher for a kernel the
+    extension does not hold (a module imported after numba gets the same objects as one
+    imported before it)."""
+    if _BOUND and not compiled(f"{py_func.__module__}:{py_func.__name__}"):
+        return _numba_njit(py_func, options)
+    return LazyKernel(py_func, options)
 
 
 def _intrinsic_stub(*args: Any, **options: Any) -> Any:
@@ -203,10 +216,14 @@ def _intrinsic_stub(*args: Any, **options: Any) -> Any:
     return lambda f: LazyIntrinsic(f, options)
 
 
-def _njit(k: LazyKernel) -> Any:
+def _numba_njit(py_func: Any, options: dict[str, Any]) -> Any:
     import numba
 
-    return numba.njit(**k.options)(k.py_func)
+    return numba.njit(**options)(py_func)
+
+
+def _njit(k: LazyKernel) -> Any:
+    return _numba_njit(k.py_func, k.options)
 
 
 def _intrinsic(i: LazyIntrinsic) -> Any:
@@ -226,7 +243,7 @@ def on_numba(callback: Any) -> None:
 
 def _bind(numba_module: Any) -> None:
     """numba has just been imported: every stand-in becomes numba's own object."""
-    global _BOUND, nb, types, intrinsic, ir
+    global _BOUND, types, intrinsic, ir
     with _LOCK:
         if _BOUND:
             return
@@ -244,13 +261,17 @@ def _bind(numba_module: Any) -> None:
         for obj in _LAZY:
             obj.real = _njit(obj) if isinstance(obj, LazyKernel) else _intrinsic(obj)
         _LAZY.clear()
-        nb, types, intrinsic, ir = numba_module, numba.core.types, real_intrinsic, llvmlite.ir
+        # ``nb`` stays the stand-in: a kernel module imported from now on still gets a
+        # LazyKernel for a kernel the extension holds (:func:`_kernel`)
+        types, intrinsic, ir = numba.core.types, real_intrinsic, llvmlite.ir
         _BOUND = True
         for name, mod in list(sys.modules.items()):
-            if not name.startswith("toolkit") or mod is None:
+            if not name.startswith("toolkit") or mod is None or name == __name__:
                 continue
             d = vars(mod)
             for attr, val in list(d.items()):
+                if isinstance(val, LazyKernel) and compiled(f"{val.__module__}:{val.__name__}"):
+                    continue  # keeps running its compiled signatures (only Python calls it)
                 if isinstance(val, (LazyKernel, LazyIntrinsic)):
                     d[attr] = val.real
                 elif id(val) in stubs:
