@@ -270,3 +270,15 @@ def test_argument_keys_follow_numbas_types(value, key):
         ro = value.view()
         ro.flags.writeable = False
         assert aot.arg_key(ro) == key + "r"
+
+
+def test_every_compiled_kernel_declares_its_return_type():
+    """The build takes return types from RETURNS (not from numba's JIT): one per kernel,
+    each a type numba can read."""
+    import numba
+
+    from toolkit.runtime.aot.build import KERNELS, RETURNS
+
+    assert set(RETURNS) == set(KERNELS)
+    for name in RETURNS.values():
+        assert isinstance(eval(name, {}, vars(numba.types)), numba.types.Type)

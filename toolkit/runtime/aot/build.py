@@ -69,6 +69,33 @@ KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {
 """``module:function`` -> argument types of each signature compiled (see
 :func:`toolkit.runtime.aot.arg_key` for the spelling)."""
 
+_PAIR, _TRIPLE = "UniTuple(int64, 2)", "UniTuple(int64, 3)"
+RETURNS: dict[str, str] = {
+    "toolkit.store.parquet.topk_pages:_page_levels": _TRIPLE,
+    "toolkit.store.parquet.topk_pages:_delta": "int64",
+    "toolkit.replay.selection_plan:is_sorted_rows": "boolean",
+    "toolkit.replay.selection_plan:layer_major": "Tuple((int64[::1], boolean))",
+    "toolkit.replay.selection_plan:gather_rows": "Tuple((int64[::1], int32[::1], "
+    "int16[::1], int32[::1], boolean[::1], int64[::1]))",
+    "toolkit.policies.lru:lru_rows": "int64",
+    "toolkit.store.parquet.table_kernels:delta_encode": _TRIPLE,
+    "toolkit.replay.selection_plan:_plan_kernel": _PAIR,
+    "toolkit.replay.selection_plan:row_hits": "int64[::1]",
+    "toolkit.policies._checks:_key_range": "UniTuple(int32, 2)",
+    **{f"toolkit.policies.{m}:{m}_kernel": "int64" for m in (
+        "arc", "clock", "fifo", "lfu", "opt", "s3fifo", "slru", "lru")},
+    "toolkit.replay.prefix:_hit_totals": _TRIPLE,
+    "toolkit.replay.prefix:_in_order": "boolean",
+    "toolkit.replay.mrc:_distance_histogram": "int64[::1]",
+    "toolkit.replay.shards:_dense": "Tuple((int32[::1], int64))",
+    "toolkit.replay.shards:_first_hashes": "int64[::1]",
+    "toolkit.replay.shards:_sample": "Tuple((int32[::1], int64[::1]))",
+}
+"""``module:function`` -> its return type, in numba's type names. Declared, not inferred:
+asking numba compiled each kernel once more through its JIT (~16 s of a build with an
+empty numba cache). A wrong declaration fails the build or changes a result, which
+``tests/test_startup_aot.py`` compares with numba's kernels bit for bit."""
+
 
 def numba_type(key: str) -> Any:
     from numba.core import types
@@ -149,8 +176,7 @@ def build(out_dir: Path, verbose: bool = False) -> dict[str, Any]:
         funcs.append(disp.py_func)
         for args in sigs:
             argtypes = tuple(numba_type(a) for a in args)
-            disp.compile(argtypes)  # its return type (from numba's cache when warm)
-            ret = disp.overloads[argtypes].signature.return_type
+            ret = eval(RETURNS[kernel], {}, vars(numba.types))  # a type name from RETURNS
             # the symbol names the kernel and its argument types: an extension and a
             # stamp from different builds can then only miss each other (numba serves),
             # never pair a kernel with another's types
