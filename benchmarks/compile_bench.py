@@ -132,6 +132,7 @@ print(" ".join(f"{n}={best[n] / topk.size * 1e9:.3f}" for n in mods))
 
 PROFILE = r"""
 import json, sys, threading, time
+from toolkit.runtime import aot  # before numba, as toolkit warm-up's workers import it
 from numba.core import event
 from toolkit.commands.warmup import _TASK_FUNCTIONS
 from pathlib import Path

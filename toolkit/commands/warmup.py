@@ -6,7 +6,9 @@ writers, one row kernel per policy and mode, the tier loop, the Engram hash), so
 run used to spend most of its time compiling. ``make setup`` runs this command once: it
 runs the demo into a scratch directory (every kernel the demo uses), replays small
 traces through every policy in every mode and through the tier engines the demo does not
-run (vLLM's block pool, page-granular SGLang), on ``--workers`` processes.
+run (vLLM's block pool, page-granular SGLang), on ``--workers`` processes. ``make setup``
+builds the compiled extension (:mod:`toolkit.runtime.aot`) first: the kernels it holds
+run from it here as in every command, so only numba's other kernels compile.
 """
 
 from __future__ import annotations
