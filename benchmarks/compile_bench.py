@@ -22,7 +22,8 @@ items runs in its own subprocess, one after the other, in one fresh ``NUMBA_CACH
 (as the warm-up's processes share one), with numba's compile events timed: per item the
 kernels compiled and seconds, then the kernels that took longest, self time (a kernel's
 compile less that of the kernels it compiled on the way) and their count of type
-specialisations.
+specialisations. Every kernel is numba's (``TOOLKIT_AOT=0``) unless ``--extension``: then
+the compiled extension serves the kernels it holds, as after ``make setup``.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "rec": rec}))
 """
 
 
-def warm_up_profile() -> None:
+def warm_up_profile(extension: bool) -> None:
     from collections import defaultdict
 
     from toolkit.commands.warmup import TASKS
@@ -167,7 +168,7 @@ def warm_up_profile() -> None:
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as cache, \
             tempfile.TemporaryDirectory(prefix="compile-bench-data-") as data:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT),
-               "TOOLKIT_AOT": "0", "TOOLKIT_PROGRESS": "0"}
+               "TOOLKIT_AOT": "1" if extension else "0", "TOOLKIT_PROGRESS": "0"}
         total = 0.0
         for task in order:
             r0 = os.times()
@@ -221,9 +222,12 @@ def main() -> None:
     ap.add_argument("--decode", action="store_true", help="also compare decode speed")
     ap.add_argument("--warm-up", action="store_true",
                     help="profile toolkit warm-up's compiles instead")
+    ap.add_argument("--extension", action="store_true",
+                    help="with --warm-up: the compiled extension in use, as after make "
+                    "setup (default: off, every kernel numba's)")
     args = ap.parse_args()
     if args.warm_up:
-        warm_up_profile()
+        warm_up_profile(args.extension)
         return
     with tempfile.TemporaryDirectory(prefix="compile-bench-ref-") as scratch:
         versions = [("this tree", "toolkit.store.parquet.topk_pages",
