@@ -27,6 +27,7 @@ from toolkit.serving.points import (
     CONFIG_COLUMNS,
     MEASURED_COLUMNS,
     PointsError,
+    PointsScope,
     bundled_points_path,
     read_points,
 )
@@ -296,6 +297,54 @@ class TestCostCompare:
         got = [compare(CompareConfig(**{**cfg.__dict__, "measurements": str(tmp_path / f)}))
                for f in ("a.csv", "b.csv")]
         assert got[1]["source"][0] == "measured" and got[1].equals(got[0])
+
+    def test_a_dashboard_export_answers_for_its_rows_in_scope(self, tmp_path):
+        """An export holding other models, accelerators and engines the toolkit does not
+        know (as InferenceX's holds every model it measured) answers from the rows the
+        question is about, as a file of those rows alone does; the rest are counted in a
+        note, never validated."""
+        raw = pl.read_csv(bundled_points_path(), infer_schema_length=0)
+        mine = raw.filter((pl.col("hardware") == "b200") & (pl.col("framework") == "sglang")
+                          & (pl.col("isl") == "8192") & (pl.col("precision") == "fp8"))
+        others = pl.concat([
+            mine.head(2).with_columns(model=pl.lit("gptoss")),       # a model not modelled
+            mine.head(1).with_columns(hardware=pl.lit("tpu-v7")),    # an accelerator likewise
+            mine.head(1).with_columns(framework=pl.lit("lmdeploy")),  # an engine likewise
+            mine.head(1).with_columns(hardware=pl.lit("h100"), conc=pl.lit("x")),  # not asked
+        ])
+        (tmp_path / "mine.csv").write_text(mine.write_csv())
+        (tmp_path / "all.csv").write_text(pl.concat([others, mine]).write_csv())
+        cfg = CompareConfig("dsr1", ("b200",), (50.0,), engines={"b200": "sglang"},
+                            measured=False, max_p90_ttft_s=None)
+        got = [compare(CompareConfig(**{**cfg.__dict__, "measurements": str(tmp_path / f)}))
+               for f in ("mine.csv", "all.csv")]
+        assert got[1]["source"][0] == "measured" and got[1].equals(got[0])
+        notes: list[str] = []
+        rows = load_measurements(tmp_path / "all.csv", notes=notes,
+                                 scope=PointsScope("dsr1", ("b200",), "fp8"))
+        assert rows.height == mine.height
+        assert [n.split(": ", 1)[1] for n in notes] == [
+            "4 of 10 rows are for other models, accelerators or precisions: left out",
+            "1 rows name engines the toolkit does not model (lmdeploy; known: atom, "
+            "dynamo-sglang, dynamo-trt, dynamo-vllm, mori-sglang, sglang, trt, vllm): left out"]
+        out = runner.invoke(app, ["cost", "compare", "--model", "dsr1", "--hardware", "b200",
+                                  "--interactivity", "50", "--measurements",
+                                  str(tmp_path / "all.csv"), "--json"])
+        assert out.exit_code == 0, out.output
+        assert "4 of 10 rows are for other models" in out.stderr
+
+    def test_a_bad_value_in_scope_names_the_files_row(self, tmp_path):
+        """A row the question is about is validated in full, and the error names its row
+        in the file, not among the rows kept."""
+        raw = pl.read_csv(bundled_points_path(), infer_schema_length=0)
+        b200 = raw.filter((pl.col("hardware") == "b200") & (pl.col("precision") == "fp8"))
+        bad = pl.concat([raw.filter(pl.col("hardware") == "mi355x").head(3),
+                         b200.head(1).with_columns(conc=pl.lit("x"))])
+        (tmp_path / "bad.csv").write_text(bad.write_csv())
+        with pytest.raises(PointsError, match=r"bad\.csv: row 4 field 'conc': 'x' is not a "
+                                              r"valid integer"):
+            load_measurements(tmp_path / "bad.csv",
+                              scope=PointsScope("dsr1", ("b200",), "fp8"))
 
     def test_cli(self, tmp_path):
         args = ("cost", "compare", "--model", "dsr1", "--hardware", "h200", "--engine",

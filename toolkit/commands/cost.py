@@ -341,10 +341,12 @@ def cost_compare_cmd(
         spec_method=measured_spec_method)
     if src is not None:  # refuse a bad file before the sweep; show what was assumed
         from toolkit.serving.measurements import load_measurements
+        from toolkit.serving.points import PointsScope
 
         notes: list[str] = []
         try:
-            load_measurements(src, notes=notes)
+            load_measurements(src, notes=notes, scope=PointsScope(
+                model, tuple(h.lower() for h in _csv_list(hardware, "--hardware")), precision))
         except (ToolkitError, RegistryError, ValueError) as e:
             fail(str(e))
         m.show_notes(notes)

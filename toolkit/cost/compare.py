@@ -25,7 +25,7 @@ from toolkit.cost.price import usd_per_million_tokens
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.serving.params import ServingParams, bundled_params
-from toolkit.serving.points import ENGINES, validate
+from toolkit.serving.points import ENGINES, PointsScope, validate
 from toolkit.serving.predict import predict
 
 DEFAULT_ENGINES: dict[str, str] = {
@@ -186,6 +186,11 @@ def candidates(rows: pl.DataFrame, params: ServingParams, targets: tuple[float, 
 MEASURED_KEYS = ("hardware", "framework", "model", "precision", "isl", "osl")
 
 
+def measurement_scope(cfg: CompareConfig) -> PointsScope:
+    """The rows of a measurements file ``cfg`` asks about (the rest are left out)."""
+    return PointsScope(cfg.model, cfg.hardware, cfg.precision)
+
+
 def measured_points(cfg: CompareConfig) -> pl.DataFrame:
     """Measured rows that answer ``cfg``: the bundled InferenceX points plus
     ``cfg.measurements`` (a file any :func:`toolkit.serving.measurements.load_measurements`
@@ -199,7 +204,7 @@ def measured_points(cfg: CompareConfig) -> pl.DataFrame:
         return pl.DataFrame()
     frames = [read_points(bundled_points_path())] if cfg.measured else []
     if cfg.measurements is not None:
-        frames.append(load_measurements(cfg.measurements))
+        frames.append(load_measurements(cfg.measurements, scope=measurement_scope(cfg)))
     need = ("tput_per_gpu", "median_intvty", "p90_ttft")
     frames = [f for f in frames if all(c in f.columns for c in need)]
     if not frames:

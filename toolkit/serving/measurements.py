@@ -28,7 +28,7 @@ import polars as pl
 from toolkit.errors import ToolkitError
 from toolkit.ingest.bench_layout import BenchLayout, fill_bench_layout
 from toolkit.ingest.points import POINT_COLUMNS, read_measured_points
-from toolkit.serving.points import PointsError, read_points, validate
+from toolkit.serving.points import PointsError, PointsScope, read_points, validate
 
 #: Files read by ``read_points`` as they always were (InferenceX's CSV/Parquet exports).
 TABULAR = (".csv", ".parquet")
@@ -65,14 +65,19 @@ def as_source(source: str | Path | MeasurementSource) -> MeasurementSource:
 
 
 def load_measurements(source: str | Path | MeasurementSource, *, for_model: bool = True,
-                      notes: list[str] | None = None) -> pl.DataFrame:
+                      notes: list[str] | None = None,
+                      scope: PointsScope | None = None) -> pl.DataFrame:
     """Measured points from a file or a store table, as one frame (see the module doc).
 
     Args:
         source: a file path, or a :class:`MeasurementSource`.
         for_model: return validated configuration rows (every layout column set) rather
             than points that need only a front's columns.
-        notes: receives what the loader assumed (engine defaults applied to bench rows).
+        notes: receives what the loader assumed (engine defaults applied to bench rows)
+            and, with ``scope``, what it left out.
+        scope: for an InferenceX CSV/Parquet, only the rows of this model, accelerators and
+            precision (:class:`toolkit.serving.points.PointsScope`); a dashboard export
+            holds every model it measured.
 
     Raises:
         PointsError: one line naming the file (or store table), the row or line, the field
@@ -87,7 +92,7 @@ def load_measurements(source: str | Path | MeasurementSource, *, for_model: bool
             if src.layout.given():
                 notes.append(f"{path}: an InferenceX table carries its own layout and "
                              "names; the bench-result flags do not apply to it")
-            return read_points(path)
+            return read_points(path, scope, notes)
         try:
             df = read_measured_points(path, gpus=src.layout.gpus)
         except ToolkitError as e:

@@ -7,6 +7,8 @@ back to some default.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
@@ -78,8 +80,25 @@ def bundled_points_path(name: str = "dsr1_serving_points.csv") -> Path:
     return Path(str(files("toolkit").joinpath("data", "inferencex", name)))
 
 
-def read_points(path: str | Path) -> pl.DataFrame:
-    """Read a CSV/Parquet of serving configurations and validate it (see :func:`validate`).
+@dataclass(frozen=True)
+class PointsScope:
+    """The rows a question is about (``cost compare``'s model, accelerators, precision).
+
+    InferenceX exports every model and accelerator it measured; rows outside the scope
+    (another model, accelerator or precision, or an engine the toolkit does not know) are
+    left out, counted in a note, and never validated, so a dashboard export answers a
+    DeepSeek-R1 question whatever else it holds. Rows inside are validated in full."""
+
+    model: str
+    hardware: tuple[str, ...]
+    precision: str
+
+
+def read_points(path: str | Path, scope: PointsScope | None = None,
+                notes: list[str] | None = None) -> pl.DataFrame:
+    """Read a CSV/Parquet of serving configurations and validate it (see :func:`validate`);
+    with ``scope``, only the rows in it (an empty frame if none), what was left out noted in
+    ``notes``, errors naming the file's own row numbers.
 
     Raises:
         PointsError: unreadable file, missing column, or a bad value (row and field named).
@@ -98,7 +117,53 @@ def read_points(path: str | Path) -> pl.DataFrame:
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as e:
         raise PointsError(_csv_problem(path) or f"{path}: not a readable CSV/Parquet file: "
                           f"{str(e).strip().splitlines()[0]}") from None
-    return validate(df, str(path))
+    if scope is None:
+        return validate(df, str(path))
+    return _validate_in_scope(df, str(path), scope, notes if notes is not None else [])
+
+
+def _validate_in_scope(df: pl.DataFrame, where: str, scope: PointsScope,
+                       notes: list[str]) -> pl.DataFrame:
+    missing = [c for c in ("model", "hardware", "precision", "framework") if c not in df.columns]
+    if missing:
+        return validate(df, where)  # its message names every missing column
+
+    def names(col: str) -> pl.Series:
+        return df[col].cast(pl.String).str.strip_chars().str.to_lowercase()
+
+    canonical: dict[str | None, str | None] = {}
+    for name in names("model").unique().to_list():
+        try:
+            canonical[name] = get_model(name).name if name else None
+        except RegistryError:
+            canonical[name] = None
+    model = names("model").replace_strict(canonical, default=None)
+    engine = names("framework").replace(FRAMEWORK_ALIASES)
+    asked = ((model == get_model(scope.model).name)
+             & names("hardware").is_in(list(scope.hardware))
+             & (names("precision") == scope.precision)).fill_null(False)
+    known = engine.is_in(sorted(ENGINES)).fill_null(False)
+    keep = asked & known
+    other = int((~asked).sum())
+    if other:
+        notes.append(f"{where}: {other:,} of {df.height:,} rows are for other models, "
+                     "accelerators or precisions: left out")
+    if int((asked & ~known).sum()):
+        unknown = sorted({str(e) for e in engine.filter(asked & ~known).to_list()})
+        notes.append(f"{where}: {int((asked & ~known).sum()):,} rows name engines the toolkit "
+                     f"does not model ({', '.join(unknown)}; known: "
+                     f"{', '.join(sorted(ENGINES))}): left out")
+    rows = keep.arg_true()
+    if rows.len() == 0:
+        return pl.DataFrame()
+    try:
+        return validate(df.filter(keep), where)
+    except PointsError as e:  # the row number of the file, not of the rows kept
+        m = re.match(rf"{re.escape(where)}: row (\d+)\b", str(e))
+        if m is None:
+            raise
+        line = int(rows[int(m.group(1)) - 1]) + 1
+        raise PointsError(f"{where}: row {line}{str(e)[m.end():]}") from None
 
 
 def _cast_column(df: pl.DataFrame, col: str, dtype: type[pl.DataType], where: str) -> pl.Series:
