@@ -42,6 +42,8 @@ RANGE_RATIO = 0.8
 """InferenceX: ``--random-range-ratio 0.8``: lengths uniform in ``[0.8 L, L]``."""
 CHUNK_TOKENS = 8192
 """Prefill chunk per step (assumed: SGLang's ``chunked_prefill_size`` on large GPUs)."""
+MAX_PREFILL_PROMPTS = 1 << 30
+"""Prompts one disaggregated prefill forward may batch (default: as many as fit a chunk)."""
 
 
 @nb.njit(cache=True)
@@ -88,8 +90,8 @@ def _cut_run(i: int, t: float, step: np.ndarray, run_t0: np.ndarray, run_n: np.n
 def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept: float,
                 cap: int, n_dec: int, n_pre: int, disagg: bool, bs: np.ndarray,
                 ts: np.ndarray, pre_tok_s: float, pre_fixed_s: float, xfer_tok_s: float,
-                chunk: int, gate_iters: int, gate_kind: int, gate_ranks: int,
-                out: np.ndarray) -> None:
+                chunk: int, max_prompts: int, gate_iters: int, gate_kind: int,
+                gate_ranks: int, out: np.ndarray) -> None:
     """One benchmark run; writes median TTFT, p90 TTFT, median TPOT, duration, mean
     decode batch per instance and completed requests into ``out``.
 
@@ -190,7 +192,9 @@ def _replay_one(conc: int, n_req: int, isl: np.ndarray, osl: np.ndarray, accept:
                 if pre_job[p] < 0 and q_head < q_tail:
                     tokens = 0
                     pre_job[p] = q_head
-                    while q_head < q_tail and (tokens == 0 or tokens + isl[q[q_head]] <= chunk):
+                    while q_head < q_tail and (tokens == 0 or (
+                            tokens + isl[q[q_head]] <= chunk
+                            and q_head - pre_job[p] < max_prompts)):
                         tokens += isl[q[q_head]]
                         q_head += 1
                     pre_cnt[p] = q_head - pre_job[p]
@@ -361,8 +365,8 @@ def _replay_rows(first: int, stride: int, conc: np.ndarray, isl_l: np.ndarray,
                  n_pre: np.ndarray, disagg: np.ndarray, bs: np.ndarray, ts: np.ndarray,
                  pre_tok_s: np.ndarray, pre_fixed_s: np.ndarray, xfer_tok_s: np.ndarray,
                  gate_iters: np.ndarray, gate_kind: np.ndarray, gate_ranks: np.ndarray,
-                 ratio: float, per_user: int, chunk: int, seed: int, out: np.ndarray,
-                 isl_sum: np.ndarray, osl_sum: np.ndarray) -> None:
+                 ratio: float, per_user: int, chunk: np.ndarray, max_prompts: np.ndarray,
+                 seed: int, out: np.ndarray, isl_sum: np.ndarray, osl_sum: np.ndarray) -> None:
     """Rows ``first, first + stride, ...``: one thread's share (rows are independent runs;
     numba's random state is per thread and each row seeds it)."""
     for i in range(first, conc.size, stride):
@@ -378,7 +382,8 @@ def _replay_rows(first: int, stride: int, conc: np.ndarray, isl_l: np.ndarray,
             osl[r] = max(np.random.randint(lo_o, int(osl_l[i]) + 1), 2)
         _replay_one(int(conc[i]), n_req, isl, osl, accept[i], max(int(cap[i]), 1),
                     int(n_dec[i]), int(n_pre[i]), disagg[i], bs[i], ts[i], pre_tok_s[i],
-                    pre_fixed_s[i], xfer_tok_s[i], chunk, int(gate_iters[i]),
+                    pre_fixed_s[i], xfer_tok_s[i], int(chunk[i]), int(max_prompts[i]),
+                    int(gate_iters[i]),
                     int(gate_kind[i]), int(gate_ranks[i]), out[i])
         isl_sum[i] = isl.sum()
         osl_sum[i] = osl.sum()
@@ -416,7 +421,8 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
                   cap: np.ndarray, n_dec: np.ndarray, n_pre: np.ndarray, disagg: np.ndarray,
                   batch_grid: np.ndarray, step_s: np.ndarray, prefill_s_per_token: np.ndarray,
                   xfer_s_per_token: np.ndarray, *, prefill_s_per_chunk=None, gate_iters=None,
-                  gate_kind=None, gate_ranks=None, seed: int = 0,
+                  gate_kind=None, gate_ranks=None, chunk_tokens=None, max_prompts=None,
+                  seed: int = 0,
                   per_user: int = NUM_PROMPTS_PER_USER,
                   ratio: float = RANGE_RATIO) -> dict[str, np.ndarray]:
     """Replay every row's benchmark run; arrays are per row, ``batch_grid`` / ``step_s`` are
@@ -444,7 +450,8 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
         np.asarray(prefill_s_per_token, np.float64), np.ascontiguousarray(fixed),
         np.asarray(xfer_s_per_token, np.float64), per_row(gate_iters, 1.0, np.int64),
         per_row(gate_kind, 0.0, np.int64), per_row(gate_ranks, 1.0, np.int64),
-        float(ratio), int(per_user), CHUNK_TOKENS, int(seed))
+        float(ratio), int(per_user), per_row(chunk_tokens, CHUNK_TOKENS, np.int64),
+        per_row(max_prompts, MAX_PREFILL_PROMPTS, np.int64), int(seed))
     return {"median_ttft_s": out[:, 0], "p90_ttft_s": out[:, 1], "median_tpot_s": out[:, 2],
             "duration_s": out[:, 3], "mean_batch_per_instance": out[:, 4],
             "completed": out[:, 5], "input_tokens": isl_sum, "output_tokens": osl_sum}

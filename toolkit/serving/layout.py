@@ -31,6 +31,7 @@ from toolkit.serving.recipes import (
     admission_gates,
     age_days,
     mtp_inputs,
+    prefill_batching,
 )
 from toolkit.serving.transfer import sm_kernel_bandwidth_bytes_per_s
 
@@ -73,6 +74,8 @@ class Design:
     gate_iters: np.ndarray  # iterations a waiting prompt may be held before prefill (1 = none)
     gate_kind: np.ndarray  # 0: SGLang receive interval; 1: TensorRT-LLM attention-DP balance
     gate_ranks: np.ndarray  # attention-DP ranks the balance waits for (kind 1)
+    pre_chunk_tokens: np.ndarray  # tokens one disaggregated prefill forward may take
+    pre_max_prompts: np.ndarray  # prompts one disaggregated prefill forward may take
     isl: np.ndarray
     osl: np.ndarray
     conc: np.ndarray
@@ -219,6 +222,7 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
                                                                  strict=True)], dtype=np.float64)
     drafts, accept = mtp_inputs(df)
     gate_iters, gate_kind, gate_ranks = admission_gates(df)
+    pre_chunk, pre_prompts = prefill_batching(df)
     heads = mod_col(lambda m: m.num_query_heads)
     lora = mod_col(lambda m: m.kv_lora_rank)
     rope = mod_col(lambda m: m.qk_rope_head_dim)
@@ -245,6 +249,8 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         gate_iters=gate_iters,
         gate_kind=gate_kind,
         gate_ranks=gate_ranks,
+        pre_chunk_tokens=pre_chunk,
+        pre_max_prompts=pre_prompts,
         isl=df["isl"].to_numpy().astype(np.float64),
         osl=df["osl"].to_numpy().astype(np.float64),
         conc=df["conc"].to_numpy().astype(np.float64),

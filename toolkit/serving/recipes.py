@@ -64,6 +64,59 @@ ADP_BALANCE_TIMEOUT_ITERS = 60
 (``dsr1_{fp4,fp8}_{b200,h200}_trt[_mtp].sh`` @ 843c625, since 2025-09)."""
 
 
+PREFILL_BATCH_TRT: dict[tuple[str, str, str], tuple[int, int]] = {
+    # (hardware, precision, ISL/OSL) -> (max_num_tokens, max_batch_size) of the prefill
+    # ("ctx") workers in InferenceX's Dynamo + TensorRT-LLM DeepSeek-R1 recipes
+    # (SemiAnalysisAI/InferenceX benchmarks/multi_node/srt-slurm-recipes/dsr1/trtllm/
+    # <hw>-<precision>/<isl><osl>/disagg/{stp,mtp}/ctx*.yaml, read at each file's last
+    # version, before they left the tree; every recipe of a directory agrees, but one of
+    # b200-fp8 8k1k's 15, which allows 64 prompts)
+    ("b200", "fp4", "1k1k"): (10240, 8), ("b200", "fp4", "8k1k"): (16896, 2),
+    ("b200", "fp8", "1k1k"): (16384, 16), ("b200", "fp8", "8k1k"): (8320, 1),
+    ("b300", "fp4", "1k1k"): (10240, 8), ("b300", "fp4", "8k1k"): (16896, 2),
+    ("b300", "fp8", "1k1k"): (8320, 8), ("b300", "fp8", "8k1k"): (8320, 8),
+    ("gb200", "fp4", "1k1k"): (16384, 16), ("gb200", "fp4", "8k1k"): (16640, 2),
+    ("gb200", "fp8", "1k1k"): (16384, 16), ("gb200", "fp8", "8k1k"): (16384, 2),
+    ("gb300", "fp4", "1k1k"): (16384, 16), ("gb300", "fp4", "8k1k"): (16640, 2),
+    ("gb300", "fp8", "1k1k"): (16384, 16), ("gb300", "fp8", "8k1k"): (16384, 2),
+    ("h100", "fp8", "1k1k"): (2048, 2), ("h100", "fp8", "8k1k"): (8224, 1),
+    ("h200", "fp8", "1k1k"): (8192, 8), ("h200", "fp8", "8k1k"): (16640, 2),
+}
+"""A disaggregated TensorRT-LLM prefill worker's batch: tokens and prompts per forward. Other
+engines and shapes keep the client's default (one 8,192-token chunk, as many prompts as fit);
+the optional row columns ``prefill_max_tokens`` / ``prefill_max_prompts`` override both."""
+
+
+def prefill_batching(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (tokens, prompts) one disaggregated prefill forward may take.
+
+    Raises:
+        RecipeError: a given value below 1 (row named).
+    """
+    from toolkit.serving.client import CHUNK_TOKENS, MAX_PREFILL_PROMPTS
+
+    n = df.height
+    tokens = np.full(n, float(CHUNK_TOKENS))
+    prompts = np.full(n, float(MAX_PREFILL_PROMPTS))
+    shape = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
+    trt = (df["framework"] == "dynamo-trt").to_numpy() & df["disagg"].to_numpy().astype(bool)
+    for i, (hw, prec, isl, osl) in enumerate(zip(df["hardware"], df["precision"], df["isl"],
+                                                 df["osl"], strict=True)):
+        got = PREFILL_BATCH_TRT.get((hw, prec, shape.get((isl, osl), ""))) if trt[i] else None
+        if got is not None:
+            tokens[i], prompts[i] = got
+    for name, arr in (("prefill_max_tokens", tokens), ("prefill_max_prompts", prompts)):
+        if name in df.columns:
+            v = df[name].cast(pl.Float64, strict=False).to_numpy()
+            given = np.isfinite(v)
+            bad = given & (v < 1)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise RecipeError(f"row {i + 1}: {name} {v[i]:g} must be >= 1")
+            arr[given] = np.floor(v[given])
+    return tokens, prompts
+
+
 class RecipeError(ValueError):
     """A recipe value is out of range or an engine version is unknown."""
 
