@@ -27,6 +27,7 @@ from toolkit.serving.recipes import (
     RecipeError,
     admission_gates,
     parse_version,
+    prefill_batching,
     version_date,
 )
 
@@ -139,6 +140,24 @@ class TestRecipes:
         assert admission_gates(df)[0].tolist() == [1]
         with pytest.raises(RecipeError, match="row 2: scheduler_recv_interval 0 must be >= 1"):
             admission_gates(_frame(_row(), _row(scheduler_recv_interval=0)))
+
+    def test_prefill_batches_follow_inferencex_trt_recipes(self):
+        """A disaggregated Dynamo-TRT row takes its recipe's ctx worker batch (GB200 FP8:
+        16,384 tokens / 16 prompts at 1K/1K, 16,384 / 2 at 8K/1K; B200 FP8 8K/1K: 8,320 / 1);
+        every other engine, and a shape without a recipe, keeps one 8,192-token chunk of as
+        many prompts as fit; the optional columns override, and refuse values below 1."""
+        trt = {"framework": "dynamo-trt", "disagg": True}
+        rows = [_row(hardware="gb200", isl=1024, **trt), _row(hardware="gb200", **trt),
+                _row(hardware="b200", **trt), _row(hardware="gb200", isl=1024, osl=8192, **trt),
+                _row(hardware="gb200", framework="dynamo-sglang", disagg=True), _row()]
+        tokens, prompts = prefill_batching(_frame(*rows))
+        assert tokens.tolist() == [16384, 16384, 8320, 8192, 8192, 8192]
+        assert prompts.tolist() == [16, 2, 1] + [1 << 30] * 3
+        df = _frame(_row(hardware="gb200", prefill_max_tokens=4096, prefill_max_prompts=3,
+                         **trt))
+        assert [a.tolist() for a in prefill_batching(df)] == [[4096], [3]]
+        with pytest.raises(RecipeError, match="row 1: prefill_max_prompts 0 must be >= 1"):
+            prefill_batching(_frame(_row(prefill_max_prompts=0)))
 
     def test_versions_parsed_from_images(self):
         assert parse_version("lmsysorg/sglang:v0.5.12-rocm700-mi35x") == "0.5.12"

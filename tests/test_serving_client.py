@@ -15,13 +15,15 @@ GRID = np.array([[0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0]])
 
 def _run(conc, isl, osl, *, step0=0.010, per_req=0.001, accept=1.0, cap=1e9, n_dec=1,
          n_pre=1, disagg=False, pre=1e-5, xfer=0.0, per_user=1, ratio=1.0, fixed=None,
-         gate=None):
+         gate=None, chunk=None, prompts=None):
     step = (step0 + per_req * GRID)  # step time linear in the batch
     out = replay_client(np.array([conc]), np.array([isl]), np.array([osl]), np.array([accept]),
                         np.array([cap]), np.array([n_dec]), np.array([n_pre]),
                         np.array([disagg]), GRID, step, np.array([pre]), np.array([xfer]),
                         per_user=per_user, ratio=ratio,
                         prefill_s_per_chunk=None if fixed is None else np.array([fixed]),
+                        chunk_tokens=None if chunk is None else np.array([chunk]),
+                        max_prompts=None if prompts is None else np.array([prompts]),
                         **({} if gate is None else dict(zip(
                             ("gate_iters", "gate_kind", "gate_ranks"), gate, strict=True))))
     return {k: float(v[0]) for k, v in out.items()}
@@ -62,6 +64,23 @@ class TestExact:
         another; the median user waits for one other: 2 x (5,000 x 10 us + 5 ms)."""
         r = _run(3, 5000, 11, disagg=True, fixed=0.005)
         assert r["median_ttft_s"] == pytest.approx(2 * (5000 * 1e-5 + 0.005))
+
+    def test_prefill_batch_stops_at_its_prompt_limit(self):
+        """A prefill worker that takes two prompts a forward (a TensorRT-LLM ctx worker's
+        max_batch_size): four users' 1,000-token prompts go in two forwards of 2,000 tokens
+        and 5 ms each, so two TTFTs are 25 ms and two 50 ms."""
+        r = _run(4, 1000, 11, disagg=True, fixed=0.005, prompts=2)
+        assert r["median_ttft_s"] == pytest.approx(0.5 * (0.025 + 0.050))
+        assert r["p90_ttft_s"] == pytest.approx(0.050)
+
+    def test_prefill_batch_takes_a_larger_chunk(self):
+        """Ten 1,000-token prompts: a 16,384-token forward takes all ten at once (one 5 ms
+        fixed cost); the default 8,192-token chunk takes eight, then two."""
+        big = _run(10, 1000, 11, disagg=True, fixed=0.005, chunk=16384)
+        assert big["p90_ttft_s"] == pytest.approx(10_000 * 1e-5 + 0.005)
+        default = _run(10, 1000, 11, disagg=True, fixed=0.005)
+        assert default["p90_ttft_s"] == pytest.approx(8000 * 1e-5 + 0.005
+                                                      + 2000 * 1e-5 + 0.005)
 
     def test_mtp_acceptance_divides_steps(self):
         """Two tokens accepted per step: 10 output tokens after the first take 5 steps."""
