@@ -401,7 +401,7 @@ def _threads(rows: int) -> int:
 def _replay_all(*args) -> tuple:
     """Every row on every core: threads over a ``nogil`` kernel, rows dealt round-robin
     (their costs vary by 1000x with ``conc``). numba's ``parallel=True`` did the same and
-    took ~5 s more to compile on first use."""
+    took ~3 s more to compile on first use."""
     n = args[0].size
     out = np.zeros((n, 6))
     isl_sum = np.zeros(n)
@@ -432,7 +432,10 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
     ``prefill_s_per_chunk``: a disaggregated prefill instance's fixed cost per forward chunk
     (weights read, launches), shared by the prompts it batches; default 0.
     ``gate_iters`` / ``gate_kind`` / ``gate_ranks``: the admission gate of an aggregated
-    instance (:func:`toolkit.serving.recipes.admission_gates`); default none."""
+    instance (:func:`toolkit.serving.recipes.admission_gates`); default none.
+    ``chunk_tokens`` / ``max_prompts``: tokens and prompts one disaggregated prefill forward
+    may take (:func:`toolkit.serving.recipes.prefill_batching`); default one
+    :data:`CHUNK_TOKENS` chunk of as many prompts as fit."""
     n = np.asarray(conc).size
 
     def per_row(v, default: float, dtype) -> np.ndarray:

@@ -19,6 +19,9 @@ Optional row columns (InferenceX rows carry none of them; defaults below):
 * ``adp_balance_timeout_iters``: TensorRT-LLM's ``attention_dp_config.timeout_iters`` (with
   ``enable_balance``: iterations a prompt may be held until every attention-DP rank has one)
   on an aggregated TensorRT-LLM instance with attention data parallelism.
+* ``prefill_max_tokens`` / ``prefill_max_prompts``: tokens and prompts one disaggregated
+  prefill forward may take (default: :data:`PREFILL_BATCH_TRT` for Dynamo + TensorRT-LLM, else
+  one 8,192-token chunk of as many prompts as fit).
 
 The last two gate when a waiting prompt may start its prefill (see
 :mod:`toolkit.serving.client`); 1 or 0 turns a gate off.
@@ -85,36 +88,6 @@ PREFILL_BATCH_TRT: dict[tuple[str, str, str], tuple[int, int]] = {
 """A disaggregated TensorRT-LLM prefill worker's batch: tokens and prompts per forward. Other
 engines and shapes keep the client's default (one 8,192-token chunk, as many prompts as fit);
 the optional row columns ``prefill_max_tokens`` / ``prefill_max_prompts`` override both."""
-
-
-def prefill_batching(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row (tokens, prompts) one disaggregated prefill forward may take.
-
-    Raises:
-        RecipeError: a given value below 1 (row named).
-    """
-    from toolkit.serving.client import CHUNK_TOKENS, MAX_PREFILL_PROMPTS
-
-    n = df.height
-    tokens = np.full(n, float(CHUNK_TOKENS))
-    prompts = np.full(n, float(MAX_PREFILL_PROMPTS))
-    shape = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
-    trt = (df["framework"] == "dynamo-trt").to_numpy() & df["disagg"].to_numpy().astype(bool)
-    for i, (hw, prec, isl, osl) in enumerate(zip(df["hardware"], df["precision"], df["isl"],
-                                                 df["osl"], strict=True)):
-        got = PREFILL_BATCH_TRT.get((hw, prec, shape.get((isl, osl), ""))) if trt[i] else None
-        if got is not None:
-            tokens[i], prompts[i] = got
-    for name, arr in (("prefill_max_tokens", tokens), ("prefill_max_prompts", prompts)):
-        if name in df.columns:
-            v = df[name].cast(pl.Float64, strict=False).to_numpy()
-            given = np.isfinite(v)
-            bad = given & (v < 1)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise RecipeError(f"row {i + 1}: {name} {v[i]:g} must be >= 1")
-            arr[given] = np.floor(v[given])
-    return tokens, prompts
 
 
 class RecipeError(ValueError):
@@ -230,15 +203,7 @@ def admission_gates(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     fp8 = (df["precision"] == "fp8").to_numpy()
 
     def col(name: str, default: np.ndarray) -> np.ndarray:
-        if name not in df.columns:
-            return default
-        v = df[name].cast(pl.Float64, strict=False).to_numpy()
-        given = np.isfinite(v)
-        bad = given & (v < 1)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise RecipeError(f"row {i + 1}: {name} {v[i]:g} must be >= 1 (1 = no gate)")
-        return np.where(given, np.floor(v), default)
+        return _counts_column(df, name, default, " (1 = no gate)")
 
     sg = agg & (eng == "sglang")
     recv = np.where(sg & np.isin(hw, RECV_INTERVAL_HARDWARE),
@@ -252,3 +217,44 @@ def admission_gates(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     kind = np.where(trt, 1, 0).astype(np.int64)
     ranks = np.where(trt, np.maximum(tp, 1.0), 1.0)
     return iters, kind, ranks
+
+
+def prefill_batching(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (tokens, prompts) one disaggregated prefill forward may take.
+
+    Raises:
+        RecipeError: a given value below 1 (row named).
+    """
+    from toolkit.serving.client import CHUNK_TOKENS, MAX_PREFILL_PROMPTS
+
+    n = df.height
+    tokens = np.full(n, float(CHUNK_TOKENS))
+    prompts = np.full(n, float(MAX_PREFILL_PROMPTS))
+    shape = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
+    trt = (df["framework"] == "dynamo-trt").to_numpy() & df["disagg"].to_numpy().astype(bool)
+    for i, (hw, prec, isl, osl) in enumerate(zip(df["hardware"], df["precision"], df["isl"],
+                                                 df["osl"], strict=True)):
+        got = PREFILL_BATCH_TRT.get((hw, prec, shape.get((isl, osl), ""))) if trt[i] else None
+        if got is not None:
+            tokens[i], prompts[i] = got
+    return (_counts_column(df, "prefill_max_tokens", tokens),
+            _counts_column(df, "prefill_max_prompts", prompts))
+
+
+def _counts_column(df: pl.DataFrame, name: str, default: np.ndarray, note: str = ""
+                   ) -> np.ndarray:
+    """An optional per-row count column (iterations, tokens, prompts): given values floored,
+    the rest ``default``.
+
+    Raises:
+        RecipeError: a given value below 1 (row named).
+    """
+    if name not in df.columns:
+        return default
+    v = df[name].cast(pl.Float64, strict=False).to_numpy()
+    given = np.isfinite(v)
+    bad = given & (v < 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise RecipeError(f"row {i + 1}: {name} {v[i]:g} must be >= 1{note}")
+    return np.where(given, np.floor(v), default)
