@@ -314,7 +314,7 @@ def cost_compare_cmd(
     `edge` flags."""
     import polars as pl
 
-    from toolkit.cost.compare import compare
+    from toolkit.cost.compare import compare, measurement_scope
     from toolkit.serving.params import ServingParams, bundled_params
 
     out = Output.from_options(fmt, as_json, output)
@@ -339,17 +339,6 @@ def cost_compare_cmd(
         model=measured_model, precision=measured_precision, gpus=measured_gpus,
         tp=measured_tp, ep=measured_ep, dp_attention=measured_dp_attention,
         spec_method=measured_spec_method)
-    if src is not None:  # refuse a bad file before the sweep; show what was assumed
-        from toolkit.serving.measurements import load_measurements
-        from toolkit.serving.points import PointsScope
-
-        notes: list[str] = []
-        try:
-            load_measurements(src, notes=notes, scope=PointsScope(
-                model, tuple(h.lower() for h in _csv_list(hardware, "--hardware")), precision))
-        except (ToolkitError, RegistryError, ValueError) as e:
-            fail(str(e))
-        m.show_notes(notes)
     try:
         cfg = CompareConfig(
             model=model, hardware=tuple(h.lower() for h in _csv_list(hardware, "--hardware")),
@@ -361,6 +350,18 @@ def cost_compare_cmd(
             measured=measured, measurements=(
                 src.path if src is not None and src.path and not src.layout.given()
                 else src))
+    except (ToolkitError, RegistryError, ValueError) as e:
+        fail(str(e))
+    if src is not None:  # refuse a bad file before the sweep; show what was assumed
+        from toolkit.serving.measurements import load_measurements
+
+        notes: list[str] = []
+        try:
+            load_measurements(src, notes=notes, scope=measurement_scope(cfg))
+        except (ToolkitError, RegistryError, ValueError) as e:
+            fail(str(e))
+        m.show_notes(notes)
+    try:
         p = ServingParams.load(params) if params else bundled_params()
         df = compare(cfg, p)
     except (ToolkitError, RegistryError, ValueError) as e:

@@ -131,13 +131,14 @@ def _validate_in_scope(df: pl.DataFrame, where: str, scope: PointsScope,
     def names(col: str) -> pl.Series:
         return df[col].cast(pl.String).str.strip_chars().str.to_lowercase()
 
+    given = names("model")
     canonical: dict[str | None, str | None] = {}
-    for name in names("model").unique().to_list():
+    for name in given.unique().to_list():
         try:
             canonical[name] = get_model(name).name if name else None
         except RegistryError:
             canonical[name] = None
-    model = names("model").replace_strict(canonical, default=None)
+    model = given.replace_strict(canonical, default=None)
     engine = names("framework").replace(FRAMEWORK_ALIASES)
     asked = ((model == get_model(scope.model).name)
              & names("hardware").is_in(list(scope.hardware))
@@ -148,9 +149,9 @@ def _validate_in_scope(df: pl.DataFrame, where: str, scope: PointsScope,
     if other:
         notes.append(f"{where}: {other:,} of {df.height:,} rows are for other models, "
                      "accelerators or precisions: left out")
-    if int((asked & ~known).sum()):
+    if (n_unknown := int((asked & ~known).sum())):
         unknown = sorted({str(e) for e in engine.filter(asked & ~known).to_list()})
-        notes.append(f"{where}: {int((asked & ~known).sum()):,} rows name engines the toolkit "
+        notes.append(f"{where}: {n_unknown:,} rows name engines the toolkit "
                      f"does not model ({', '.join(unknown)}; known: "
                      f"{', '.join(sorted(ENGINES))}): left out")
     rows = keep.arg_true()
