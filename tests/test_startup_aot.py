@@ -282,3 +282,31 @@ def test_every_compiled_kernel_declares_its_return_type():
     assert set(RETURNS) == set(KERNELS)
     for name in RETURNS.values():
         assert isinstance(eval(name, {}, vars(numba.types)), numba.types.Type)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_the_build_parts_hold_every_kernel_once_and_balance(parts: int):
+    """``make setup`` compiles the extension on two processes at once (one module each):
+    every kernel lands in exactly one part, and no part carries more than the largest
+    kernel beyond an even share of the measured compile time."""
+    from toolkit.runtime.aot.build import COMPILE_S, KERNELS, partition
+
+    groups = partition(parts)
+    assert sorted(k for g in groups for k in g) == sorted(KERNELS)
+    assert len(groups) == parts
+    cost = [sum(COMPILE_S.get(k, 0.3) for k in g) for g in groups]
+    assert max(cost) - min(cost) <= max(COMPILE_S.values())
+    assert set(COMPILE_S) <= set(KERNELS)  # a renamed kernel leaves no stale figure
+
+
+@needs_extension
+def test_every_export_names_a_built_module():
+    """The stamp names the module of each symbol, and every module it names was built."""
+    import importlib.util
+
+    from toolkit.runtime.aot.build import KERNELS
+
+    stamp = json.loads(aot.STAMP.read_text())
+    modules = {e["module"] for e in stamp["exports"]}
+    assert modules and all(importlib.util.find_spec(f"{aot.PACKAGE}.{m}") for m in modules)
+    assert {e["kernel"] for e in stamp["exports"]} == set(KERNELS)

@@ -178,9 +178,12 @@ def _serving_part(store: Store, hisparse: tuple[str, int],
 
 
 def run_demo(
-    store_dir: Path, report_dir: Path, traces_dir: Path, echo: Callable[[str], None] = print
-) -> Path:
-    """Ingest, replay, price, summarise and chart; returns the HTML report path."""
+    store_dir: Path, report_dir: Path, traces_dir: Path, echo: Callable[[str], None] = print,
+    *, report: bool = True,
+) -> Path | None:
+    """Ingest, replay, price, summarise and chart; returns the HTML report path (None with
+    ``report=False``: ``toolkit warm-up`` runs the demo only to compile its kernels, and the
+    charts, which compile none, took ~7 of its ~15 s of work)."""
     # every input is checked before the store is opened, so a wrong --traces leaves no
     # half-built store behind
     needed = [traces_dir / rel for _, rel, _ in BUNDLED] + [traces_dir / SELECTION_TRACE[0]]
@@ -196,6 +199,8 @@ def run_demo(
         _requests_part(store, traces_dir, echo)
         hisparse = _selections_part(store, traces_dir, echo)
         _serving_part(store, hisparse, echo)
+        if not report:
+            return None
         html = write_report(store, report_dir, "KV-cache tiering on the bundled real traces")
     elapsed_s = time.perf_counter() - t0
     echo(f"\nstore: {store_dir}/   report: {html} (+ .svg, .png per chart)   [{elapsed_s:.1f} s]")

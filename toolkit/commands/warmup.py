@@ -4,9 +4,10 @@ numba compiles a kernel the first time it is called with new argument types and 
 the machine code on disk. The commands call many kernels (the store's page decoders and
 writers, one row kernel per policy and mode, the tier loop, the Engram hash), so a first
 run used to spend most of its time compiling. ``make setup`` runs this command once: it
-runs the demo into a scratch directory (every kernel the demo uses), replays small
-traces through every policy in every mode and through the tier engines the demo does not
-run (vLLM's block pool, page-granular SGLang), on ``--workers`` processes. ``make setup``
+runs the demo into a scratch directory without its charts (every kernel the demo uses;
+the charts compile none), replays small traces through every policy in every mode and
+through the tier engines the demo does not run (vLLM's block pool, page-granular SGLang),
+on ``--workers`` processes. ``make setup``
 builds the compiled extension (:mod:`toolkit.runtime.aot`) first: the kernels it holds
 run from it here as in every command, so only numba's other kernels compile.
 """
@@ -22,8 +23,11 @@ import typer
 
 from toolkit.commands.common import fail
 
-#: Work items; each runs in its own process with its own scratch store.
-TASKS = ("demo", "selections-plain", "selections-hisparse", "prefix", "mrc", "tiers")
+#: Work items; each runs in its own process with its own scratch store. The demo starts
+#: first on one process; "serving" starts first on the other, so the serving client's
+#: kernels are cached before the demo reaches its cost part (the demo then loads them).
+TASKS = ("demo", "serving", "selections-plain", "selections-hisparse", "prefix", "mrc",
+         "tiers")
 
 
 def _run_task(task: str, scratch: str, traces: str) -> tuple[str, float, int]:
@@ -50,7 +54,24 @@ def _demo(root: Path, traces: Path) -> None:
     from toolkit.demo import run_demo
 
     if (traces / "mooncake").is_dir():
-        run_demo(root / "store", root / "report", traces, echo=lambda _: None)
+        run_demo(root / "store", root / "report", traces, echo=lambda _: None,
+                 report=False)
+
+
+def _serving(root: Path, traces: Path) -> None:
+    """The serving model's client replay and a cost answer, as the demo's cost part runs
+    them (the same argument types: the kernels compiled here are the demo's)."""
+    from toolkit.cost.compare import CompareConfig
+    from toolkit.serving import bundled_points_path, predict, read_points
+    from toolkit.serving.params import bundled_params
+    from toolkit.store import open_store
+    from toolkit.sweep.kinds import run_compare
+
+    predict(read_points(bundled_points_path()).head(8), bundled_params())
+    with open_store(root / "store", create=True) as store:
+        run_compare(store, CompareConfig(model="glm-5.2", hardware=("gb200",), isl=65536,
+                                         osl=512, cached_prefix_fraction=0.95,
+                                         interactivity=(100.0,)))
 
 
 def _selection_store(root: Path):
@@ -123,7 +144,8 @@ def _tiers(root: Path, traces: Path) -> None:
                 run_tiers(store, TierReplayConfig("warm", "gb200", "glm-5.2", **kw, **loop))
 
 
-_TASK_FUNCTIONS = {"demo": _demo, "tiers": _tiers, "selections-plain": _selections("plain"),
+_TASK_FUNCTIONS = {"demo": _demo, "serving": _serving, "tiers": _tiers,
+                   "selections-plain": _selections("plain"),
                    "selections-hisparse": _selections("hisparse"), "prefix": _prefix,
                    "mrc": _mrc}
 
@@ -144,10 +166,9 @@ def warm_up_cmd(
     total = 0
     with tempfile.TemporaryDirectory(prefix="toolkit-warm-up-") as scratch:
         # the demo is the longest item: it starts first, and the other process works
-        # through the replays meanwhile (both compile the store's kernels they share)
-        order = sorted(TASKS, key=lambda t: t != "demo")
+        # through the serving item, then the replays, meanwhile (TASKS' order)
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_run_task, t, scratch, str(traces)) for t in order]
+            futures = [pool.submit(_run_task, t, scratch, str(traces)) for t in TASKS]
             for fut in as_completed(futures):
                 try:
                     task, seconds, kernels = fut.result()

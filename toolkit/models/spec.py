@@ -8,6 +8,7 @@ traceable to a config or a paper.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +24,7 @@ from toolkit.hardware.provenance import (
 KvDtype = Literal["fp8", "bf16"]
 
 
+@functools.cache  # ``ModelSpec.indexer_layers`` reads it per row of a serving design
 def indexer_layer_ids(num_layers: int, freq: int, offset: int) -> tuple[int, ...]:
     """Layers that run their own lightning indexer ("Full"); the rest reuse a top-k.
 

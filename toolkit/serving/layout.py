@@ -160,14 +160,18 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     read by :mod:`toolkit.serving.recipes`.
     """
     n = df.height
-    hws = {h: get_hardware(h) for h in df["hardware"].unique().to_list()}
-    mods = {m: get_model(m) for m in df["model"].unique().to_list()}
+    # each spec value is computed once per distinct accelerator / model and spread over the
+    # rows by index (a planner's sweep has tens of thousands of rows of one or two models)
+    hw_keys, hw_of_row = np.unique(df["hardware"].to_numpy().astype(str), return_inverse=True)
+    mod_keys, mod_of_row = np.unique(df["model"].to_numpy().astype(str), return_inverse=True)
+    hws = {h: get_hardware(h) for h in hw_keys.tolist()}
+    mods = {m: get_model(m) for m in mod_keys.tolist()}
 
     def hw_col(fn):
-        return np.array([fn(hws[h]) for h in df["hardware"].to_list()], dtype=np.float64)
+        return np.array([fn(hws[h]) for h in hw_keys.tolist()], dtype=np.float64)[hw_of_row]
 
     def mod_col(fn):
-        return np.array([fn(mods[m]) for m in df["model"].to_list()], dtype=np.float64)
+        return np.array([fn(mods[m]) for m in mod_keys.tolist()], dtype=np.float64)[mod_of_row]
 
     prec = df["precision"].to_list()
     disagg = df["disagg"].to_numpy().astype(bool)

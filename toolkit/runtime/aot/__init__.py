@@ -3,7 +3,7 @@
 A process that loads one cached numba kernel first pays ~0.8 s CPU before any toolkit code
 runs (``import numba`` and the refresh of its CPU target, which imports SciPy's BLAS
 wrappers), more than a warm CLI replay of 16.8M accesses needs in all. ``make setup``
-therefore compiles the kernels of the replay path into an extension module
+therefore compiles the kernels of the replay path into extension modules
 (:mod:`toolkit.runtime.aot.build`, numba's ``pycc`` with explicit signatures), and the
 modules that define those kernels take ``nb``, ``types``, ``intrinsic`` and ``ir`` from
 here instead of from numba and llvmlite:
@@ -43,9 +43,11 @@ ENV = "TOOLKIT_AOT"
 """``TOOLKIT_AOT=0`` turns the compiled extension off (numba's kernels everywhere)."""
 
 HERE = Path(__file__).resolve().parent
-EXTENSION = "toolkit.runtime.aot._kernels"
+PACKAGE = "toolkit.runtime.aot"
+EXTENSION = f"{PACKAGE}._kernels0"
+"""The build's first module (``_kernels<i>``, one per process that compiled)."""
 STAMP = HERE / "_kernels.json"
-"""Written by the build: exported symbols per kernel and argument types, and the hash of
+"""Written by the build: module and symbol per kernel and argument types, and the hash of
 the source files the kernels were compiled from."""
 
 _LOCK = threading.RLock()
@@ -108,10 +110,13 @@ def _load_table() -> dict[str, dict[tuple[str | None, ...], Any]]:
         try:
             stamp = json.loads(STAMP.read_text())
             if stamp["sources_sha256"] == _source_hash(stamp["sources"]):
-                ext = importlib.import_module(EXTENSION)
+                modules: dict[str, Any] = {}
                 for e in stamp["exports"]:
+                    name = e["module"]
+                    if name not in modules:
+                        modules[name] = importlib.import_module(f"{PACKAGE}.{name}")
                     table.setdefault(e["kernel"], {})[tuple(e["args"])] = getattr(
-                        ext, e["symbol"])
+                        modules[name], e["symbol"])
         except (OSError, ImportError, KeyError, ValueError, AttributeError):
             table = {}
         _TABLE = table
