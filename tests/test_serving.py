@@ -90,10 +90,13 @@ class TestPoints:
         pred = predict(got)
         assert pred["pred_tput_per_gpu"][0] == pred["pred_tput_per_gpu"][1]
 
-    @pytest.mark.parametrize(("key", "name"), [("glm5", "glm-5"), ("DeepSeek-R1-0528", "dsr1")])
+    @pytest.mark.parametrize(("key", "name"), [("glm5", "glm-5"), ("glm5.1", "glm-5"),
+                                               ("glm5.2", "glm-5.2"),
+                                               ("DeepSeek-R1-0528", "dsr1")])
     def test_inferencex_model_keys_read_as_registry_models(self, key, name):
-        """InferenceX names GLM-5 ``glm5`` (its database key) and DeepSeek-R1
-        ``DeepSeek-R1-0528`` (its display name): both predict as the registry's model."""
+        """InferenceX names GLM-5 ``glm5`` / ``glm5.1`` and GLM-5.2 ``glm5.2`` (its database
+        keys) and DeepSeek-R1 ``DeepSeek-R1-0528`` (its display name): each predicts as the
+        registry's model."""
         from toolkit.serving.predict import predict
 
         got = _frame(_row(model=key), _row(model=name))
