@@ -62,9 +62,6 @@ EP_BYTES_PER_VALUE = 4.0
 """Bytes per hidden value of one token's expert-parallel dispatch plus combine: BF16 both ways
 (assumed: DeepEP's normal-mode kernels and SGLang's default dispatch carry BF16; FP8 dispatch
 would be 3)."""
-CROSS_DOMAIN_LATENCY_FACTOR = 2.0
-"""A collective that leaves the scale-up domain waits on a network round trip as well
-(assumed: about twice an NVLink / xGMI collective's latency)."""
 
 
 def _tokens(d: Design) -> tuple[np.ndarray, np.ndarray]:
@@ -130,10 +127,15 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     n_allreduce = np.where(d.dp_attn, 0.0, 1.0) + np.where(d.ep_moe, 0.0, 1.0)
     ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
     n_coll = np.where(d.ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
-    n_coll = np.where(g > 1, n_coll, 0.0) * np.where(d.dec_beyond_domain,
-                                                      CROSS_DOMAIN_LATENCY_FACTOR, 1.0)
+    n_coll = np.where(g > 1, n_coll, 0.0)
+    # a collective of an instance beyond one scale-up domain also crosses the NICs: its
+    # latency is a term of its own (fitted; it was an assumed 2x of the in-domain latency,
+    # under which a whole accelerator held out missed by up to 85%: H100's multi-node
+    # instances against H200's single-node ones)
+    lat = np.where(d.dec_beyond_domain, th["scaleout_collective_latency_s"],
+                   th["collective_latency_s"])
     t_comm_bw = (ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
-    t_comm_lat = n_coll * th["collective_latency_s"]
+    t_comm_lat = n_coll * lat
     t_comm = t_comm_bw + t_comm_lat
     miss_b = batch / attn_split * d.layers * d.miss_rows_per_layer * d.kv_row_bytes
     t_miss = np.where(miss_b > 0, d.layers * d.miss_fixed_s + miss_b / d.miss_bw, 0.0)
@@ -162,7 +164,8 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
         "t_comm_s": t_comm, "t_miss_s": t_miss_exposed, "t_step_s": t_step, "tpot_s": t_step / a,
         "prefill_tokens_per_step": prefill_tok,
         # peaks used and the fractions achieved (the fitted efficiencies at work)
-        "n_collectives": n_coll, "t_comm_bandwidth_s": t_comm_bw, "t_comm_latency_s": t_comm_lat,
+        "n_collectives": n_coll, "collective_latency_s": lat + 0.0 * batch,
+        "t_comm_bandwidth_s": t_comm_bw, "t_comm_latency_s": t_comm_lat,
         "peak_hbm_bytes_per_s": d.hbm_bw + 0.0 * batch, "eff_mem": th["eff_mem"] + 0.0 * batch,
         "peak_flops_per_s": d.peak_w + 0.0 * batch,
         "eff_compute": th["eff_compute"] + 0.0 * batch,

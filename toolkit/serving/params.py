@@ -31,6 +31,7 @@ PARAMS: dict[str, tuple[str, ...]] = {
     "eff_comm": ("global", "vendor", "engine"),
     "eff_prefill": ("global", "vendor", "engine"),
     "collective_latency_s": ("global", "vendor", "engine"),
+    "scaleout_collective_latency_s": ("global",),
     "request_overhead_s": ("global", "vendor", "engine"),
     "drift_per_100d": ("global",),
 }
@@ -50,7 +51,10 @@ PARAM_HELP: dict[str, str] = {
                 "transfer",
     "eff_prefill": "achieved share of dense tensor peak in prefill",
     "collective_latency_s": "latency of one collective (all-reduce, MoE dispatch or combine) "
-                            "per layer; 2x beyond the scale-up domain (assumed)",
+                            "per layer inside one scale-up domain (NVLink / xGMI)",
+    "scaleout_collective_latency_s": "latency of one collective of a decode instance that "
+                                     "spans more than one scale-up domain (its traffic also "
+                                     "crosses the NICs: RDMA round trips); one global term",
     "request_overhead_s": "fixed latency of a request outside the GPUs' work: HTTP, "
                           "tokenisation, scheduling, router, first-token return; fitted on "
                           "TTFT at <= 64 users only, where it is mostly prefill, not queueing",
@@ -66,6 +70,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "overhead_s": (0.5e-3, 40e-3),
     "overhead_per_token_s": (1e-7, 1e-4),
     "collective_latency_s": (2e-6, 100e-6),
+    "scaleout_collective_latency_s": (5e-6, 2e-3),
     "request_overhead_s": (1e-3, 2.0),
     "drift_per_100d": (-0.10, 0.40),
 }
@@ -79,7 +84,7 @@ its bytes / link bandwidth plus its latency. Times span 2-3 decades around their
 ``toolkit serving fit`` fails when a fitted value ends within :data:`BOUND_MARGIN` of an end."""
 
 LOG_SCALED = ("overhead_s", "overhead_per_token_s", "collective_latency_s",
-              "request_overhead_s")
+              "scaleout_collective_latency_s", "request_overhead_s")
 """Parameters interpolated on a log scale inside their range (times and variabilities)."""
 
 BOUND_MARGIN = 0.03
@@ -94,6 +99,7 @@ PRIOR: dict[str, float] = {
     "eff_comm": 0.7,
     "eff_prefill": 0.4,
     "collective_latency_s": 10e-6,
+    "scaleout_collective_latency_s": 50e-6,
     "request_overhead_s": 0.05,
     "drift_per_100d": 0.0,
 }
