@@ -103,6 +103,7 @@ class TestBounds:
             t = decode_terms(d, th, np.full(d.n, batch))
             lat = np.where(d.dec_beyond_domain, th["scaleout_collective_latency_s"],
                            th["collective_latency_s"])
+            np.testing.assert_array_equal(t["collective_latency_s"], lat)  # --breakdown's term
             ideal = t["comm_bytes"] / t["link_bytes_per_s"] + t["n_collectives"] * lat
             ok = ideal > 0
             ratio = t["t_comm_s"][ok] / ideal[ok]
@@ -111,7 +112,8 @@ class TestBounds:
     def test_breakdown_shows_peaks_and_fractions(self, points):
         p = predict(points.head(30), breakdown=True)
         for c in ("term_peak_hbm_bytes_per_s", "term_eff_mem", "term_peak_flops_per_s",
-                  "term_link_bytes_per_s", "term_achieved_hbm_fraction",
+                  "term_link_bytes_per_s", "term_collective_latency_s",
+                  "term_achieved_hbm_fraction",
                   "term_achieved_compute_fraction", "term_achieved_link_fraction"):
             assert c in p.columns, c
         assert (p["term_achieved_hbm_fraction"] <= p["term_eff_mem"] + 1e-9).all()
