@@ -247,7 +247,8 @@ def build(out_dir: Path, verbose: bool = False, parts: int = 2) -> dict[str, Any
                       if p.returncode != 0]
             if failed:
                 i, err = failed[0]
-                raise RuntimeError(f"part {i} failed: {err.strip().splitlines()[-1:]}")
+                last = (err.strip().splitlines() or ["no message"])[-1]
+                raise RuntimeError(f"part {i} of {len(groups)} failed: {last}")
             results = [json.loads((tmp_dir / f"part{i}.out.json").read_text())
                        for i in range(len(groups))]
         out_dir.mkdir(parents=True, exist_ok=True)
