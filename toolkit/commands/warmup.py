@@ -5,10 +5,10 @@ the machine code on disk. The commands call many kernels (the store's page decod
 writers, one row kernel per policy and mode, the tier loop, the Engram hash), so a first
 run used to spend most of its time compiling. ``make setup`` runs this command once: it
 runs the demo into a scratch directory without its charts (every kernel the demo uses;
-the charts compile none), replays small traces through every policy in every mode and
-through the tier engines the demo does not run (vLLM's block pool, page-granular SGLang),
-on ``--workers`` processes. ``make setup``
-builds the compiled extension (:mod:`toolkit.runtime.aot`) first: the kernels it holds
+the charts compile none), runs the serving model's client replay and a cost answer, and
+replays small traces through every policy in every mode and through the tier engines the
+demo does not run (vLLM's block pool, page-granular SGLang), on ``--workers`` processes.
+``make setup`` builds the compiled extension (:mod:`toolkit.runtime.aot`) first: the kernels it holds
 run from it here as in every command, so only numba's other kernels compile.
 """
 
