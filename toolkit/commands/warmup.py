@@ -8,8 +8,9 @@ runs the demo into a scratch directory without its charts (every kernel the demo
 the charts compile none), runs the serving model's client replay and a cost answer, and
 replays small traces through every policy in every mode and through the tier engines the
 demo does not run (vLLM's block pool, page-granular SGLang), on ``--workers`` processes.
-``make setup`` builds the compiled extension (:mod:`toolkit.runtime.aot`) first: the kernels it holds
-run from it here as in every command, so only numba's other kernels compile.
+``make setup`` builds the compiled extension (:mod:`toolkit.runtime.aot`) first: the
+kernels it holds run from it here as in every command, so only numba's other kernels
+compile.
 """
 
 from __future__ import annotations
