@@ -243,6 +243,32 @@ class TestDsaPrefill:
         assert prefill_terms(no_idx, th)["prefill_flops"][0] < sparse["prefill_flops"][0]
 
 
+    def test_indexer_is_replicated_on_tensor_parallel_ranks(self):
+        """The engines replicate the lightning indexer on every TP rank (``indexer_split``):
+        its decode FLOPs per GPU are 8x those of the same 8-GPU instance with DP attention,
+        where each rank scores only its own requests' keys; MLA attention splits either way.
+        Prefill under TP is slower for the same reason; a dense model (no indexer) is not."""
+        def per_gpu(model, dp, key, fn):
+            d = design(_frame(_row(model=model, isl=32768, osl=512, decode_dp_attention=dp,
+                                   prefill_dp_attention=dp)))
+            th = bundled_params().row_values(levels(d))
+            no_idx = d.__class__(**{**d.__dict__, "idx_flops_per_ctx": np.zeros(1)})
+            return fn(d, th)[key][0], fn(no_idx, th)[key][0]
+
+        def dec(d, th):
+            return decode_terms(d, th, np.full(1, 16.0))
+
+        (tp, tp_mla), (dp, dp_mla) = (per_gpu("glm-5", f, "attention_flops", dec)
+                                      for f in (False, True))
+        assert tp_mla == pytest.approx(dp_mla, rel=1e-12)
+        assert tp - tp_mla == pytest.approx(8.0 * (dp - dp_mla), rel=1e-12)
+        pre = "t_prefill_compute_s"
+        assert per_gpu("glm-5", False, pre, prefill_terms)[0] > per_gpu(
+            "glm-5", True, pre, prefill_terms)[0]
+        assert per_gpu("dsr1", False, pre, prefill_terms)[0] == pytest.approx(
+            per_gpu("dsr1", True, pre, prefill_terms)[0], rel=1e-12)
+
+
 class TestBands:
     def test_bands_bracket_predictions(self, points):
         p = predict(points.head(40))

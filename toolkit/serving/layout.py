@@ -87,6 +87,7 @@ class Design:
     g_pre: np.ndarray  # GPUs per prefill instance (aggregated: the same instance)
     n_pre: np.ndarray
     dp_attn: np.ndarray
+    pre_dp_attn: np.ndarray  # prefill instance runs attention data-parallel (aggregated: dp_attn)
     ep_moe: np.ndarray  # expert parallel (dispatch/combine) vs tensor-parallel MoE
     # hardware
     hbm_bw: np.ndarray
@@ -265,6 +266,8 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         g_pre=g_pre,
         n_pre=n_pre,
         dp_attn=df["decode_dp_attention"].to_numpy().astype(bool),
+        pre_dp_attn=np.where(disagg, df["prefill_dp_attention"].to_numpy().astype(bool),
+                             df["decode_dp_attention"].to_numpy().astype(bool)),
         ep_moe=(np.maximum(ep_d, 1) > 1) | (g_dec > np.maximum(tp_d, 1)),
         hbm_bw=hw_col(lambda h: h.hbm_bandwidth_bytes_per_s),
         hbm_usable=hbm_usable,

@@ -27,8 +27,9 @@ verified each, ``a`` accepted: MTP drafts and acceptance are recipe inputs,
 Every efficiency lies in an explicit range (:data:`toolkit.serving.params.RANGES`). Prefill
 of one request: FLOPs / (peak x eff_prefill) plus one weight read and one overhead per 8K
 chunk; attention per query covers the whole prefix for dense models and at most the
-indexer's top-k rows for DSA models, plus the indexer itself. Disaggregated runs add the KV
-transfer to the decode pool.
+indexer's top-k rows for DSA models, plus the indexer itself, which every rank of a
+tensor-parallel instance runs whole (:func:`indexer_split`; in decode too). Disaggregated runs
+add the KV transfer to the decode pool.
 
 Two ways to run a deployment: :func:`solve`, a fast steady state (the batch per decode
 instance solves ``conc = n_dec B + X TTFT`` with Poisson arrivals at a G/D/c prefill queue),
@@ -74,6 +75,17 @@ def _age_factor(d: Design, th: dict[str, np.ndarray]) -> np.ndarray:
     return np.exp(th["drift_per_100d"] * d.age_days / 100.0)
 
 
+def indexer_split(g: np.ndarray, dp_attn: np.ndarray) -> np.ndarray:
+    """Ranks that share one instance's lightning-indexer FLOPs: all ``g`` under DP attention
+    (each rank scores its own requests' keys), one under tensor parallelism. The engines
+    replicate the indexer on every TP rank: its projections are ``ReplicatedLinear`` and each
+    rank scores all of its heads over every key, in vLLM (``models/deepseek_v2.py``
+    ``Indexer``: "no tensor parallel, just replicated"), SGLang (``nsa_indexer.py``), ATOM and
+    TensorRT-LLM (``n_heads = index_n_heads`` per rank). Its projections (~1 GFLOP per token
+    for GLM-5) stay in the active parameters, split like every GEMM."""
+    return np.where(dp_attn, g, 1.0)
+
+
 def mean_rows_attended(first: np.ndarray, last: np.ndarray, topk: np.ndarray) -> np.ndarray:
     """Mean KV rows a query attends to over positions ``first .. last`` (uniform): the whole
     prefix for dense attention (``topk = 0``), else at most the indexer's ``topk`` rows (DSA
@@ -111,8 +123,9 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     dense_frac = np.clip(1.0 - (d.routed_bytes / np.maximum(d.dense_bytes + d.routed_bytes,
                                                              1.0)), 0.0, 1.0)
     gemm = 2.0 * d.active_params * tok / g
-    attn = (dec_tok * d.layers * rows_read * d.attn_decode_flops_per_ctx
-            + dec_tok * d.idx_layers * ctx * d.idx_flops_per_ctx) / g
+    # MLA attention splits its heads over a TP instance; the indexer is replicated
+    attn = (dec_tok * d.layers * rows_read * d.attn_decode_flops_per_ctx / g
+            + dec_tok * d.idx_layers * ctx * d.idx_flops_per_ctx / indexer_split(g, d.dp_attn))
     peak_w = d.peak_w * th["eff_compute"]
     peak_a = d.peak_attn * th["eff_compute"]
     # one roofline per kernel family, run one after another: dense GEMMs, MoE GEMMs, attention
@@ -186,15 +199,17 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     new = d.isl * (1.0 - d.cached_prefix_fraction)
     ctx_avg = d.isl - new / 2.0
     rows = mean_rows_attended(d.isl - new, d.isl, d.sparse_topk)  # DSA: at most top-k rows
-    flops = (2.0 * d.active_params * new
-             + new * d.layers * rows * d.attn_prefill_flops_per_ctx
-             + new * d.idx_layers * ctx_avg * d.idx_flops_per_ctx)
+    gemm = 2.0 * d.active_params * new
+    idx = new * d.idx_layers * ctx_avg * d.idx_flops_per_ctx
+    flops = gemm + new * d.layers * rows * d.attn_prefill_flops_per_ctx + idx
+    # per GPU: the GEMMs and MLA attention split over the instance, the indexer only by DP
+    # attention (:func:`indexer_split`)
+    per_gpu = (flops - idx) / g + idx / indexer_split(g, d.pre_dp_attn)
     # FLOP-weighted peak of the GEMMs (weight precision) and attention (FP8); a fully cached
     # prompt (no new tokens) has no FLOPs and keeps the GEMM peak
-    peak = np.where(flops > 0, (2.0 * d.active_params * new * d.peak_w
-                                + (flops - 2.0 * d.active_params * new) * d.peak_attn)
-                    / np.maximum(flops, 1.0), d.peak_w)
-    t_comp = flops / (g * peak * th["eff_prefill"])
+    peak = np.where(per_gpu > 0, (gemm / g * d.peak_w + (per_gpu - gemm / g) * d.peak_attn)
+                    / np.maximum(per_gpu, 1e-30), d.peak_w)
+    t_comp = per_gpu / (peak * th["eff_prefill"])
     chunks = np.maximum(np.ceil(new / PREFILL_CHUNK_TOKENS), 1.0)
     weights_pg = (d.dense_bytes + d.routed_bytes) / g
     t_chunks = chunks * (th["overhead_s"] + weights_pg / (d.hbm_bw * th["eff_mem"]))
