@@ -199,17 +199,19 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     new = d.isl * (1.0 - d.cached_prefix_fraction)
     ctx_avg = d.isl - new / 2.0
     rows = mean_rows_attended(d.isl - new, d.isl, d.sparse_topk)  # DSA: at most top-k rows
-    gemm = 2.0 * d.active_params * new
     idx = new * d.idx_layers * ctx_avg * d.idx_flops_per_ctx
-    flops = gemm + new * d.layers * rows * d.attn_prefill_flops_per_ctx + idx
-    # per GPU: the GEMMs and MLA attention split over the instance, the indexer only by DP
-    # attention (:func:`indexer_split`)
-    per_gpu = (flops - idx) / g + idx / indexer_split(g, d.pre_dp_attn)
+    flops = (2.0 * d.active_params * new
+             + new * d.layers * rows * d.attn_prefill_flops_per_ctx
+             + idx)
+    # FLOPs the instance executes: the indexer's are repeated on every rank of a TP instance
+    # (:func:`indexer_split`)
+    run = flops - idx + idx * (g / indexer_split(g, d.pre_dp_attn))
     # FLOP-weighted peak of the GEMMs (weight precision) and attention (FP8); a fully cached
     # prompt (no new tokens) has no FLOPs and keeps the GEMM peak
-    peak = np.where(per_gpu > 0, (gemm / g * d.peak_w + (per_gpu - gemm / g) * d.peak_attn)
-                    / np.maximum(per_gpu, 1e-30), d.peak_w)
-    t_comp = per_gpu / (peak * th["eff_prefill"])
+    peak = np.where(run > 0, (2.0 * d.active_params * new * d.peak_w
+                              + (run - 2.0 * d.active_params * new) * d.peak_attn)
+                    / np.maximum(run, 1.0), d.peak_w)
+    t_comp = run / (g * peak * th["eff_prefill"])
     chunks = np.maximum(np.ceil(new / PREFILL_CHUNK_TOKENS), 1.0)
     weights_pg = (d.dense_bytes + d.routed_bytes) / g
     t_chunks = chunks * (th["overhead_s"] + weights_pg / (d.hbm_bw * th["eff_mem"]))
