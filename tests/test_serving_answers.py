@@ -243,6 +243,20 @@ class TestDsaPrefill:
         assert prefill_terms(no_idx, th)["prefill_flops"][0] < sparse["prefill_flops"][0]
 
 
+    def test_dsa_prefill_attention_is_absorbed(self):
+        """DSA prefill attends in absorbed (MQA) form, 576-dim keys and 512-dim values per
+        head, as the sparse MLA kernels run it: by hand from GLM-5's geometry (indexer off)."""
+        from toolkit.models import get_model
+
+        d = design(_frame(_row(model="glm-5", isl=4096, osl=512)))
+        no_idx = d.__class__(**{**d.__dict__, "idx_flops_per_ctx": np.zeros(1)})
+        got = prefill_terms(no_idx, bundled_params().row_values(levels(d)))["prefill_flops"][0]
+        m = get_model("glm-5")
+        rows = float(mean_rows_attended(np.array(0.0), np.array(4096.0), np.array(2048.0)))
+        per_row = 2.0 * m.num_query_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        want = 2.0 * m.active_params * 4096 + 4096 * m.num_layers * rows * per_row
+        assert got == pytest.approx(want, rel=1e-12)
+
     def test_indexer_is_replicated_on_tensor_parallel_ranks(self):
         """The engines replicate the lightning indexer on every TP rank (``indexer_split``):
         its decode FLOPs per GPU are 8x those of the same 8-GPU instance with DP attention,

@@ -27,7 +27,8 @@ verified each, ``a`` accepted: MTP drafts and acceptance are recipe inputs,
 Every efficiency lies in an explicit range (:data:`toolkit.serving.params.RANGES`). Prefill
 of one request: FLOPs / (peak x eff_prefill) plus one weight read and one overhead per 8K
 chunk; attention per query covers the whole prefix for dense models and at most the
-indexer's top-k rows for DSA models, plus the indexer itself, which every rank of a
+indexer's top-k rows for DSA models (in absorbed MQA form, as the sparse kernels run it),
+plus the indexer itself, which every rank of a
 tensor-parallel instance runs whole (:func:`indexer_split`; in decode too). Disaggregated runs
 add the KV transfer to the decode pool.
 
@@ -200,8 +201,14 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     ctx_avg = d.isl - new / 2.0
     rows = mean_rows_attended(d.isl - new, d.isl, d.sparse_topk)  # DSA: at most top-k rows
     idx = new * d.idx_layers * ctx_avg * d.idx_flops_per_ctx
+    # DSA prefill runs the sparse MLA kernels in absorbed (MQA) form, 576-dim keys and
+    # 512-dim values per head, as decode does (FlashMLA's sparse prefill kernel; vLLM's
+    # ``flashmla_sparse`` backend: the FP8 decode kernel or the BF16 prefill kernel, both
+    # absorbed); dense MLA prefill expands K/V per head (192 + 128 dims)
+    per_row = np.where(d.sparse_topk > 0, d.attn_decode_flops_per_ctx,
+                       d.attn_prefill_flops_per_ctx)
     flops = (2.0 * d.active_params * new
-             + new * d.layers * rows * d.attn_prefill_flops_per_ctx
+             + new * d.layers * rows * per_row
              + idx)
     # FLOPs the instance executes: the indexer's are repeated on every rank of a TP instance
     # (:func:`indexer_split`)
