@@ -28,9 +28,9 @@ Every efficiency lies in an explicit range (:data:`toolkit.serving.params.RANGES
 of one request: FLOPs / (peak x eff_prefill) plus one weight read and one overhead per 8K
 chunk; attention per query covers the whole prefix for dense models and at most the
 indexer's top-k rows for DSA models (in absorbed MQA form, as the sparse kernels run it),
-plus the indexer itself, which every rank of a
-tensor-parallel instance runs whole (:func:`indexer_split`; in decode too). Disaggregated runs
-add the KV transfer to the decode pool.
+plus the indexer itself, which every rank of a tensor-parallel instance runs whole
+(:func:`indexer_split`; in decode too). Disaggregated runs add the KV transfer to the
+decode pool.
 
 Two ways to run a deployment: :func:`solve`, a fast steady state (the batch per decode
 instance solves ``conc = n_dec B + X TTFT`` with Poisson arrivals at a G/D/c prefill queue),
