@@ -19,13 +19,20 @@ from toolkit.cost.interpolate import pareto_front, steffen_interpolate
 from toolkit.serving import bundled_params, bundled_points_path, predict, read_points, validate
 from toolkit.serving.fit import bound_report, fit
 from toolkit.serving.layout import design
-from toolkit.serving.model import decode_terms, mean_rows_attended, prefill_terms
+from toolkit.serving.model import (
+    client,
+    decode_terms,
+    max_batch,
+    mean_rows_attended,
+    prefill_terms,
+)
 from toolkit.serving.params import PARAMS, RANGES, ServingParams, from_z
 from toolkit.serving.predict import levels
 from toolkit.serving.recipes import (
     MTP_ACCEPT,
     RecipeError,
     admission_gates,
+    length_ratio,
     parse_version,
     prefill_batching,
     version_date,
@@ -161,6 +168,22 @@ class TestRecipes:
         assert [a.tolist() for a in prefill_batching(df)] == [[4096], [3]]
         with pytest.raises(RecipeError, match="row 1: prefill_max_prompts 0 must be >= 1"):
             prefill_batching(_frame(_row(prefill_max_prompts=0)))
+
+    def test_length_spread_is_an_input(self):
+        """``random_range_ratio`` (the client's --random-range-ratio) sets the lengths the
+        replayed client sends: at 1 every prompt is exactly ``isl`` (input tokens = prompts x
+        isl, exact), by default 0.8 (InferenceX's configs: fewer); outside (0, 1] refused."""
+        rows = _frame(_row(conc=4, random_range_ratio=1.0), _row(conc=4))
+        assert length_ratio(rows).tolist() == [1.0, 0.8]
+        d = design(rows)
+        res = client(d, bundled_params().row_values(levels(d)), max_batch(d))
+        dur = res["benchmark_duration_s"]
+        tokens = res["tput_per_gpu"] * dur * d.total_gpus  # input + output tokens
+        n = 4 * 10  # conc x InferenceX's 10 prompts per user
+        assert tokens[0] == pytest.approx(n * (8192 + 1024), rel=1e-9)
+        assert tokens[1] < 0.95 * tokens[0]
+        with pytest.raises(RecipeError, match="row 2: random_range_ratio 1.5 must be in"):
+            length_ratio(_frame(_row(), _row(random_range_ratio=1.5)))
 
     def test_versions_parsed_from_images(self):
         assert parse_version("lmsysorg/sglang:v0.5.12-rocm700-mi35x") == "0.5.12"

@@ -365,7 +365,7 @@ def _replay_rows(first: int, stride: int, conc: np.ndarray, isl_l: np.ndarray,
                  n_pre: np.ndarray, disagg: np.ndarray, bs: np.ndarray, ts: np.ndarray,
                  pre_tok_s: np.ndarray, pre_fixed_s: np.ndarray, xfer_tok_s: np.ndarray,
                  gate_iters: np.ndarray, gate_kind: np.ndarray, gate_ranks: np.ndarray,
-                 ratio: float, per_user: int, chunk: np.ndarray, max_prompts: np.ndarray,
+                 ratio: np.ndarray, per_user: int, chunk: np.ndarray, max_prompts: np.ndarray,
                  seed: int, out: np.ndarray, isl_sum: np.ndarray, osl_sum: np.ndarray) -> None:
     """Rows ``first, first + stride, ...``: one thread's share (rows are independent runs;
     numba's random state is per thread and each row seeds it)."""
@@ -376,7 +376,7 @@ def _replay_rows(first: int, stride: int, conc: np.ndarray, isl_l: np.ndarray,
                         + int(osl_l[i])) % 2147483647)
         isl = np.empty(n_req, dtype=np.int64)
         osl = np.empty(n_req, dtype=np.int64)
-        lo_i, lo_o = int(isl_l[i] * ratio), int(osl_l[i] * ratio)
+        lo_i, lo_o = int(isl_l[i] * ratio[i]), int(osl_l[i] * ratio[i])
         for r in range(n_req):
             isl[r] = np.random.randint(lo_i, int(isl_l[i]) + 1)
             osl[r] = max(np.random.randint(lo_o, int(osl_l[i]) + 1), 2)
@@ -424,7 +424,7 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
                   gate_kind=None, gate_ranks=None, chunk_tokens=None, max_prompts=None,
                   seed: int = 0,
                   per_user: int = NUM_PROMPTS_PER_USER,
-                  ratio: float = RANGE_RATIO) -> dict[str, np.ndarray]:
+                  ratio=None) -> dict[str, np.ndarray]:
     """Replay every row's benchmark run; arrays are per row, ``batch_grid`` / ``step_s`` are
     (rows x grid points). Returns median/p90 TTFT, median TPOT (s), duration (s), tokens
     in and out, and the time-averaged decode batch per instance.
@@ -435,7 +435,9 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
     instance (:func:`toolkit.serving.recipes.admission_gates`); default none.
     ``chunk_tokens`` / ``max_prompts``: tokens and prompts one disaggregated prefill forward
     may take (:func:`toolkit.serving.recipes.prefill_batching`); default one
-    :data:`CHUNK_TOKENS` chunk of as many prompts as fit."""
+    :data:`CHUNK_TOKENS` chunk of as many prompts as fit.
+    ``ratio``: the client's ``--random-range-ratio`` per row (lengths uniform in
+    ``[ratio L, L]``); default :data:`RANGE_RATIO`."""
     n = np.asarray(conc).size
 
     def per_row(v, default: float, dtype) -> np.ndarray:
@@ -453,7 +455,8 @@ def replay_client(conc: np.ndarray, isl: np.ndarray, osl: np.ndarray, accept: np
         np.asarray(prefill_s_per_token, np.float64), np.ascontiguousarray(fixed),
         np.asarray(xfer_s_per_token, np.float64), per_row(gate_iters, 1.0, np.int64),
         per_row(gate_kind, 0.0, np.int64), per_row(gate_ranks, 1.0, np.int64),
-        float(ratio), int(per_user), per_row(chunk_tokens, CHUNK_TOKENS, np.int64),
+        per_row(ratio, RANGE_RATIO, np.float64), int(per_user),
+        per_row(chunk_tokens, CHUNK_TOKENS, np.int64),
         per_row(max_prompts, MAX_PREFILL_PROMPTS, np.int64), int(seed))
     return {"median_ttft_s": out[:, 0], "p90_ttft_s": out[:, 1], "median_tpot_s": out[:, 2],
             "duration_s": out[:, 3], "mean_batch_per_instance": out[:, 4],

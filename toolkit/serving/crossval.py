@@ -115,12 +115,16 @@ def dsa_decode_points() -> pl.DataFrame:
 
     raw = pl.read_csv(bundled_points_path(DSA_FILE))
     raw = raw.filter(pl.col("model").is_in(list(DSA_MODELS)) & (pl.col("parallel") == "tp8"))
+    # the client's length spread, from the runs' own token counts: lengths uniform in
+    # [r L, L] average (1 + r) L / 2 (these runs sent every prompt at exactly L: r = 1)
+    mean_isl = raw["input_tok_s"] * raw["duration_s"] / raw["completed"]
+    raw = raw.with_columns(ratio=(2.0 * mean_isl / raw["isl"] - 1.0).clip(0.01, 1.0).round(2))
     rows = [{"hardware": "h200", "framework": "vllm", "model": DSA_MODELS[r["model"]][0],
              "precision": DSA_MODELS[r["model"]][1], "spec_method": "none", "disagg": False,
              "is_multinode": False, "isl": r["isl"], "osl": r["osl"], "conc": r["conc"],
              "num_prefill_gpu": 8, "num_decode_gpu": 8, "prefill_tp": 8, "prefill_ep": 1,
              "prefill_dp_attention": False, "decode_tp": 8, "decode_ep": 1,
-             "decode_dp_attention": False,
+             "decode_dp_attention": False, "random_range_ratio": r["ratio"],
              "date": f"{r['date'][:4]}-{r['date'][4:6]}-{r['date'][6:8]}",
              "tput_per_gpu": (r["input_tok_s"] + r["output_tok_s"]) / 8.0,
              "median_tpot": r["median_tpot_s"], "median_ttft": r["median_ttft_s"]}

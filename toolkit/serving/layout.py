@@ -30,6 +30,7 @@ from toolkit.serving.recipes import (
     RecipeError,
     admission_gates,
     age_days,
+    length_ratio,
     mtp_inputs,
     prefill_batching,
 )
@@ -76,6 +77,7 @@ class Design:
     gate_ranks: np.ndarray  # attention-DP ranks the balance waits for (kind 1)
     pre_chunk_tokens: np.ndarray  # tokens one disaggregated prefill forward may take
     pre_max_prompts: np.ndarray  # prompts one disaggregated prefill forward may take
+    range_ratio: np.ndarray  # client's --random-range-ratio: lengths uniform in [r L, L]
     isl: np.ndarray
     osl: np.ndarray
     conc: np.ndarray
@@ -256,6 +258,7 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         gate_ranks=gate_ranks,
         pre_chunk_tokens=pre_chunk,
         pre_max_prompts=pre_prompts,
+        range_ratio=length_ratio(df),
         isl=df["isl"].to_numpy().astype(np.float64),
         osl=df["osl"].to_numpy().astype(np.float64),
         conc=df["conc"].to_numpy().astype(np.float64),

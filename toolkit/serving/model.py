@@ -360,7 +360,8 @@ def client(d: Design, th: dict[str, np.ndarray], cap: np.ndarray) -> dict[str, n
     out = replay_client(d.conc, d.isl, d.osl, d.mtp_accept, cap, d.n_dec, d.n_pre, d.disagg,
                         grid, step, per_tok, xfer, prefill_s_per_chunk=fixed,
                         gate_iters=d.gate_iters, gate_kind=d.gate_kind, gate_ranks=d.gate_ranks,
-                        chunk_tokens=d.pre_chunk_tokens, max_prompts=d.pre_max_prompts)
+                        chunk_tokens=d.pre_chunk_tokens, max_prompts=d.pre_max_prompts,
+                        ratio=d.range_ratio)
     dur = np.maximum(out["duration_s"], 1e-12)
     ovh = th["request_overhead_s"]  # outside the GPUs: latency only, no capacity
     return {

@@ -21,7 +21,9 @@ Optional row columns (InferenceX rows carry none of them; defaults below):
   on an aggregated TensorRT-LLM instance with attention data parallelism.
 * ``prefill_max_tokens`` / ``prefill_max_prompts``: tokens and prompts one disaggregated
   prefill forward may take (default: :data:`PREFILL_BATCH_TRT` for Dynamo + TensorRT-LLM, else
-  one 8,192-token chunk of as many prompts as fit).
+  one 8,192-token chunk of as many prompts as fit);
+* ``random_range_ratio``: the benchmark client's ``--random-range-ratio``: prompt and output
+  lengths uniform in ``[ratio L, L]`` (default 0.8, InferenceX's configs; 1 = fixed lengths).
 
 The last two gate when a waiting prompt may start its prefill (see
 :mod:`toolkit.serving.client`); 1 or 0 turns a gate off.
@@ -258,3 +260,23 @@ def _counts_column(df: pl.DataFrame, name: str, default: np.ndarray, note: str =
         i = int(np.flatnonzero(bad)[0])
         raise RecipeError(f"row {i + 1}: {name} {v[i]:g} must be >= 1{note}")
     return np.where(given, np.floor(v), default)
+
+
+def length_ratio(df: pl.DataFrame) -> np.ndarray:
+    """Per-row ``--random-range-ratio`` of the benchmark client (optional column
+    ``random_range_ratio``; default :data:`toolkit.serving.client.RANGE_RATIO`).
+
+    Raises:
+        RecipeError: a given value outside (0, 1] (row named).
+    """
+    from toolkit.serving.client import RANGE_RATIO
+
+    if "random_range_ratio" not in df.columns:
+        return np.full(df.height, RANGE_RATIO)
+    v = df["random_range_ratio"].cast(pl.Float64, strict=False).to_numpy()
+    given = np.isfinite(v)
+    bad = given & ((v <= 0) | (v > 1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise RecipeError(f"row {i + 1}: random_range_ratio {v[i]:g} must be in (0, 1]")
+    return np.where(given, v, RANGE_RATIO)
