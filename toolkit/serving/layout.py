@@ -95,7 +95,7 @@ class Design:
     hbm_bw: np.ndarray
     hbm_usable: np.ndarray
     peak_w: np.ndarray  # FLOP/s at the weight precision
-    peak_attn: np.ndarray  # FLOP/s for attention math (BF16)
+    peak_attn: np.ndarray  # FLOP/s for attention math (the FP8 peak: a labelled assumption)
     link_bw_dec: np.ndarray  # collective bandwidth of a decode instance
     dec_beyond_domain: np.ndarray  # decode instance spans more than one scale-up domain
     link_bw_pre: np.ndarray
