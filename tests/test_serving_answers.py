@@ -392,6 +392,38 @@ class TestCompare:
         assert df["edge"].to_list() == [True, False]
         assert 0.99 * end >= (1 - EDGE_FRACTION) * end
 
+    def test_answer_is_the_best_layout_not_a_chord_across_layouts(self):
+        """Fronts are interpolated along one layout's concurrencies only: SYNTHETIC points, a
+        layout A at 172 and 123 tok/s/user and a layout B at 150 only. At 150 the answer is
+        the better of A's own curve there and B's point; a front through all three points
+        would bend down through B, below what A alone can run."""
+        from toolkit.cost.compare import _at_target, _series
+
+        ycols = {"tput_per_gpu": "y", "output_tput_per_gpu": "y", "p90_ttft_s": "t"}
+        a = pl.DataFrame({"x": [172.0, 123.0], "y": [10_500.0, 15_000.0], "t": [0.3, 0.6]})
+        b = pl.DataFrame({"x": [150.0], "y": [11_500.0], "t": [0.4]})
+        a_alone = float(steffen_interpolate(np.array([123.0, 172.0]),
+                                            np.array([15_000.0, 10_500.0]), 150.0))
+        ans = _at_target([_series(a, "x", ycols), _series(b, "x", ycols)], 150.0)
+        assert ans["tput_per_gpu"] == pytest.approx(max(a_alone, 11_500.0)) and a_alone > 11_500
+        chord = _at_target(_series(pl.concat([a, b]), "x", ycols), 150.0)["tput_per_gpu"]
+        assert chord == pytest.approx(11_500.0) and chord < ans["tput_per_gpu"]
+        assert ans["front_max_interactivity"] == 172.0 and ans["reachable"]
+        # beyond every layout's end: unreachable, judged against the farthest end
+        far = _at_target([_series(a, "x", ycols), _series(b, "x", ycols)], 200.0)
+        assert far["reachable"] is False and far["front_max_interactivity"] == 172.0
+
+    def test_gb300_never_below_gb200_at_a_matched_engine(self):
+        """GB300 has GB200's HBM bandwidth and FP8 peak and more HBM: at the same engine its
+        answer is never lower (it runs every GB200 layout at the same speed, and more)."""
+        cfg = CompareConfig("glm-5.2", ("gb200", "gb300"), (100.0, 150.0), isl=65536,
+                            osl=512, cached_prefix_fraction=0.95, all_engines=True)
+        df = compare(cfg).filter(pl.col("reachable"))
+        wide = df.pivot(on="hardware", index=["engine", "interactivity"],
+                        values="tput_per_gpu").drop_nulls()
+        assert wide.height >= 10
+        assert (wide["gb300"] >= wide["gb200"] * (1 - 1e-3)).all(), wide
+
     def test_all_engines_per_vendor(self):
         cfg = CompareConfig("dsr1", ("gb200", "mi355x"), (50.0,), all_engines=True)
         assert "atom" not in engines_for(cfg, "gb200") and "trt" in engines_for(cfg, "gb200")

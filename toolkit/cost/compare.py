@@ -259,6 +259,24 @@ def _series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> tuple[np.ndarr
     return f[xcol].to_numpy(), {k: f[c].to_numpy() for k, c in ycols.items()}, f
 
 
+LAYOUT_KEYS = ("disagg", "num_prefill_gpu", "num_decode_gpu", "prefill_tp", "prefill_ep",
+               "prefill_dp_attention", "decode_tp", "decode_ep", "decode_dp_attention",
+               "spec_method")
+"""What makes two swept points one layout: the model interpolates only along one layout's
+concurrency sweep (:func:`_layout_series`)."""
+
+
+def _layout_series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> list:
+    """One front per layout, over its concurrencies. The model's answer at a target is the
+    best of these fronts there (:func:`_at_target`), not one front through every layout's
+    points: between two concurrencies of one layout lies a concurrency one can run, between
+    two layouts lies no deployment (each user gets one layout's speed), and interpolating
+    across layouts let an accelerator that offers one more layout (GB300's 4-GPU instance)
+    answer below a sibling whose every point it matches (4% below GB200 at a matched engine)."""
+    return [_series(part, xcol, ycols)
+            for part in g.partition_by(list(LAYOUT_KEYS), maintain_order=True)]
+
+
 def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
             what_if: dict[str, float] | None = None) -> pl.DataFrame:
     """$/M total and output tokens per (hardware, engine) at each target interactivity.
@@ -302,7 +320,7 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
                                      f"no modelled point meets p90 TTFT <= {bound} s")
                         for t in cfg.interactivity]
                 continue
-            mod = _series(g, "pred_median_intvty", model_y) if g.height else None
+            mod = _layout_series(g, "pred_median_intvty", model_y) if g.height else None
             mea = (_series(m, "median_intvty", {"tput_per_gpu": "tput_per_gpu",
                                                 "output_tput_per_gpu": "output_tput_per_gpu",
                                                 "p90_ttft_s": "p90_ttft"})
@@ -318,9 +336,19 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
 
 
 def _at_target(series, target: float) -> dict | None:
-    """A front's answer at ``target`` plus the front row that meets it (``_row``)."""
+    """A front's answer at ``target`` plus the front row that meets it (``_row``); for a
+    list of fronts (one per layout), the best reachable one's answer, with ``reachable`` and
+    ``edge`` judged against the farthest any of them reaches."""
     if series is None:
         return None
+    if isinstance(series, list):
+        answers = [_at_target(s, target) for s in series]
+        end = max(a["front_max_interactivity"] for a in answers)
+        reach = [a for a in answers if a["reachable"] and a["tput_per_gpu"] is not None]
+        best = (max(reach, key=lambda a: a["tput_per_gpu"]) if reach
+                else max(answers, key=lambda a: a["front_max_interactivity"]))
+        return {**best, "front_max_interactivity": end,
+                "edge": bool(best["reachable"] and target >= (1 - EDGE_FRACTION) * end)}
     x, ys, f = series
     ans = _front_answer(x, ys, target)
     ans["_row"] = f[ans["_at"]].to_dicts()[0] if ans["_at"] is not None else None
