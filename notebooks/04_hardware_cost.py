@@ -207,9 +207,9 @@ matched
 # %% [markdown]
 # Published (GLM-5.3, each accelerator on its own engine): GB300/GB200 throughput per GPU
 # +17.5% at 150 tok/s/user; MI355X/GB200 cost 0.87 at 100 and 1.14 at 150. At matched engines
-# the model's GB300/GB200 ratio stays within a few percent of 1.0 (0.96-1.06 here: each
-# front is interpolated between the swept layouts, and GB300's larger HBM changes which
-# layouts admit how many users), as the spec table allows; a ratio far outside that range in
+# the model's GB300/GB200 ratio stays between 1.0 and a few percent above it (1.00-1.02 here:
+# GB300 runs every GB200 layout at the same speed, and its larger HBM adds a 4-GPU instance
+# and room where capacity binds), as the spec table allows; a ratio far outside that range in
 # a mixed-engine comparison is the engines, not the silicon.
 
 # %% [markdown]

@@ -236,7 +236,7 @@ print(json.dumps({"measured_users": sorted(measured["users"].unique().to_list())
 #   (`replay_p90_ttft_s`: one instance, closed loop, the trace's real prompt-length mix) is
 #   several times higher, because long prompts queue behind each other there.
 # * **Same direction.** Both say KV offload lowers TTFT at a given user count: measured p90
-#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.30 s -> 0.28 s at 4
+#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.24 s -> 0.22 s at 4
 #   users (more prompt tokens skip prefill and load over the host link instead).
 
 # %% [markdown]
