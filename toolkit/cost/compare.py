@@ -192,7 +192,8 @@ def measurement_scope(cfg: CompareConfig) -> PointsScope:
 
 
 def measured_points(cfg: CompareConfig) -> pl.DataFrame:
-    """Measured rows that answer ``cfg``: the bundled InferenceX points plus
+    """Measured rows that answer ``cfg``: the bundled InferenceX points (DeepSeek-R1 serving
+    points; GLM-5 decode-SLO points on 8x H200, see :data:`P90_FROM_P99`) plus
     ``cfg.measurements`` (a file any :func:`toolkit.serving.measurements.load_measurements`
     reads, or a :class:`~toolkit.serving.measurements.MeasurementSource` naming a bench file
     with its layout or a store's ``measured_points`` table), for its model, precision and
@@ -202,16 +203,17 @@ def measured_points(cfg: CompareConfig) -> pl.DataFrame:
 
     if not cfg.measured and cfg.measurements is None:
         return pl.DataFrame()
-    frames = [read_points(bundled_points_path())] if cfg.measured else []
+    frames = [read_points(bundled_points_path()), _bundled_dsa_points()] if cfg.measured else []
     if cfg.measurements is not None:
         frames.append(load_measurements(cfg.measurements, scope=measurement_scope(cfg)))
     need = ("tput_per_gpu", "median_intvty", "p90_ttft")
     frames = [f for f in frames if all(c in f.columns for c in need)]
     if not frames:
         return pl.DataFrame()
-    frames = [f if "output_tput_per_gpu" in f.columns else f.with_columns(
-        pl.lit(None, pl.Float64).alias("output_tput_per_gpu")) for f in frames]
-    df = pl.concat([f.select(*CONFIG_KEEP, *need, pl.col("output_tput_per_gpu").cast(pl.Float64))
+    frames = [f.with_columns(pl.lit(None, pl.Float64).alias(c) for c in (
+        "output_tput_per_gpu", P90_FROM_P99) if c not in f.columns) for f in frames]
+    df = pl.concat([f.select(*CONFIG_KEEP, *need, pl.col("output_tput_per_gpu").cast(pl.Float64),
+                             pl.col(P90_FROM_P99).cast(pl.Boolean))
                     for f in frames], how="vertical_relaxed")
     df = df.filter((pl.col("model") == get_model(cfg.model).name)
                    & (pl.col("precision") == cfg.precision)
@@ -222,6 +224,21 @@ def measured_points(cfg: CompareConfig) -> pl.DataFrame:
     if cfg.max_p90_ttft_s is not None:
         df = df.filter(pl.col("p90_ttft") <= cfg.max_p90_ttft_s)
     return df
+
+
+P90_FROM_P99 = "p90_ttft_is_p99"
+"""Marks measured rows whose runs recorded median and p99 TTFT but no p90 (the bundled GLM-5
+decode-SLO points): their p99 stands in for p90. It is an upper bound, so the TTFT bound keeps
+only rows that surely meet it, and an answer from such a row says so in ``note``."""
+
+
+def _bundled_dsa_points() -> pl.DataFrame:
+    """The bundled GLM-5 (DSA) points on 8x H200 with vLLM as measured rows
+    (:func:`toolkit.serving.crossval.dsa_decode_points`), p99 TTFT as the p90 column."""
+    from toolkit.serving.crossval import dsa_decode_points
+
+    return dsa_decode_points().with_columns(pl.col("p99_ttft").alias("p90_ttft"),
+                                            pl.lit(True).alias(P90_FROM_P99))
 
 
 CONFIG_KEEP = ("hardware", "framework", "model", "precision", "spec_method", "disagg", "isl",
@@ -378,6 +395,9 @@ def _answer(hw: str, engine: str, target: float, mod, mea, basis: str) -> dict:
                model_reachable=model_ans["reachable"] if model_ans else False)
     if not use_measured and ans["p90_ttft_s"] is not None and at is not None:
         row["p90_ttft_s"] = float(at["pred_p90_ttft"])
+    if use_measured and at is not None and at.get(P90_FROM_P99):
+        row["note"] = ("p90_ttft_s is the measured run's p99 TTFT (it recorded no p90): an "
+                       "upper bound")
     return row
 
 

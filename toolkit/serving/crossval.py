@@ -109,7 +109,8 @@ Qwen3.5 (hybrid linear attention) have no model spec: their attention is not MLA
 
 def dsa_decode_points() -> pl.DataFrame:
     """The bundled InferenceX decode-SLO points (8x H200, vLLM, TP8, ISL 1K-16K, OSL 128) of
-    DSA models, as validated configuration rows with measured TPOT, TTFT and throughput.
+    DSA models, as validated configuration rows with measured TPOT (and its reciprocal, the
+    median interactivity), median and p99 TTFT (the runs record no p90) and throughput.
     None of them is in the fit: predicting them is out of sample (model and engine)."""
     from toolkit.serving.points import bundled_points_path, validate
 
@@ -127,7 +128,9 @@ def dsa_decode_points() -> pl.DataFrame:
              "decode_dp_attention": False, "random_range_ratio": r["ratio"],
              "date": f"{r['date'][:4]}-{r['date'][4:6]}-{r['date'][6:8]}",
              "tput_per_gpu": (r["input_tok_s"] + r["output_tok_s"]) / 8.0,
-             "median_tpot": r["median_tpot_s"], "median_ttft": r["median_ttft_s"]}
+             "output_tput_per_gpu": r["output_tok_s"] / 8.0,
+             "median_tpot": r["median_tpot_s"], "median_intvty": 1.0 / r["median_tpot_s"],
+             "median_ttft": r["median_ttft_s"], "p99_ttft": r["p99_ttft_s"]}
             for r in raw.iter_rows(named=True)]
     return validate(pl.DataFrame(rows), f"bundled {DSA_FILE}")
 
