@@ -41,6 +41,13 @@ from toolkit.serving.recipes import (
 runner = CliRunner()
 
 
+def bundled_params_dir():
+    from importlib.resources import files
+    from pathlib import Path
+
+    return Path(str(files("toolkit.serving").joinpath("fitted")))
+
+
 @pytest.fixture(scope="module")
 def points() -> pl.DataFrame:
     return read_points(bundled_points_path())
@@ -391,6 +398,18 @@ class TestCompare:
         f = pareto_front(x, y)
         assert row["tput_per_gpu"] == pytest.approx(float(steffen_interpolate(x[f], y[f], 20.0)))
         assert row["model_tput_per_gpu"] > row["tput_per_gpu"]  # the model is optimistic here
+
+    def test_dsa_answers_carry_the_dsa_check(self):
+        """A sparse-attention model's cost answer says what the one measured DSA check says
+        (medians of model / measured from the shipped held-out file); a dense model's does
+        not."""
+        args = ["cost", "compare", "--hardware", "gb200", "--interactivity", "100", "--json"]
+        dsa = json.loads(runner.invoke(app, [*args, "--model", "glm-5.2"]).stdout)
+        heldout = pl.read_csv(bundled_params_dir() / "cv" / "heldout_dsa.csv")
+        ratio = (heldout["pred_tput_per_gpu"] / heldout["tput_per_gpu"]).median()
+        assert f"throughput at {ratio:.2f}x" in dsa["dsa_caveat"] and ratio > 1.0
+        dense = json.loads(runner.invoke(app, [*args, "--model", "dsr1"]).stdout)
+        assert "dsa_caveat" not in dense
 
     def test_beyond_the_front_is_unreachable_with_no_price(self):
         df = compare(CompareConfig("dsr1", ("mi355x",), (100.0, 10_000.0), measured=False))

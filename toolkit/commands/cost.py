@@ -374,6 +374,12 @@ def cost_compare_cmd(
                     "Apache-2.0, or --measurements); source=model rows from the serving model "
                     "fitted on InferenceX DeepSeek-R1 points, with bands from cross-validated "
                     "residuals; reachable=false: the target lies beyond the front (no price)"}
+    from toolkit.models import get_model
+
+    if get_model(model).index_topk > 0:
+        from toolkit.serving.crossval import dsa_caveat
+
+        meta["dsa_caveat"] = dsa_caveat()
     if out.fmt == "json" and out.path is None:
         typer.echo(json.dumps({**meta, "rows": df.to_dicts()}))
         return

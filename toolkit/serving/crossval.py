@@ -135,6 +135,21 @@ def dsa_decode_points() -> pl.DataFrame:
     return validate(pl.DataFrame(rows), f"bundled {DSA_FILE}")
 
 
+def dsa_caveat() -> str:
+    """What the shipped DSA check (``fitted/cv/heldout_dsa.csv``, written by ``toolkit serving
+    validate --scheme dsa``) says of the model's answers for a sparse-attention model: every
+    fitted parameter comes from DeepSeek-R1 (dense MLA), and this is the one measured check."""
+    from importlib.resources import files
+
+    df = pl.read_csv(str(files("toolkit.serving").joinpath("fitted", "cv", "heldout_dsa.csv")))
+    tput = float((df["pred_tput_per_gpu"] / df["tput_per_gpu"]).median())
+    tpot = float((df["pred_median_tpot"] / df["median_tpot"]).median())
+    return (f"sparse-attention (DSA) model: the serving model is fitted on DeepSeek-R1 (dense "
+            f"MLA) only; its one measured DSA check ({df.height} GLM-5 FP8 runs, 8x H200, vLLM, "
+            f"never fitted) puts model throughput at {tput:.2f}x and TPOT at {tpot:.2f}x the "
+            f"measured (medians): read source=model rows as optimistic")
+
+
 def dsa_decode_check(params=None) -> pl.DataFrame:
     """Predictions of :func:`dsa_decode_points` by the bundled (or given) fit."""
     return predict(dsa_decode_points(), params, bands=False).with_columns(
