@@ -134,6 +134,7 @@ def _serving_part(store: Store, hisparse: tuple[str, int],
                   echo: Callable[[str], None]) -> None:
     from toolkit.cost.compare import CompareConfig
     from toolkit.serving import bundled_points_path, predict, read_points
+    from toolkit.serving.crossval import dsa_caveat
     from toolkit.serving.params import bundled_params
     from toolkit.sweep.kinds import run_compare
 
@@ -174,6 +175,7 @@ def _serving_part(store: Store, hisparse: tuple[str, int],
                         pl.col("usd_per_mtok_total_low").round(4),
                         pl.col("usd_per_mtok_total_high").round(4),
                         pl.col("p90_ttft_s").round(2), "gpus", "layout")))
+    echo(f"({dsa_caveat()})")
     _hisparse_costs(store, *hisparse, echo)
 
 
