@@ -279,10 +279,9 @@ class TestMoreQueries:
 
     def test_model_error_matches_polars(self, analysis_store):
         """Median held-out throughput error per hardware, recomputed from the bundled CSV."""
-        from importlib.resources import files
+        from toolkit.serving.params import bundled_cv_dir
 
-        csv = pl.read_csv(str(files("toolkit.serving").joinpath(
-            "fitted", "cv", "heldout_hardware.csv")))
+        csv = pl.read_csv(bundled_cv_dir() / "heldout_hardware.csv")
         ref = csv.group_by("hardware").agg(
             ((pl.col("pred_tput_per_gpu") / pl.col("tput_per_gpu") - 1).abs().median())
             .alias("e")).sort("hardware")

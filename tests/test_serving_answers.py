@@ -26,7 +26,7 @@ from toolkit.serving.model import (
     mean_rows_attended,
     prefill_terms,
 )
-from toolkit.serving.params import PARAMS, RANGES, ServingParams, from_z
+from toolkit.serving.params import PARAMS, RANGES, ServingParams, bundled_cv_dir, from_z
 from toolkit.serving.predict import levels
 from toolkit.serving.recipes import (
     MTP_ACCEPT,
@@ -39,13 +39,6 @@ from toolkit.serving.recipes import (
 )
 
 runner = CliRunner()
-
-
-def bundled_params_dir():
-    from importlib.resources import files
-    from pathlib import Path
-
-    return Path(str(files("toolkit.serving").joinpath("fitted")))
 
 
 @pytest.fixture(scope="module")
@@ -405,7 +398,7 @@ class TestCompare:
         not."""
         args = ["cost", "compare", "--hardware", "gb200", "--interactivity", "100", "--json"]
         dsa = json.loads(runner.invoke(app, [*args, "--model", "glm-5.2"]).stdout)
-        heldout = pl.read_csv(bundled_params_dir() / "cv" / "heldout_dsa.csv")
+        heldout = pl.read_csv(bundled_cv_dir() / "heldout_dsa.csv")
         ratio = (heldout["pred_tput_per_gpu"] / heldout["tput_per_gpu"]).median()
         assert f"throughput at {ratio:.2f}x" in dsa["dsa_caveat"] and ratio > 1.0
         dense = json.loads(runner.invoke(app, [*args, "--model", "dsr1"]).stdout)

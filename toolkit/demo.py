@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from importlib.resources import files
 from pathlib import Path
 
 import polars as pl
@@ -135,10 +134,10 @@ def _serving_part(store: Store, hisparse: tuple[str, int],
     from toolkit.cost.compare import CompareConfig
     from toolkit.serving import bundled_points_path, predict, read_points
     from toolkit.serving.crossval import dsa_caveat
-    from toolkit.serving.params import bundled_params
+    from toolkit.serving.params import bundled_cv_dir, bundled_params
     from toolkit.sweep.kinds import run_compare
 
-    cv = Path(str(files("toolkit.serving").joinpath("fitted", "cv")))
+    cv = bundled_cv_dir()
     errors = pl.read_csv(cv / "errors_hardware.csv")
     echo("\nCost: every time below (and the tier replays' service times above) comes from one "
          "model, the serving model: model and hardware specs, efficiencies fitted on 300 "

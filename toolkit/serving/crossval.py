@@ -139,9 +139,9 @@ def dsa_caveat() -> str:
     """What the shipped DSA check (``fitted/cv/heldout_dsa.csv``, written by ``toolkit serving
     validate --scheme dsa``) says of the model's answers for a sparse-attention model: every
     fitted parameter comes from DeepSeek-R1 (dense MLA), and this is the one measured check."""
-    from importlib.resources import files
+    from toolkit.serving.params import bundled_cv_dir
 
-    df = pl.read_csv(str(files("toolkit.serving").joinpath("fitted", "cv", "heldout_dsa.csv")))
+    df = pl.read_csv(bundled_cv_dir() / "heldout_dsa.csv")
     tput = float((df["pred_tput_per_gpu"] / df["tput_per_gpu"]).median())
     tpot = float((df["pred_median_tpot"] / df["median_tpot"]).median())
     return (f"sparse-attention (DSA) model: the serving model is fitted on DeepSeek-R1 (dense "

@@ -259,6 +259,12 @@ class ServingParams:
 BUNDLED_FIT = "dsr1_inferencex.json"
 
 
+def bundled_cv_dir() -> Path:
+    """The shipped cross-validation outputs (``toolkit serving validate --out-dir``): held-out
+    predictions and error tables per scheme, read by the demo, queries and cost caveats."""
+    return Path(str(files("toolkit.serving").joinpath("fitted", "cv")))
+
+
 def bundled_params() -> ServingParams:
     """The parameters fitted on all bundled InferenceX DeepSeek-R1 points (kind "fitted").
 

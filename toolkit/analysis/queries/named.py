@@ -97,7 +97,9 @@ class NamedQuery:
 @cache
 def _bundled_table(name: str) -> pa.Table:
     if name == "serving_heldout":
-        path = files("toolkit.serving").joinpath("fitted", "cv", "heldout_hardware.csv")
+        from toolkit.serving.params import bundled_cv_dir
+
+        path = bundled_cv_dir() / "heldout_hardware.csv"
     elif name == "published_costs":
         path = files("toolkit").joinpath("data", "published", "cost_points.csv")
     else:  # pragma: no cover - registry bug
