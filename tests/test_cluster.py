@@ -243,3 +243,29 @@ class TestProperties:
         assert many["device_hit_tokens"] <= one["device_hit_tokens"]
         if n == 1:
             assert many["device_hit_tokens"] == one["device_hit_tokens"]
+
+
+def test_perfetto_instances_as_tracks(mooncake_store, tmp_path):
+    """``export perfetto`` of a cluster run: one process per instance, each with its
+    prefill lane; phases rebuilt from the service times on every instance."""
+    from toolkit.export import write_perfetto
+
+    cfg = ClusterReplayConfig(TierReplayConfig("conv", concurrency=24), instances=3,
+                              router="cache-aware")
+    run_cluster(mooncake_store, cfg, save=True)
+    out = write_perfetto(mooncake_store, cfg.run_id, tmp_path / "c.json")
+    assert out["slices"]["prefill"] == 12031
+    assert out["phases"] == "rebuilt from the run's service times"
+    trace = json.loads((tmp_path / "c.json").read_text())
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["name"] == "process_name"}
+    assert sorted(names) == [1, 2, 3]
+    assert all(n.startswith(f"instance {p - 1}:") for p, n in names.items())
+    per_pid = {}
+    for e in trace["traceEvents"]:
+        if e["name"] == "prefill":
+            per_pid[e["pid"]] = per_pid.get(e["pid"], 0) + 1
+    got = mooncake_store.query(
+        "SELECT instance + 1 AS pid, count(*) AS n FROM cluster_requests WHERE run_id = $r "
+        "GROUP BY ALL ORDER BY pid", {"r": cfg.run_id}).rows()
+    assert sorted(per_pid.items()) == got
