@@ -248,6 +248,7 @@ class TestProperties:
 def test_perfetto_instances_as_tracks(mooncake_store, tmp_path):
     """``export perfetto`` of a cluster run: one process per instance, each with its
     prefill lane; phases rebuilt from the service times on every instance."""
+    from tests.test_table_points_export import check_trace_event_format
     from toolkit.export import write_perfetto
 
     cfg = ClusterReplayConfig(TierReplayConfig("conv", concurrency=24), instances=3,
@@ -257,6 +258,7 @@ def test_perfetto_instances_as_tracks(mooncake_store, tmp_path):
     assert out["slices"]["prefill"] == 12031
     assert out["phases"] == "rebuilt from the run's service times"
     trace = json.loads((tmp_path / "c.json").read_text())
+    check_trace_event_format(trace)
     names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
              if e["name"] == "process_name"}
     assert sorted(names) == [1, 2, 3]

@@ -189,8 +189,6 @@ def _instance_events(pid: int, name: str, reqs: pa.Table, ph: Phases) -> list[di
         "computed_tokens")}
     events: list[dict] = [
         {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}},
-        {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
-         "args": {"sort_index": pid}},
         *({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": n}}
           for tid, n in TRACKS.items()),
     ]
