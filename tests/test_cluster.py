@@ -61,10 +61,18 @@ def test_one_instance_is_the_tier_replay(mooncake_store, kw):
     assert b.summary["gpus"] == 8
 
 
-def test_instances_keep_separate_caches(mooncake_store):
+@pytest.mark.parametrize("kw", [
+    {"device_tokens": 60_000, "host_tokens": 90_000, "storage_tokens": 200_000},
+    {"device_tokens": 60_000, "host_tokens": 90_000, "radix_semantics": "page",
+     "policy": "lfu"},
+    {"device_tokens": 60_000, "host_tokens": 90_000, "engine_semantics": "vllm",
+     "offload_policy": "arc"},
+])
+def test_instances_keep_separate_caches(mooncake_store, kw):
     """Round-robin with every request finished before the next arrives sends request k to
     instance k mod N; each instance's hits then equal a single-instance replay of its own
-    share of the trace (SGLang radix + host tier, bounded so that evictions happen)."""
+    share of the trace (bounded tiers, so evictions happen). The instances number their
+    keys locally; the single replays use the trace's global numbering."""
     conv = mooncake_store.read("requests", "conv").slice(0, 600)
     n = conv.num_rows
     far = requests_table("far", [i * 1e5 for i in range(n)],
@@ -72,7 +80,6 @@ def test_instances_keep_separate_caches(mooncake_store):
                          conv.column("output_tokens").to_pylist(), 512,
                          conv.column("block_hashes").to_pylist())
     mooncake_store.write("requests", "far", far, replace=True)
-    kw = {"device_tokens": 60_000, "host_tokens": 90_000}
     res = run_cluster(mooncake_store, ClusterReplayConfig(
         TierReplayConfig("far", **kw), instances=3), save=False).requests
     inst = res.column("instance").to_numpy()
