@@ -22,9 +22,9 @@ from toolkit.replay.tiers.config import (
     TierService,
 )
 from toolkit.replay.tiers.loop import C_OVER, COUNTERS, ClusterRoute
-from toolkit.replay.tiers.page import simulate_page
+from toolkit.replay.tiers.page import simulate_page, simulate_page_cluster
 from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
-from toolkit.replay.tiers.radix import simulate_radix
+from toolkit.replay.tiers.radix import simulate_radix, simulate_radix_cluster
 from toolkit.replay.tiers.vllm_blocks import OFFLOAD_CODES, simulate_vllm
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
 from toolkit.store import Store
@@ -275,7 +275,8 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         big = int(ps.prompt.sum() + trans.sum() + 1)
         dev, host, sto = (big if c == UNBOUNDED else c for c in caps)
         lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
-        makespan = simulate_radix(
+        sim = simulate_radix if n_inst == 1 else simulate_radix_cluster
+        makespan = sim(
             ps.keys, ps.starts, ps.lengths, ps.key_tokens, ps.parent, trans, ps.prompt,
             ps.output, lim, sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas, route,
             n_inst, r if n_inst == 1 else cl.heap_requests(r),
@@ -291,7 +292,8 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         big = int(ps.n_keys + dpages.sum() + 1)
         dev, host, sto = (_pages(c, page, big) for c in caps)
         lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
-        makespan = simulate_page(
+        sim = simulate_page if n_inst == 1 else simulate_page_cluster
+        makespan = sim(
             ps.keys, ps.starts, ps.lengths, ps.tokens, dpages, ps.prompt, ps.output, lim,
             sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas, route, n_inst,
         )
