@@ -190,6 +190,10 @@ def validate_cmd(
     as_json = out.quiet
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         fail(f"--out-dir {out_dir}: exists and is not a directory")
+    if out_dir is not None:
+        from toolkit.store.guard import check_write_path
+
+        guard(check_write_path, out_dir, "--out-dir", store=store)
     df, _ = _measured(points, store, measured_points, hardware=hardware, framework=framework,
                          model=model, precision=precision, gpus=gpus, tp=tp, ep=ep,
                          dp_attention=dp_attention, spec_method=spec_method)

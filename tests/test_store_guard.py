@@ -1,0 +1,198 @@
+"""Issue 50, items 1-4 and 13: nothing a command does writes into a store behind its
+transactions, removes it, reads outside it, or turns a directory that is not a store into
+one. One path guard (:mod:`toolkit.store.guard`) for every writer; DuckDB locked to the
+store (no temporary directory outside it); read-only commands refuse a non-store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import toolkit
+from toolkit.cli import app
+from toolkit.errors import StoreError
+from toolkit.store import WriteRefused
+
+from .conftest import MOONCAKE
+
+runner = CliRunner()
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A store holding the first 50 Mooncake requests as ``t`` and one tier replay."""
+    from toolkit.cost.from_replay import run_tiers
+    from toolkit.ingest import ingest_file
+    from toolkit.replay.tiers import TierReplayConfig
+
+    root = tmp_path_factory.mktemp("guard")
+    head = root / "m.jsonl"
+    with open(MOONCAKE) as f:
+        head.write_text("".join(next(f) for _ in range(50)))
+    with toolkit.open_store(root / "S", create=True) as s:
+        ingest_file(s, "mooncake", head, "t")
+        run = run_tiers(s, TierReplayConfig("t", concurrency=4)).summary["run_id"]
+    return root / "S", run
+
+
+def invoke(*args) -> tuple[int, str]:
+    res = runner.invoke(app, [str(a) for a in args])
+    return res.exit_code, res.output
+
+
+class TestWritersStayOutOfStores:
+    @pytest.mark.parametrize("rel", ["requests/t.parquet", "requests/new.parquet",
+                                     "x.csv", "request_traces/t.json"])
+    def test_sql_output_inside_the_store_is_refused(self, small, rel):
+        """Item 1: ``--output STORE/requests/T.parquet`` replaced a 300-row trace with one
+        row; now refused in one line, the store byte-identical."""
+        store, _ = small
+        before = files(store)
+        code, out = invoke("sql", "--store", store, "SELECT 1 AS x", "--output", store / rel)
+        assert code == 2 and out.count("\n") == 1 and "inside the store" in out, out
+        assert files(store) == before
+
+    def test_symlink_into_the_store_and_another_store(self, small, tmp_path):
+        """Resolved first: a symlink to the store's table directory is the store; a second
+        store the command was not given is protected too."""
+        store, _ = small
+        (tmp_path / "lnk").symlink_to(store / "requests")
+        code, out = invoke("sql", "--store", store, "SELECT 1 AS x", "--output",
+                           tmp_path / "lnk" / "a.parquet")
+        assert code == 2 and "inside the store" in out
+        with toolkit.open_store(tmp_path / "other", create=True):
+            pass
+        code, out = invoke("sql", "--store", store, "SELECT 1 AS x", "--output",
+                           tmp_path / "other" / "a.csv")
+        assert code == 2 and f"inside the store {tmp_path / 'other'}" in out
+        assert not (tmp_path / "other" / "a.csv").exists()
+        code, _ = invoke("sql", "--store", store, "SELECT 1 AS x", "--output",
+                         tmp_path / "fine.csv")
+        assert code == 0 and (tmp_path / "fine.csv").read_text() == "x\n1\n"
+
+    @pytest.mark.parametrize("where", ["store", "parent", "inside", "foreign"])
+    def test_export_store_replace_never_removes_a_store(self, small, tmp_path, where):
+        """Item 2: ``--replace`` of the store, a parent of it or a directory inside it wiped
+        the store (with a parent, the parent's other files too); a directory holding files
+        an export does not write is not replaced either."""
+        store, _ = small
+        out = {"store": store, "parent": store.parent, "inside": store / "requests",
+               "foreign": tmp_path / "mine"}[where]
+        if where == "foreign":
+            out.mkdir()
+            (out / "notes.txt").write_text("keep me")
+        before, mine = files(store), files(tmp_path)
+        code, msg = invoke("export", "store", "--store", store, "--out", out, "--replace")
+        assert code == 2 and msg.count("\n") == 1, msg
+        assert ("holds 'notes.txt'" if where == "foreign" else "store") in msg
+        assert files(store) == before and files(tmp_path) == mine
+
+    def test_export_store_replaces_an_earlier_export(self, small, tmp_path):
+        store, _ = small
+        out = tmp_path / "exp"
+        assert invoke("export", "store", "--store", store, "--out", out)[0] == 0
+        assert invoke("export", "store", "--store", store, "--out", out, "--replace")[0] == 0
+        assert (out / "requests.parquet").is_file()
+        code, msg = invoke("export", "store", "--store", store, "--out", tmp_path / "no" / "x")
+        assert code == 2 and "does not exist" in msg and not (tmp_path / "no").exists()
+
+    def test_export_perfetto_overwrites_only_with_replace(self, small, tmp_path):
+        """Item 13: ``export perfetto --out`` overwrote an existing file and made missing
+        directories anywhere; now it behaves as ``sql --output`` and ``export store``."""
+        store, run = small
+        target = tmp_path / "t.json"
+        target.write_text("precious")
+        base = ["export", "perfetto", "--store", store, "--run", run, "--out"]
+        code, msg = invoke(*base, target)
+        assert code == 2 and "exists; pass --replace" in msg
+        assert target.read_text() == "precious"
+        code, msg = invoke(*base, tmp_path / "a" / "b" / "t.json")
+        assert code == 2 and "does not exist" in msg and not (tmp_path / "a").exists()
+        before = files(store)
+        code, msg = invoke(*base, store / "requests" / "t.json")
+        assert code == 2 and "inside the store" in msg and files(store) == before
+        assert invoke(*base, target, "--replace")[0] == 0
+        assert target.read_text().startswith("{")
+
+    def test_report_inside_the_store_is_refused(self, small):
+        store, _ = small
+        before = files(store)
+        code, msg = invoke("report", "--store", store, "--out", store / "report")
+        assert code == 2 and "inside the store" in msg and files(store) == before
+
+
+class TestSqlIsLockedToTheStore:
+    def test_no_temporary_directory_outside_the_store(self, small, tmp_path, monkeypatch):
+        """Item 3: DuckDB allowed ``<cwd>/.tmp/``, so ``read_text('.tmp/...')`` read a file
+        outside the store and a ``.tmp`` symlink reached any file."""
+        store, _ = small
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / ".tmp").mkdir()
+        (tmp_path / ".tmp" / "x.txt").write_text("secret")
+        (tmp_path / ".tmp" / "root").symlink_to("/")
+        with toolkit.open_store(store) as s:
+            for q in ("SELECT * FROM read_text('.tmp/x.txt')",
+                      f"SELECT * FROM read_text('{tmp_path}/.tmp/x.txt')",
+                      "SELECT * FROM read_text('.tmp/root/etc/hostname')"):
+                with pytest.raises(WriteRefused, match="outside the store"):
+                    s.query(q)
+            assert s.query("SELECT current_setting('temp_directory') AS d").item() \
+                .startswith(str(store.resolve()))
+        code, out = invoke("sql", "--store", store, "SELECT * FROM read_text('.tmp/x.txt')")
+        assert code == 2 and "outside the store" in out and "secret" not in out
+
+    def test_symlink_inside_the_store_is_refused(self, small):
+        """A symlink placed in the store does not lead DuckDB out of it."""
+        store, _ = small
+        link = store / ".cache" / "evil"
+        link.parent.mkdir(exist_ok=True)
+        link.symlink_to("/")
+        try:
+            with toolkit.open_store(store) as s, pytest.raises(WriteRefused):
+                s.query(f"SELECT * FROM read_text('{link}/etc/hostname')")
+        finally:
+            link.unlink()
+
+
+class TestNotAStore:
+    @pytest.mark.parametrize("cmd", [["info"], ["sql", "SELECT 1"],
+                                     ["replay", "prefix", "--trace", "t"],
+                                     ["replay", "tiers", "--trace", "t"]])
+    def test_read_only_commands_refuse_and_write_nothing(self, tmp_path, cmd):
+        """Item 4: a directory that is not a store got a 0.5 MB catalog.duckdb and an
+        empty-store answer."""
+        d = tmp_path / "mine"
+        d.mkdir()
+        (d / "notes.txt").write_text("x")
+        code, out = invoke(*cmd, "--store", d)
+        assert code == 2 and out.count("\n") == 1 and "is not a store" in out, out
+        assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]
+
+    def test_python_open_refuses_without_create(self, tmp_path):
+        d = tmp_path / "mine"
+        d.mkdir()
+        (d / "notes.txt").write_text("x")
+        for opener in (toolkit.open, toolkit.open_store):
+            with pytest.raises(StoreError, match="is not a store"):
+                opener(d)
+        assert os.listdir(d) == ["notes.txt"]
+        with toolkit.open(d, create=True) as ws:  # asked for: a store is made there
+            assert ws.traces() == {"requests": [], "selections": []}
+        toolkit.open(d).close()
+
+    def test_a_store_without_its_catalog_still_opens(self, small):
+        store, _ = small
+        (store / "catalog.duckdb").rename(store / "cat.bak")
+        try:
+            with toolkit.open_store(store) as s:
+                assert s.traces() == ["t"]
+        finally:
+            (store / "cat.bak").replace(store / "catalog.duckdb")
