@@ -196,3 +196,53 @@ class TestNotAStore:
                 assert s.traces() == ["t"]
         finally:
             (store / "cat.bak").replace(store / "catalog.duckdb")
+
+
+class TestCheckFindsForeignFiles:
+    def test_check_and_repair(self, tmp_path):
+        """(c): a file another program wrote into a table directory (wrong columns, a copy of
+        a trace under a new name, a name that is no key) and a catalog whose views differ
+        from the files are found by ``store check``, which says how to recover; ``store
+        repair`` moves the files to .damaged/ and rewrites the catalog."""
+        import shutil
+
+        import duckdb
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from toolkit.ingest import ingest_file
+
+        head = tmp_path / "m.jsonl"
+        with open(MOONCAKE) as f:
+            head.write_text("".join(next(f) for _ in range(20)))
+        root = tmp_path / "S"
+        with toolkit.open_store(root, create=True) as s:
+            ingest_file(s, "mooncake", head, "t")
+        assert invoke("store", "check", "--store", root) == (0, "ok: nothing damaged\n")
+        pq.write_table(pa.table({"x": [1]}), root / "requests" / "one.parquet")
+        shutil.copy(root / "requests" / "t.parquet", root / "requests" / "dup.parquet")
+        (root / "requests" / "notes.txt").write_text("x")
+        code, out = invoke("store", "check", "--store", root)
+        lines = out.splitlines()
+        assert code == 1 and len(lines) == 4, out
+        assert "notes.txt: not a file the store writes" in lines[0]
+        assert "dup.parquet: holds rows of trace(s) t under the name 'dup'" in lines[1]
+        assert "one.parquet: not a requests file: column(s) trace, request_id" in lines[2]
+        assert lines[3].startswith(f"to recover: toolkit store repair --store {root}")
+        code, out = invoke("store", "repair", "--store", root)
+        assert code == 0 and out.count("fixed: ") == 3
+        assert sorted(p.name.split("-", 1)[1] for p in (root / ".damaged" / "requests")
+                      .iterdir()) == ["dup.parquet", "notes.txt", "one.parquet"]
+        # a catalog edited behind the store's back (its recorded digest left as it was)
+        with duckdb.connect(str(root / "catalog.duckdb")) as cat:
+            cat.execute("CREATE OR REPLACE VIEW requests AS SELECT 1 AS x")
+        code, out = invoke("store", "check", "--store", root)
+        assert code == 1 and "catalog.duckdb: does not match the files: view(s) requests " \
+            "differ" in out.splitlines()[0]
+        code, out = invoke("store", "repair", "--store", root)
+        assert code == 0 and out.count("fixed: ") == 1 and "rewritten" in out
+        assert invoke("store", "check", "--store", root) == (0, "ok: nothing damaged\n")
+        with toolkit.open_store(root) as s:
+            assert s.query("SELECT count(*) FROM requests").item() == 20
+        with duckdb.connect(str(root / "catalog.duckdb"), read_only=True) as cat:
+            assert cat.execute("SELECT count(*) FROM requests").fetchone() == (20,)
