@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -492,7 +491,9 @@ def sql_cmd(
     if store is None:
         fail("--store DIR is required")
     if query == "-":
-        query = sys.stdin.read()
+        from toolkit.runtime.files import read_stdin_text
+
+        query = guard(read_stdin_text)  # a bounded read: never /dev/zero
     if named is None and not (query or "").strip():
         fail("empty query; give a SQL statement, e.g. \"SELECT * FROM requests LIMIT 5\", "
              "or --query NAME")

@@ -20,6 +20,7 @@ from toolkit.commands.mrc import PolicyOpt, SampleKeysOpt, SampleRateOpt, policy
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.commands.timelines import run_ingest
 from toolkit.replay.config import SelectionReplayConfig
+from toolkit.runtime.files import file_problem
 
 
 def ingest_selections_cmd(
@@ -231,8 +232,8 @@ def record_cmd(
             fail("give --text FILE (no bundled texts under ./traces/smollm2/texts)")
     texts = []
     for path in text:
-        if not path.is_file():
-            fail(f"{path}: no such file")
+        if (problem := file_problem(path)) is not None:
+            fail(f"{path}: {problem}")
         texts.append((str(path), path.read_text(encoding="utf-8")))
     with cli_store(store, create=True) as s:
         if name in s.keys("selections") and not replace:
