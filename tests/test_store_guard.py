@@ -246,3 +246,107 @@ class TestCheckFindsForeignFiles:
             assert s.query("SELECT count(*) FROM requests").item() == 20
         with duckdb.connect(str(root / "catalog.duckdb"), read_only=True) as cat:
             assert cat.execute("SELECT count(*) FROM requests").fetchone() == (20,)
+
+
+def _children(pid: int) -> set[int]:
+    """Processes whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.add(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_pool_workers_die_with_a_killed_sweep(tmp_path):
+    """Item 7: ``kill -9`` of ``toolkit sweep --workers 2`` left its pool workers (~350 MB
+    each) running for minutes, still committing cells. Now they exit within seconds and
+    commit nothing more."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from toolkit.ingest import ingest_file
+
+    from .conftest import ROOT
+
+    root = tmp_path / "store"
+    with toolkit.open_store(root, create=True) as s:
+        ingest_file(s, "bailian", ROOT / "tests" / "data" / "bailian_sample.jsonl", "b")
+    grid = tmp_path / "slow.toml"
+    grid.write_text('kind = "fault"\ntrace = "b"\n[fixed]\nsleep_s = 1.5\n'
+                    '[axes]\ncapacity_blocks = [1, 2, 3, 4, 5, 6, 7, 8]')
+    code = ("import sys; from tests import sweep_fault; from toolkit.cli import app; "
+            "sys.argv = ['toolkit'] + sys.argv[1:]; app()")
+    p = subprocess.Popen([sys.executable, "-c", code, "sweep", "--store", str(root), "--grid",
+                          str(grid), "--workers", "2"], cwd=ROOT, start_new_session=True,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "TOOLKIT_PROGRESS": "0"})
+    try:
+        deadline = time.monotonic() + 120
+        workers: set[int] = set()
+        while len(workers) < 2 or not list((root / "sweeps").glob("*.parquet")):
+            assert p.poll() is None and time.monotonic() < deadline
+            # the spawn pool's workers (a resource tracker is a child too: not a worker)
+            workers = {c for c in _children(p.pid)
+                       if b"spawn_main" in (Path("/proc") / str(c) / "cmdline").read_bytes()}
+            time.sleep(0.1)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        with toolkit.open_store(root) as s:
+            done = s.query("SELECT count(*) FROM sweeps").item()
+        deadline = time.monotonic() + 5
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(w) for w in workers), "pool workers outlived the sweep"
+        time.sleep(2)  # a worker that lived on would commit its 1.5 s cell by now
+        with toolkit.open_store(root) as s:
+            assert s.query("SELECT count(*) FROM sweeps").item() == done
+            assert len(s.keys("replay_runs")) == done
+    finally:
+        if p.poll() is None:
+            p.kill()
+        for w in workers if "workers" in locals() else ():
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+
+
+def test_a_cell_whose_driver_is_gone_is_not_committed(tmp_path):
+    """Ray workers outlive a SIGKILLed driver: a cell checks, before its commit, that its
+    driver (same host) still runs, and commits nothing otherwise."""
+    import socket
+    import subprocess
+
+    from toolkit.ingest import ingest_file
+    from toolkit.replay.config import PrefixReplayConfig
+    from toolkit.sweep.engines import CellTask, run_cell
+
+    from .conftest import ROOT
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs
+    with toolkit.open_store(tmp_path / "s", create=True) as s:
+        ingest_file(s, "bailian", ROOT / "tests" / "data" / "bailian_sample.jsonl", "b")
+        row = {"sweep_id": "x", "kind": "prefix", "grid_fingerprint": "g", "grid_json": "{}",
+               "cell": 0, "cell_json": "{}", "config_fingerprint": "c"}
+        task = CellTask(str(s.root), "prefix", PrefixReplayConfig("b", "lru", 4), row, 1,
+                        (socket.gethostname(), gone.pid))
+        out = run_cell(task, s)
+        assert out.status == "failed" and "driver" in out.error
+        assert s.keys("replay_runs") == [] and s.keys("sweeps") == []
+        out = run_cell(task.__class__(**{**task.__dict__, "driver": None}), s)
+        assert out.status == "done" and len(s.keys("replay_runs")) == 1
