@@ -98,3 +98,19 @@ def test_ttft_confidence_is_checked_and_orders_the_answers():
     # a stricter confidence admits fewer points: never a better answer
     if got[0.9]["tput_per_gpu"] is not None:
         assert got[0.9]["tput_per_gpu"] <= got[0.5]["tput_per_gpu"] * (1 + 1e-9)
+
+
+def test_dsa_points_are_sourced_and_judged_by_source():
+    """Every public DSA row names its source URL, date, engine version and throughput
+    definition; leave-one-source-out bands come from the other sources only."""
+    from toolkit.serving.crossval import dsa_public_points
+
+    pub = dsa_public_points()
+    for c in ("source", "source_url", "date", "image", "tput_definition"):
+        assert pub[c].null_count() == 0, c
+    np.testing.assert_allclose(pub["tput_per_gpu"], 9 * pub["output_tput_per_gpu"], rtol=1e-3)
+    heldout = pl.read_csv(bundled_cv_dir() / "heldout_dsa.csv", infer_schema_length=None)
+    t = cal.dsa_loso(heldout)
+    assert set(t["source"]) == {*heldout["source"].unique(), "all"}
+    sg = t.filter(pl.col("source").str.starts_with("sglang"))
+    assert (sg["tput_per_gpu_median_err"] <= 0.30).all()  # the SGLang sources: within 30%

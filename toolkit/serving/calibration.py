@@ -20,8 +20,10 @@ The bands here are **split-conformal quantiles of cross-validated log residuals*
 * p90 TTFT is its **own target**: its prediction is moved by the regime's median residual
   (the replayed client's p90 was about half the measured: no arrival burstiness, no engine
   hiccups are modelled), a ``fitted`` correction, and its band is centred on it;
-* a sparse-attention (DSA) model takes the DSA check's residuals (``heldout_dsa.csv``) for
-  the columns it measured, without regimes (too few rows).
+* a sparse-attention (DSA) model takes the DSA checks' residuals (``heldout_dsa.csv``: the
+  bundled InferenceX GLM-5 runs and the public GLM-5.2 points of ``toolkit/data/dsa``) for the
+  columns they measured, without regimes (too few rows), widened to every source's own
+  quantiles; :func:`dsa_loso` judges them leave-one-source-out.
 
 The quantiles ship as ``fitted/calibration.json`` (``kind = "fitted"``) with their provenance:
 the files, schemes, row counts and method. :func:`coverage` measures the method honestly:
@@ -50,6 +52,10 @@ CONC_EDGES = (16, 128)
 MIN_REGIME_ROWS = 60
 """Fewest residuals a regime needs before it gets its own quantiles."""
 MIN_DSA_ROWS = 10
+MIN_DSA_SOURCE_ROWS = 5
+"""A DSA source with this many rows widens the DSA band to its own quantiles: the sources
+disagree (one puts the model's throughput at 1.85x the measured, two at 1.1-1.2x), so a band
+pooled by rows would speak for the largest source only."""
 
 COLUMNS = {"tput_per_gpu": "pred_tput_per_gpu", "output_tput_per_gpu": "pred_output_tput_per_gpu",
            "median_tpot": "pred_median_tpot", "median_ttft": "pred_median_ttft",
@@ -134,13 +140,14 @@ def conformal_quantiles(r: np.ndarray, levels: list[float]) -> list[float]:
     return out
 
 
-def _envelope(r: np.ndarray, schemes: np.ndarray, levels: list[float]) -> list[float]:
+def _envelope(r: np.ndarray, schemes: np.ndarray, levels: list[float],
+              min_rows: int | None = None) -> list[float]:
     """Quantiles of the pooled residuals, widened to every member scheme's own (lower levels
     the smallest, upper the largest; the median pooled): a band must hold under each way of
     holding rows out, not only on their average."""
     q = np.array([conformal_quantiles(r, levels)]
                  + [conformal_quantiles(r[schemes == s], levels) for s in np.unique(schemes)
-                    if (schemes == s).sum() >= MIN_REGIME_ROWS])
+                    if (schemes == s).sum() >= (min_rows or MIN_REGIME_ROWS)])
     return [float(q[0, i]) if lv == 0.5 else float(q[:, i].min() if lv < 0.5 else q[:, i].max())
             for i, lv in enumerate(levels)]
 
@@ -179,9 +186,11 @@ def calibrate(res: pl.DataFrame, dsa: pl.DataFrame | None = None,
     if dsa is not None and dsa.height:
         cols = {}
         for m in COLUMNS:
-            r = dsa.filter(pl.col("column") == m)["r"].to_numpy()
-            if r.size >= MIN_DSA_ROWS:
-                cols[m] = {"all": {"rows": int(r.size), "q": conformal_quantiles(r, levels)}}
+            g = dsa.filter(pl.col("column") == m)
+            r = g["r"].to_numpy()
+            if r.size >= MIN_DSA_ROWS:  # every source counts, however many rows it has
+                cols[m] = {"all": {"rows": int(r.size), "q": _envelope(
+                    r, g["fold"].to_numpy().astype(str), levels, MIN_DSA_SOURCE_ROWS)}}
         table["groups"]["dsa"] = cols
     return table
 
@@ -197,7 +206,8 @@ def _lookup(entries: dict, reg: np.ndarray, levels: list[float]) -> np.ndarray:
 
 
 def band_logs(cal: dict, column: str, basis: np.ndarray, reg: np.ndarray,
-              dsa: np.ndarray | None = None, confidence: float = CONFIDENCE
+              dsa: np.ndarray | None = None, confidence: float = CONFIDENCE,
+              centred: tuple[str, ...] = CENTRED
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row: the log shift of the point prediction (0 unless the column is centred) and
     the log low / high of the ``confidence`` central interval around the unshifted one."""
@@ -216,7 +226,7 @@ def band_logs(cal: dict, column: str, basis: np.ndarray, reg: np.ndarray,
     lo_i = _level_index(levels, (1 - confidence) / 2)
     hi_i = _level_index(levels, (1 + confidence) / 2)
     mid_i = _level_index(levels, 0.5)
-    centre = q[:, mid_i] if column in CENTRED else np.zeros(n)
+    centre = q[:, mid_i] if column in centred else np.zeros(n)
     lo, hi = q[:, lo_i], q[:, hi_i]
     # the band holds the point answer: a quantile on the wrong side of it is the point itself
     lo, hi = np.minimum(lo, centre), np.maximum(hi, centre)
@@ -231,7 +241,7 @@ def _level_index(levels: list[float], q: float) -> int:
 
 
 def apply(df: pl.DataFrame, cal: dict, basis: np.ndarray, *,
-          confidence: float = CONFIDENCE) -> pl.DataFrame:
+          confidence: float = CONFIDENCE, centred: tuple[str, ...] = CENTRED) -> pl.DataFrame:
     """Centre the centred columns and add ``pred_*_low`` / ``pred_*_high`` for every
     ``pred_*`` column of ``df`` (interactivity from TPOT's band, swapped)."""
     conc, disagg = df["conc"].to_numpy(), df["disagg"].cast(pl.Boolean).to_numpy()
@@ -242,7 +252,7 @@ def apply(df: pl.DataFrame, cal: dict, basis: np.ndarray, *,
         if p not in df.columns:
             continue
         reg = regime(conc, disagg, modes.get(m, "all"))
-        c, lo, hi = band_logs(cal, m, basis, reg, dsa, confidence)
+        c, lo, hi = band_logs(cal, m, basis, reg, dsa, confidence, centred)
         v = df[p].cast(pl.Float64).to_numpy()
         cols += [pl.Series(p, v * np.exp(c)), pl.Series(f"{p}_low", v * np.exp(lo)),
                  pl.Series(f"{p}_high", v * np.exp(hi))]
@@ -425,3 +435,34 @@ def report(frames: dict[str, pl.DataFrame], schemes, dsa=None) -> dict:
         out[s] = {"coverage": coverage_table(b), "p90_ttft": p90_check(b),
                   "ttft_bound": bound_check(frames, s, dsa)}
     return out
+
+
+def dsa_loso(dsa: pl.DataFrame, centred: bool = False) -> pl.DataFrame:
+    """Leave-one-source-out check of the DSA bands: each source's rows get bands calibrated
+    on the other sources' residuals only. ``centred``: also move throughput, TPOT and TTFT
+    predictions by the other sources' median residual (a DSA-specific fitted term; kept only
+    if it lowers the held-out error). Per source and overall: median |error| of throughput,
+    TPOT and median TTFT, and band coverage."""
+    res = residuals({"dsa": dsa.with_columns(pl.col("source").alias("fold"))})
+    src = dsa["source"].to_numpy().astype(str)
+    out, parts = [], []
+    for s in np.unique(src):
+        cal = calibrate(pl.DataFrame(), res.filter(pl.col("fold") != s))
+        part = dsa.filter(pl.Series(src == s))
+        parts.append(apply(part, cal, np.full(part.height, "shared-terms"),
+                           centred=tuple(COLUMNS) if centred else CENTRED))
+    banded = pl.concat(parts, how="diagonal_relaxed")
+    for name, g in [*((s, banded.filter(pl.col("source") == s)) for s in np.unique(src)),
+                    ("all", banded)]:
+        row: dict = {"source": str(name), "rows": g.height}
+        for m, p in (("tput_per_gpu", "pred_tput_per_gpu"), ("median_tpot", "pred_median_tpot"),
+                     ("median_ttft", "pred_median_ttft")):
+            meas = g[m].cast(pl.Float64).to_numpy()
+            pred = g[p].to_numpy()
+            lo, hi = g[f"{p}_low"].to_numpy(), g[f"{p}_high"].to_numpy()
+            ok = np.isfinite(meas) & (meas > 0) & np.isfinite(lo)
+            row[f"{m}_median_err"] = float(np.median(np.abs(pred[ok] / meas[ok] - 1)))
+            row[f"{m}_median_ratio"] = float(np.median(pred[ok] / meas[ok]))
+            row[f"{m}_coverage"] = float(np.mean((meas[ok] >= lo[ok]) & (meas[ok] <= hi[ok])))
+        out.append(row)
+    return pl.DataFrame(out)
