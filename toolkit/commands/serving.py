@@ -298,12 +298,19 @@ def validate_cmd(
             pred.write_csv(out_dir / f"heldout_{s}.csv")
             table.write_csv(out_dir / f"errors_{s}.csv")
     cov = _coverage(frames, from_cv, points is None and store is None)
+    loso = None
+    if "dsa" in frames and "source" in frames["dsa"].columns:
+        from toolkit.serving.calibration import dsa_loso
+
+        loso = guard(dsa_loso, frames["dsa"])
     if out.fmt == "json" and out.path is None:
         typer.echo(json.dumps({s: t.to_dicts() for s, t in result.items()}
                               | {"coverage": {s: {"table": c["coverage"].to_dicts(),
                                                   "p90_ttft": c["p90_ttft"],
                                                   "ttft_bound": c["ttft_bound"]}
-                                              for s, c in cov.items()}}))
+                                              for s, c in cov.items()}}
+                              | ({"dsa_leave_one_source_out": loso.to_dicts()}
+                                 if loso is not None else {})))
         return
     if out.fmt != "table" or out.path is not None:
         out.emit(pl.concat([t.with_columns(pl.lit(s).alias("scheme")).select("scheme", *t.columns)
@@ -318,6 +325,10 @@ def validate_cmd(
         with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=3,
                        tbl_hide_dataframe_shape=True):
             typer.echo(str(t))
+            if s == "dsa" and loso is not None:
+                typer.echo("leave one source out (each source's bands from the others' "
+                           "residuals):")
+                typer.echo(str(loso))
             if s in cov:
                 c = cov[s]
                 keep = ["group", "rows", *(k for k in c["coverage"].columns
