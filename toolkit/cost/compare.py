@@ -386,6 +386,10 @@ was a median 1.65x (0.36x-5.2x) the measured: sparse points are not an answer by
 MEASURED_MIN_POINTS = 3
 BLEND_POINTS = 3
 """Nearest measured points (in log interactivity) whose residuals correct a blended answer."""
+BLEND_WINDOW = 2.0
+"""Only measured points within 2x of the target's interactivity correct it (assumed: farther
+points run another regime, e.g. batch-bound instead of latency-bound); with none, the answer
+stays the model's."""
 MIN_HALF_WIDTH = 0.03
 """Smallest log half-width of a measured answer's band (assumed: ~3% run-to-run spread of a
 benchmark point); the band is the larger of this and the front's leave-one-out
@@ -484,12 +488,14 @@ def _f(v) -> float | None:
 
 def _blend(mod, mea, target: float, model_ans: dict) -> dict | None:
     """The model's answer corrected by the mean log residual (measured / model) of the
-    :data:`BLEND_POINTS` measured front points nearest the target that the model also reaches;
+    :data:`BLEND_POINTS` measured front points nearest the target (within
+    :data:`BLEND_WINDOW`) that the model also reaches;
     band: the model's calibrated band widened by those residuals' spread (root sum of
     squares). None when no measured point is comparable."""
     x, ys, _ = mea
     m = _model_at(mod, x)
-    ok = np.flatnonzero(np.isfinite(m) & (ys["tput_per_gpu"] > 0))
+    ok = np.flatnonzero(np.isfinite(m) & (ys["tput_per_gpu"] > 0)
+                        & (np.abs(np.log(x / target)) <= np.log(BLEND_WINDOW)))
     if ok.size == 0:
         return None
     near = ok[np.argsort(np.abs(np.log(x[ok] / target)), kind="stable")[:BLEND_POINTS]]
