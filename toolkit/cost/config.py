@@ -69,7 +69,8 @@ class CompareConfig:
         if self.max_p90_ttft_s is not None:
             check_number("max_p90_ttft_s", self.max_p90_ttft_s, lo=0.0, lo_open=True)
         if self.ttft_confidence not in TTFT_CONFIDENCES:
-            raise ValueError(f"ttft_confidence must be one of {TTFT_CONFIDENCES}, got "
+            raise ValueError(f"ttft_confidence (--ttft-confidence) must be one of "
+                             f"{TTFT_CONFIDENCES}, got "
                              f"{self.ttft_confidence!r}")
         check_number("isl", self.isl, lo=1)
         check_number("osl", self.osl, lo=2)

@@ -96,7 +96,8 @@ class PlanConfig:
         if self.max_p90_ttft_s is not None:
             check_number("max_p90_ttft_s", self.max_p90_ttft_s, lo=0.0, lo_open=True)
         if self.ttft_confidence not in (0.5, 0.8, 0.9):
-            raise ValueError(f"ttft_confidence must be one of (0.5, 0.8, 0.9), got "
+            raise ValueError(f"ttft_confidence (--ttft-confidence) must be one of (0.5, 0.8, 0.9), "
+                             f"got "
                              f"{self.ttft_confidence!r}")
         for name in ("host_dram_gb", "ssd_gb"):
             for v in getattr(self, name):
