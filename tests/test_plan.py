@@ -212,6 +212,9 @@ def test_python_facade_and_cli(pstore, small) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert len(out["plans"]) == 2 and out["plans"][0]["host_dram_gb"] == 512.0
+    from toolkit.serving.crossval import dsa_caveat
+
+    assert out["dsa_caveat"] == dsa_caveat()  # a DSA model's plan carries the caveat
     res = runner.invoke(app, ["plan", "explain", "--store", str(pstore.root), "--plan",
                               out["plan_id"], "--json"])
     assert res.exit_code == 0, res.output
