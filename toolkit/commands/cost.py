@@ -255,7 +255,8 @@ def _compare_selections(cfg, params: Path | None, store: Path, trace: str,
     from toolkit.serving.params import ServingParams, bundled_params
 
     with cli_store(store) as s:
-        misses = guard(trace_misses, s, trace, guard(get_model, cfg.model), buffer_tokens)
+        misses = guard(trace_misses, s, trace, guard(get_model, cfg.model), buffer_tokens,
+                       cfg.isl + cfg.osl / 2)
     try:
         p = ServingParams.load(params) if params else bundled_params()
         df = compare_with_hisparse(cfg, p, misses, overlap=overlap)

@@ -11,7 +11,7 @@ so mixing them in would compare a measurement with a model.
 
 The misses are the exact selection replay of the trace (HiSparse mode, LRU: SGLang's
 buffer) at the device buffer scaled to the trace's top-k, then priced at the model's k
-(:func:`toolkit.cost.selection_scaling.scale_misses`: a trace recorded with the model's own k
+(:func:`toolkit.replay.selection_scaling.scale_misses`: a trace recorded with the model's own k
 needs no scaling; any other is an extrapolation and says so).
 """
 
@@ -23,9 +23,9 @@ import polars as pl
 
 from toolkit.cost.compare import compare
 from toolkit.cost.config import CompareConfig
-from toolkit.cost.selection_scaling import scale_misses
 from toolkit.errors import ToolkitError
 from toolkit.models import ModelSpec, get_model
+from toolkit.replay.selection_scaling import scale_misses
 from toolkit.serving.params import ServingParams
 from toolkit.store import Store
 
@@ -46,7 +46,7 @@ class TraceMisses:
     trace_buffer_tokens: int  # the replayed buffer, at the trace's k
     rows: int
     misses: int
-    miss_ratio: float  # misses / (rows x trace k): the trace's own miss ratio
+    miss_ratio: float  # misses / accesses: the trace's own miss ratio
     mean_seq_len: float
     miss_rows_per_layer: float
     miss_rows_per_layer_low: float
@@ -55,9 +55,12 @@ class TraceMisses:
 
 
 def trace_misses(store: Store, trace: str, model: ModelSpec,
-                 buffer_tokens: int | None = None) -> TraceMisses:
+                 buffer_tokens: int | None = None,
+                 target_context_tokens: float | None = None) -> TraceMisses:
     """Replay ``trace`` in HiSparse mode at ``buffer_tokens`` (model scale; default 2 x the
-    model's k, HiSparse's default) scaled to the trace's k; nothing is written."""
+    model's k, HiSparse's default) scaled to the trace's k, and carry its miss ratio to the
+    model's k at ``target_context_tokens`` (default: the trace's own mean context); nothing
+    is written."""
     from toolkit.replay.selections import load_rows, model_config, replay_selections
 
     if trace not in store.keys("selections"):
@@ -75,10 +78,11 @@ def trace_misses(store: Store, trace: str, model: ModelSpec,
                        buffer_tokens=trace_buffer)
     res = replay_selections(store, cfg, save=False, rows=rows, progress=False)
     n_rows, misses = int(res["rows"]), int(res["misses"])
-    ratio = misses / (n_rows * trace_k) if n_rows else 0.0
+    ratio = misses / int(res["accesses"]) if res["accesses"] else 0.0
     mean_seq = float(rows.seq_len.mean()) if n_rows else 0.0
     s = scale_misses(ratio, trace_k=trace_k, model_k=model.index_topk,
-                     buffer_ratio=trace_buffer / trace_k, context_tokens=mean_seq)
+                     buffer_ratio=trace_buffer / trace_k, context_tokens=mean_seq,
+                     target_context_tokens=target_context_tokens)
     return TraceMisses(trace, trace_k, model.index_topk, buffer, trace_buffer, n_rows, misses,
                        ratio, mean_seq, s.rows, s.rows_low, s.rows_high, s.label)
 
