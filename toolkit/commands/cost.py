@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands import measured as m
-from toolkit.commands.common import choices, fail, field_default
+from toolkit.commands.common import choices, cli_store, fail, field_default, guard
 from toolkit.commands.output import FormatOpt, Output, OutputOpt
 from toolkit.cost.config import CompareConfig
 from toolkit.errors import ToolkitError
@@ -238,6 +238,63 @@ TABLE_COLUMNS = ("hardware", "engine", "interactivity", "source", "basis", "reac
                  "usd_per_mtok_total_high", "cost_ratio_total_vs_first", "layout")
 
 
+SELECTION_COLUMNS = ("hardware", "engine", "interactivity", "usd_per_mtok_total",
+                     "usd_per_mtok_total_hisparse", "usd_per_mtok_total_misses_low",
+                     "usd_per_mtok_total_misses_high", "capacity_gain_usd_per_mtok",
+                     "fetch_cost_usd_per_mtok", "tput_per_gpu", "tput_per_gpu_hisparse",
+                     "tput_ratio_hisparse", "layout_hisparse")
+
+
+def _compare_selections(cfg, params: Path | None, store: Path, trace: str,
+                        buffer_tokens: int | None, overlap: bool, out: Output) -> None:
+    """``cost compare --selections``: the same question with and without HiSparse at the
+    trace's misses (toolkit.cost.hisparse)."""
+    import polars as pl
+
+    from toolkit.cost.hisparse import compare_with_hisparse, meta, trace_misses
+    from toolkit.models import get_model
+    from toolkit.serving.params import ServingParams, bundled_params
+
+    with cli_store(store) as s:
+        misses = guard(trace_misses, s, trace, guard(get_model, cfg.model), buffer_tokens,
+                       cfg.isl + cfg.osl / 2)
+    try:
+        p = ServingParams.load(params) if params else bundled_params()
+        df = compare_with_hisparse(cfg, p, misses, overlap=overlap)
+    except (ToolkitError, RegistryError, ValueError) as e:
+        fail(str(e))
+    info = {"model": cfg.model, "isl": cfg.isl, "osl": cfg.osl, "precision": cfg.precision,
+            "price_tier": cfg.price_tier, "max_p90_ttft_s": cfg.max_p90_ttft_s,
+            "params_kind": p.kind, **meta(misses, overlap)}
+    from toolkit.serving.crossval import dsa_caveat
+
+    info["dsa_caveat"] = dsa_caveat()
+    if out.fmt == "json" and out.path is None:
+        typer.echo(json.dumps({**info, "rows": df.to_dicts()}, default=str))
+        return
+    if out.fmt != "table" or out.path is not None:
+        out.emit(df)
+        return
+    m_ = misses
+    lines = {
+        "model": f"{cfg.model} (k = {m_.model_k}), isl {cfg.isl}, osl {cfg.osl}, "
+                 f"{cfg.precision}, {cfg.price_tier} prices, serving model only",
+        "selections": f"{m_.trace}: {m_.rows:,} rows, k = {m_.trace_k}, replayed (HiSparse, "
+                      f"LRU) at buffer {m_.trace_buffer_tokens} = {m_.buffer_tokens} at the "
+                      f"model's k; miss ratio {m_.miss_ratio:.4f}",
+        "misses_per_layer": f"{m_.miss_rows_per_layer:,.1f} host rows per request, layer and "
+                            f"step (band {m_.miss_rows_per_layer_low:,.1f}-"
+                            f"{m_.miss_rows_per_layer_high:,.1f}); {m_.scaling}",
+        "fetches": "overlapped with the layer's work" if overlap else
+                   "each decode step waits for them (no overlap)",
+        "note": info["hisparse_note"], "dsa_caveat": info["dsa_caveat"]}
+    for k, v in lines.items():
+        typer.echo(f"{k:<18}  {v}")
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=260, float_precision=3,
+                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        typer.echo(str(df.select([c for c in SELECTION_COLUMNS if c in df.columns])))
+
+
 @cost_app.command("compare")
 def cost_compare_cmd(
     model: Annotated[str, typer.Option("--model", help=f"Model spec: {choices('model')}.")],
@@ -310,6 +367,16 @@ def cost_compare_cmd(
     params: Annotated[Path | None, typer.Option(
         "--params", help="Fitted parameters (toolkit serving fit); default: the bundled "
         "fit on InferenceX DeepSeek-R1 points.")] = None,
+    selections: Annotated[str | None, typer.Option(
+        "--selections", help="Selection trace in --store: price the DSA model with HiSparse "
+        "at the trace's replayed misses, beside the answer without it (capacity gain and "
+        "fetch cost in $/M; model-only).")] = None,
+    buffer_tokens: Annotated[int | None, typer.Option(
+        "--buffer-tokens", min=1, help="With --selections: HiSparse device buffer per request "
+        "per layer at the model's k (default 2 x k).")] = None,
+    overlap: Annotated[bool, typer.Option(
+        "--overlap", help="With --selections: host fetches overlap the layer's work "
+        "(plan-then-IO); default: each step waits for them.")] = False,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
@@ -339,8 +406,9 @@ def cost_compare_cmd(
     if mtp not in ("on", "off"):
         fail(f"--mtp {mtp!r}: give on or off")
     ttft = _ttft_bound(max_p90_ttft_s)
-    src = m.measurement_source(
-        measurements, store, measured_points, file_flag="--measurements",
+    src = m.measurement_source(  # --store alone holds the --selections trace
+        measurements, None if selections and measured_points is None else store,
+        measured_points, file_flag="--measurements",
         prefix="--measured-", hardware=measured_hardware, framework=measured_framework,
         model=measured_model, precision=measured_precision, gpus=measured_gpus,
         tp=measured_tp, ep=measured_ep, dp_attention=measured_dp_attention,
@@ -358,6 +426,13 @@ def cost_compare_cmd(
                 else src), ttft_confidence=ttft_confidence)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
+    if selections is None and (buffer_tokens is not None or overlap):
+        fail("--buffer-tokens and --overlap apply to --selections TRACE")
+    if selections is not None:
+        if store is None:
+            fail("--selections needs --store (the store holding the selection trace)")
+        _compare_selections(cfg, params, store, selections, buffer_tokens, overlap, out)
+        return
     if src is not None:  # refuse a bad file before the sweep; show what was assumed
         from toolkit.serving.measurements import load_measurements
 

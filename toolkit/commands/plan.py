@@ -112,8 +112,10 @@ def plan_cmd(
                 exhaustive=exhaustive, top=top)
     with cli_store(store) as s:
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
+    caveat = _dsa_caveat(model)
     if as_json:
-        typer.echo(json.dumps(res.to_json(), default=str))
+        typer.echo(json.dumps(res.to_json() | ({"dsa_caveat": caveat} if caveat else {}),
+                              default=str))
         return
     from toolkit.models import get_model
 
@@ -141,6 +143,18 @@ def plan_cmd(
     typer.echo("assumptions:")
     for a in res.assumptions:
         typer.echo(f"  - {a}")
+    if caveat:
+        typer.echo(f"dsa_caveat: {caveat}")
+
+
+def _dsa_caveat(model: str) -> str | None:
+    """What the one measured DSA check says of the serving model's answers (the same text
+    as ``cost compare``'s ``dsa_caveat``), for a sparse-attention model; None for a dense
+    one."""
+    from toolkit.models import get_model
+    from toolkit.serving.crossval import dsa_caveat
+
+    return dsa_caveat() if get_model(model).index_topk > 0 else None
 
 
 @plan_app.command("explain")

@@ -25,11 +25,13 @@ from toolkit.runtime.files import file_problem
 
 
 def ingest_selections_cmd(
-    path: Annotated[Path, typer.Argument(help="Selection trace file.")],
+    path: Annotated[Path, typer.Argument(help="Selection trace file (or directory: bundle, "
+                                         "sglang-indexer-topk).")],
     store: StoreOpt,
     fmt: Annotated[
-        str, typer.Option("--format", help="Input format: dsa-jsonl, npz, parquet or bundle "
-                          "(a directory).")
+        str, typer.Option("--format", help="Input format: dsa-jsonl, npz, parquet, bundle "
+                          "(a directory) or sglang-indexer-topk (SGLang responses: a JSON/JSONL "
+                          "file or a directory of them).")
     ],
     name: Annotated[
         str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
@@ -46,6 +48,14 @@ def ingest_selections_cmd(
         str | None, typer.Option("--select", help="bundle: which of its traces to ingest.")
     ] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Overwrite a trace.")] = False,
+    indexer_layers: Annotated[
+        int | None, typer.Option("--indexer-layers", min=1, help="sglang-indexer-topk: indexer "
+                                 "layers per capture row (default: the --model spec's layers).")
+    ] = None,
+    prefill: Annotated[
+        bool, typer.Option("--prefill/--no-prefill", help="sglang-indexer-topk: keep the "
+                           "prompt's (prefill) queries in selection_prefill.")
+    ] = True,
 ) -> None:
     """Ingest recorded top-k selections (validated: positions, duplicates, k, step order)."""
     from toolkit.ingest import readers
@@ -58,6 +68,11 @@ def ingest_selections_cmd(
     meta = {"model": model, "k": k, "score": score, "order": order}
     if fmt == "bundle":  # the bundle carries its own metadata
         meta = {"select": select} | ({"k": k} if k else {})
+    elif fmt == "sglang-indexer-topk":
+        meta |= {"indexer_layers": indexer_layers, "prefill": prefill,
+                 "score": "indexer" if score == "unknown" else score}
+    elif indexer_layers is not None or not prefill:
+        fail("--indexer-layers and --no-prefill apply to --format sglang-indexer-topk")
     run_ingest(fmt, path, store, name, replace, **meta)
 
 

@@ -33,9 +33,9 @@ def _kind(mode: int) -> str:
     return "not a file"
 
 
-def file_problem(path: str | Path, *, directory: bool = False) -> str | None:
+def file_problem(path: str | Path, *, directory: bool | None = False) -> str | None:
     """Why ``path`` cannot be read as an input file (``directory``: as an input
-    directory), as a phrase to follow ``"{path}: "``; None when it can."""
+    directory; ``None``: either), as a phrase to follow ``"{path}: "``; None when it can."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -45,15 +45,15 @@ def file_problem(path: str | Path, *, directory: bool = False) -> str | None:
     except OSError as e:
         return f"cannot read: {e.strerror or e}"
     if stat.S_ISDIR(mode):
-        return None if directory else "is a directory; expected a file"
-    if directory:
+        return None if directory is not False else "is a directory; expected a file"
+    if directory is True:
         return "expected a directory"
     if not stat.S_ISREG(mode):
         return f"not a regular file ({_kind(mode)}); give a file"
     return None
 
 
-def regular_file(path: str | Path, *, directory: bool = False) -> Path:
+def regular_file(path: str | Path, *, directory: bool | None = False) -> Path:
     """``path`` if it is a regular file (or directory, with ``directory``).
 
     Raises:
