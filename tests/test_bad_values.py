@@ -157,3 +157,61 @@ class TestHugeAndTinyNumbers:
         rows = json.loads(out)
         assert code == 0 and [r["capacity"] for r in rows] == [0, 100000]
         assert rows[0]["miss_ratio"] == 1.0 and 0 < rows[1]["miss_ratio"] < 1
+
+
+SGLANG_BENCH = ROOT / "tests" / "data" / "sglang_bench_sample.jsonl"
+
+
+def bench_with(tmp_path: Path, **change) -> Path:
+    """The sglang.bench_serving sample with its records' fields changed (None: removed)."""
+    import json
+
+    out = []
+    for line in SGLANG_BENCH.read_text().splitlines():
+        rec = json.loads(line)
+        for k, v in change.items():
+            if v is None:
+                rec.pop(k, None)
+            else:
+                rec[k] = v
+        out.append(json.dumps(rec))
+    path = tmp_path / "bench.jsonl"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+class TestBenchBackend:
+    """Item 11: a TGI, Truss or missing backend was stored as sglang and --framework was
+    ignored, so a TGI benchmark answered "measured" for SGLang."""
+
+    @pytest.mark.parametrize("backend, why", [
+        ("tgi", "'tgi' is not an engine the toolkit models"),
+        ("truss", "'truss' is not an engine the toolkit models"),
+        (None, "missing: the result does not name the engine it measured; pass --framework"),
+    ])
+    def test_refused_naming_file_line_and_field(self, tmp_path, backend, why):
+        path = bench_with(tmp_path, backend=backend)
+        store = tmp_path / "s"
+        code, out = invoke("ingest", "points", path, "--store", store, "--gpus", "8")
+        assert code == 2 and out.count("\n") == 1, out
+        assert str(path) in out and "line 1" in out and "backend" in out and why in out, out
+        assert not store.exists()
+        code, out = invoke("cost", "compare", "--model", "dsr1", "--hardware", "h200",
+                           "--measurements", path, "--measured-hardware", "h200",
+                           "--measured-gpus", "8", "--measured-tp", "8",
+                           "--measured-model", "dsr1", "--measured-precision", "fp8")
+        assert code == 2 and why in out and "backend" in out, out
+
+    def test_framework_is_honoured(self, tmp_path):
+        """A result without a backend takes --framework; one whose backend names another
+        engine than --framework is refused."""
+        from toolkit.ingest.points import read_measured_points
+
+        path = bench_with(tmp_path, backend=None)
+        df = read_measured_points(path, gpus=8, framework="vllm")
+        assert set(df["framework"]) == {"vllm"}
+        both = bench_with(tmp_path, backend="vllm")
+        with pytest.raises(Exception, match=r"field 'backend'.*'vllm' measured vllm, not "
+                                            r"--framework sglang"):
+            read_measured_points(both, gpus=8, framework="sglang")
+        assert set(read_measured_points(SGLANG_BENCH, gpus=8)["framework"]) == {"sglang"}

@@ -100,11 +100,12 @@ def read_measured_points(source: str | Path | pl.DataFrame, *, hardware: str | N
     if isinstance(source, pl.DataFrame):
         return _finish(_from_frame(source, _Where("<frame>", "row")), fill,
                        _Where("<frame>", "row"))
-    df, _ = _read_file(Path(source), gpus)
+    df, _ = _read_file(Path(source), gpus, framework)
     return _finish(df, fill, _Where(Path(source), "row"))
 
 
-def _read_file(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] | None]:
+def _read_file(path: Path, gpus: int | None, framework: str | None = None
+               ) -> tuple[pl.DataFrame, list[dict] | None]:
     """(points, per-request records of the first bench result that carries them)."""
     if (problem := file_problem(path)) is not None:
         raise TraceFormatError(path, None, None, problem)
@@ -123,7 +124,7 @@ def _read_file(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] |
             raise TraceFormatError(path, None, None, "not a readable CSV file: "
                                    f"{str(e).splitlines()[0]}") from None
         return _from_frame(df, _Where(path, "row")), None
-    return _read_json(path, gpus)
+    return _read_json(path, gpus, framework)
 
 
 def _json_records(path: Path) -> tuple[list[tuple[int, Any]], str]:
@@ -156,7 +157,8 @@ def _json_records(path: Path) -> tuple[list[tuple[int, Any]], str]:
     return out, "line"
 
 
-def _read_json(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] | None]:
+def _read_json(path: Path, gpus: int | None, framework: str | None = None
+               ) -> tuple[pl.DataFrame, list[dict] | None]:
     records, unit = _json_records(path)
     where = _Where(path, unit)
     if not records:
@@ -182,7 +184,7 @@ def _read_json(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] |
             rows.append({**{k: flat.get(k) for k in INFERENCEX_COLUMNS},
                          "source_format": "inferencex", "source_row": at})
             continue
-        rows.append(bench_point(rec, kind, gpus, where, at))
+        rows.append(bench_point(rec, kind, gpus, where, at, framework))
         if "input_lens" in rec and details is None:
             details = [{"at": at, "kind": kind, **rec}]
         elif "input_lens" in rec:
@@ -230,8 +232,50 @@ def _num(rec: dict, key: str, where: _Where, at: int, *, required: bool = False,
     return float(v)
 
 
-def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) -> dict:
-    """One bench result -> one point in InferenceX columns (ms -> s, totals -> per GPU)."""
+#: A bench result's ``backend`` (its first dash-separated word) -> the engine it measured.
+#: sglang.bench_serving and vllm bench serve also drive TGI, Truss, DeepSpeed-MII and
+#: others; those points stand for no engine the toolkit models and are refused.
+BACKEND_ENGINES = {"sglang": "sglang", "vllm": "vllm", "trt": "trt", "tensorrt": "trt",
+                   "trtllm": "trt", "lmdeploy": "lmdeploy"}
+
+
+def bench_engine(rec: dict, kind: str, framework: str | None, where: _Where,
+                 at: int) -> str:
+    """The engine a bench result measured: its ``backend``; ``framework`` (the user's
+    ``--framework``) when it names none or only the generic OpenAI client, and it must
+    agree with a backend that names one. A TGI, Truss or missing backend was stored as
+    sglang, so a TGI benchmark answered "measured" for SGLang."""
+    given = framework.strip().lower() if framework else None
+    given = BACKEND_ENGINES.get(given, given) if given else None
+    backend = rec.get("backend")
+    if backend is None:
+        if given:
+            return given
+        raise where.err(at, "backend", "missing: the result does not name the engine it "
+                        "measured; pass --framework NAME")
+    if not isinstance(backend, str) or not backend.strip():
+        raise where.err(at, "backend", f"expected an engine name, got {backend!r}"[:120])
+    base = backend.strip().lower().split("-")[0]
+    engine = BACKEND_ENGINES.get(base)
+    if engine is None and base == "openai":  # any OpenAI-compatible server
+        engine = given or ("vllm" if kind == "vllm-bench" else None)
+        if engine is None:
+            raise where.err(at, "backend", f"{backend!r} does not say which engine served "
+                            "it; pass --framework NAME")
+    if engine is None:
+        raise where.err(at, "backend", f"{backend!r} is not an engine the toolkit models "
+                        f"({', '.join(sorted(set(BACKEND_ENGINES.values())))}): its points "
+                        "cannot stand for one")
+    if given and given != engine:
+        raise where.err(at, "backend", f"{backend!r} measured {engine}, not --framework "
+                        f"{framework}")
+    return engine
+
+
+def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int,
+                framework: str | None = None) -> dict:
+    """One bench result -> one point in InferenceX columns (ms -> s, totals -> per GPU);
+    ``framework``: the user's ``--framework`` (see :func:`bench_engine`)."""
     if gpus is None:
         raise where.err(at, None, f"{kind} results do not say how many GPUs served them: "
                         "pass --gpus N (the divisor of tput_per_gpu)")
@@ -274,11 +318,7 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
     if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
         raise where.err(at, "max_concurrency", f"expected a positive integer or null, got "
                         f"{conc!r}")
-    backend = rec.get("backend")
-    framework = "vllm" if kind == "vllm-bench" else "sglang"
-    if kind == "sglang-bench" and isinstance(backend, str):
-        base = backend.split("-")[0]
-        framework = base if base in ("sglang", "vllm", "trt", "lmdeploy") else framework
+    engine = bench_engine(rec, kind, framework, where, at)
 
     def mean_len(total_tokens: float | None) -> int | None:  # measured, per completed request
         return None if total_tokens is None or not done else int(round(total_tokens / done))
@@ -286,7 +326,7 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
     model_id = rec.get("model_id")
     return {
         **dict.fromkeys(INFERENCEX_COLUMNS),
-        "framework": framework,
+        "framework": engine,
         "model": model_id if isinstance(model_id, str) else None,
         "isl": mean_len(tin), "osl": mean_len(tout), "conc": conc,
         "date": bench_date(rec.get("date")),
@@ -488,7 +528,7 @@ def read(path: Path, name: str, *, hardware: str | None = None, gpus: int | None
     engines' defaults, noted), so the table serves ``serving fit`` without further flags."""
     from toolkit.schema import MEASURED_POINTS
 
-    df, details = _read_file(path, gpus)
+    df, details = _read_file(path, gpus, framework)
     df = _finish(df, {"hardware": hardware, "framework": framework, "model": model,
                       "precision": precision}, _Where(path, "row"))
     if tp is not None or ep is not None or dp_attention is not None or spec_method:
