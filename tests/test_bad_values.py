@@ -215,3 +215,98 @@ class TestBenchBackend:
                                             r"--framework sglang"):
             read_measured_points(both, gpus=8, framework="sglang")
         assert set(read_measured_points(SGLANG_BENCH, gpus=8)["framework"]) == {"sglang"}
+
+
+VLLM_BENCH = ROOT / "tests" / "data" / "vllm_bench_sample.json"
+POINTS_CSV = ROOT / "toolkit" / "data" / "inferencex"
+
+
+def vllm_with(tmp_path: Path, **change) -> Path:
+    import json
+
+    rec = json.loads(VLLM_BENCH.read_text())
+    rec.update(change)
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(rec))  # NaN is written as NaN, as Python's json reads it
+    return path
+
+
+def points_csv_with(tmp_path: Path, row: dict[str, str], header_extra: str = "") -> Path:
+    """The bundled InferenceX CSV's header and first row, ``row`` changed."""
+    from toolkit.serving.points import bundled_points_path
+
+    lines = bundled_points_path().read_text().splitlines()
+    names = lines[0].split(",")
+    first = dict(zip(names, lines[1].split(","), strict=True))
+    first.update(row)
+    path = tmp_path / "points.csv"
+    path.write_text(",".join(names) + header_extra + "\n"
+                    + ",".join(first[n] for n in names)
+                    + ("," + first[header_extra.strip(",")] if header_extra else "") + "\n")
+    return path
+
+
+class TestValuesThatLanded:
+    """Item 12: each of these was stored (or answered) silently; each is now refused in
+    one line naming the file, the row and the field, and the store is left as it was."""
+
+    @pytest.mark.parametrize("change, field, why", [
+        ({"start_times": [-1e308, 0.0, 1e308]}, "start_times", "infinite arrival_s"),
+        ({"start_times": [0.0, 1.0]}, "start_times", "2 values for 3 requests"),
+        ({"ttfts": [0.1, float("nan"), 0.3]}, "ttfts[1]", "expected a time in s"),
+        ({"total_token_throughput": 10.0}, "total_token_throughput",
+         "is below output_throughput 15.0"),
+        ({"date": "20261345-101500"}, "date", "is not a day that exists"),
+    ])
+    def test_vllm_bench_result(self, small, tmp_path, change, field, why):
+        path = vllm_with(tmp_path, **change)
+        before = files(small)
+        code, out = invoke("ingest", "points", path, "--store", small, "--gpus", "1",
+                           "--name", "v")
+        assert code == 2 and out.count("\n") == 1, out
+        assert f"{path}:1" in out and f"field {field!r}" in out and why in out, out
+        assert files(small) == before
+
+    def test_token_counts_beyond_the_documented_max(self, small, tmp_path):
+        """2^63 - 1 tokens made every later trace_summary query fail."""
+        path = tmp_path / "huge.csv"
+        path.write_text(f"t,in,out\n0,10,5\n1,20,{2**63 - 1}\n")
+        before = files(small)
+        code, out = invoke("ingest", "table", path, "--store", small, "--name", "h",
+                           "--time-col", "t", "--input-tokens-col", "in",
+                           "--output-tokens-col", "out")
+        assert code == 2 and out.count("\n") == 1, out
+        assert str(path) in out and "field 'output_tokens'" in out and "request_id 1" in out
+        assert "2^30" in out and files(small) == before
+
+    @pytest.mark.parametrize("row, field, why", [
+        ({"date": "2026-13-45"}, "date", "is not a date (YYYY-MM-DD) that exists"),
+        ({"tput_per_gpu": "1e308"}, "tput_per_gpu", "beyond any measurement"),
+        ({"median_intvty": "1e300"}, "median_intvty", "beyond any measurement"),
+    ])
+    def test_points_table(self, small, tmp_path, row, field, why):
+        """A date 2026-13-45 was stored (and ``serving fit`` later failed without naming
+        the file); a 1e308 throughput was priced at $0.0/M."""
+        path = points_csv_with(tmp_path, row)
+        before = files(small)
+        code, out = invoke("ingest", "points", path, "--store", small, "--name", "p")
+        assert code == 2 and out.count("\n") == 1 and str(path) in out, out
+        assert f"field {field!r}" in out and why in out, out
+        assert files(small) == before
+        code, out = invoke("serving", "fit", "--points", path)
+        assert code == 2 and str(path) in out and f"field {field!r}" in out, out
+        assert why in out and out.count("\n") == 1
+
+    def test_duplicated_csv_column(self, small, tmp_path):
+        """A column named twice: the first one was used silently."""
+        path = points_csv_with(tmp_path, {}, header_extra=",tput_per_gpu")
+        for args in (["ingest", "points", path, "--store", small, "--name", "d"],
+                     ["serving", "fit", "--points", path]):
+            code, out = invoke(*args)
+            assert code == 2 and "'tput_per_gpu'" in out and "appears twice" in out, out
+        table = tmp_path / "t.csv"
+        table.write_text("t,in,out,in\n0,10,5,11\n")
+        code, out = invoke("ingest", "table", table, "--store", small, "--name", "dup",
+                           "--time-col", "t",
+                           "--input-tokens-col", "in", "--output-tokens-col", "out")
+        assert code == 2 and "field 'in'" in out and "appears twice" in out, out
