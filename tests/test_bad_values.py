@@ -310,3 +310,16 @@ class TestValuesThatLanded:
                            "--time-col", "t",
                            "--input-tokens-col", "in", "--output-tokens-col", "out")
         assert code == 2 and "field 'in'" in out and "appears twice" in out, out
+
+
+def test_a_throughput_beyond_any_measurement_is_not_priced():
+    """Item 12: ``cost --tokens-per-s-per-gpu 1e308`` answered $0.0/M."""
+    from toolkit.cost.price import quote
+    from toolkit.hardware import get_hardware
+
+    code, out = invoke("cost", "--hardware", "gb200", "--tokens-per-s-per-gpu", "1e308")
+    assert code == 2 and "--tokens-per-s-per-gpu" in out and out.count("\n") == 1
+    for bad in (1e308, float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValueError, match="tokens_per_s_per_gpu must be"):
+            quote(get_hardware("gb200"), bad)
+    assert quote(get_hardware("gb200"), 1000.0).usd_per_million_tokens > 0

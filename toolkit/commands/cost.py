@@ -94,7 +94,8 @@ def hardware_show_cmd(
 
 
 _HARDWARE = typer.Option("--hardware", help=f"Accelerator: {choices('hardware')}.")
-_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
+_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, max=1e7,
+                     help="Throughput per GPU (at most 1e7, beyond any measurement).")
 PriceTierOpt = Annotated[str, typer.Option("--price-tier",
                                            help="hyperscaler, neocloud or rental.")]
 SurveyOpt = Annotated[str | None, typer.Option("--survey",

@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from toolkit.config import MAX_TPUT_PER_GPU
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest.bench_layout import (  # noqa: F401  (BENCH_FORMATS: re-exported)
@@ -481,9 +482,6 @@ def _cast_frame(df: pl.DataFrame, where: _Where) -> pl.DataFrame:
     return _check_values(pl.DataFrame(cols), where)
 
 
-MAX_TPUT_PER_GPU = 1e7
-"""Most tokens/s per GPU a measured point may claim: ~600x the highest InferenceX reports
-(15,868 for DeepSeek-R1); a 1e308 throughput was priced at $0.0/M."""
 MAX_INTVTY = 1e5
 """Most tokens/s per user (a 10 us TPOT): ~300x the highest InferenceX reports."""
 TPUT_COLUMNS = ("tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu")
