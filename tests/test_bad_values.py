@@ -323,3 +323,52 @@ def test_a_throughput_beyond_any_measurement_is_not_priced():
         with pytest.raises(ValueError, match="tokens_per_s_per_gpu must be"):
             quote(get_hardware("gb200"), bad)
     assert quote(get_hardware("gb200"), 1000.0).usd_per_million_tokens > 0
+
+
+class TestSmallerEdges:
+    """Item 14's smaller ones."""
+
+    def test_storage_gb_between_minus_one_and_zero(self, small):
+        """``--storage-gb -0.5`` was read as unbounded; only -1 means unbounded."""
+        code, out = invoke("replay", "tiers", "--store", small, "--trace", "t",
+                           "--storage-gb", "-0.5")
+        assert code == 2 and out == ("error: --storage-gb must be >= 0, or -1 for unbounded; "
+                                     "got -0.5\n")
+
+    def test_block_size_error_names_the_flag(self, small):
+        """vLLM's --block-tokens was reported as the internal page_tokens."""
+        code, out = invoke("replay", "tiers", "--store", small, "--trace", "t",
+                           "--engine-semantics", "vllm", "--block-tokens", "7")
+        assert code == 2 and out.startswith("error: --block-tokens 7 neither divides"), out
+
+    def test_workers_message(self):
+        from toolkit.runtime.pool import max_workers
+
+        code, out = invoke("plan", "--store", "x", "--trace", "t", "--model", "glm-5.2",
+                           "--workers", str(max_workers() + 1))
+        assert code == 2 and "--workers" in out and "0 uses every core" not in out, out
+
+    @pytest.mark.parametrize("item, why", [
+        ("=sglang", "expected HW=ENGINE"),
+        ("mi355x=sglang", "mi355x is not among --hardware gb200"),
+    ])
+    def test_engine_pairs_that_would_be_ignored(self, item, why):
+        """``--engine =sglang`` and an engine for hardware not asked about were ignored."""
+        code, out = invoke("cost", "compare", "--model", "glm-5.2", "--hardware", "gb200",
+                           "--engine", item)
+        assert code == 2 and why in out and out.count("\n") == 1, out
+
+    def test_plan_accepts_none_and_dedupes(self):
+        """``plan --max-p90-ttft-s none`` is accepted as ``cost compare`` accepts it; an
+        option value given twice is searched (and ranked) once."""
+        from toolkit.commands.common import ttft_bound
+        from toolkit.plan.config import PlanConfig
+
+        assert ttft_bound("none") is None and ttft_bound("20") == 20.0
+        cfg = PlanConfig(trace="t", model="glm-5.2", hardware=("gb200", "gb200"),
+                         host_dram_gb=(0.0, 256.0, 0.0), policy=["lru", "lru"])
+        assert cfg.hardware == ("gb200",) and cfg.host_dram_gb == (0.0, 256.0)
+        assert cfg.policy == ("lru",)
+        code, out = invoke("plan", "--store", "/nonexistent/x", "--trace", "t", "--model",
+                           "glm-5.2", "--max-p90-ttft-s", "none")
+        assert code == 2 and "no store at" in out, out  # past the flag parsing
