@@ -146,6 +146,9 @@ class TestSqlIsLockedToTheStore:
                     s.query(q)
             assert s.query("SELECT current_setting('temp_directory') AS d").item() \
                 .startswith(str(store.resolve()))
+            allowed = s.query("SELECT current_setting('allowed_directories') AS d").item()
+            assert allowed.to_list() and all(  # exactly the store (and its temp dir in it)
+                d.startswith(str(store.resolve()) + "/") for d in allowed.to_list())
         code, out = invoke("sql", "--store", store, "SELECT * FROM read_text('.tmp/x.txt')")
         assert code == 2 and "outside the store" in out and "secret" not in out
 
