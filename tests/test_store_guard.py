@@ -353,3 +353,17 @@ def test_a_cell_whose_driver_is_gone_is_not_committed(tmp_path):
         assert s.keys("replay_runs") == [] and s.keys("sweeps") == []
         out = run_cell(task.__class__(**{**task.__dict__, "driver": None}), s)
         assert out.status == "done" and len(s.keys("replay_runs")) == 1
+
+
+def test_a_device_or_fifo_is_never_replaced(small, tmp_path):
+    """``--output`` / ``--out --replace`` naming a FIFO (or /dev/null) is refused, not
+    renamed over."""
+    store, run = small
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    for args in (["sql", "--store", store, "SELECT 1 AS x", "--output", fifo],
+                 ["export", "perfetto", "--store", store, "--run", run, "--out", fifo,
+                  "--replace"]):
+        code, out = invoke(*args)
+        assert code == 2 and "exists and is not a regular file" in out, out
+    assert fifo.is_fifo()
