@@ -367,3 +367,19 @@ def test_a_device_or_fifo_is_never_replaced(small, tmp_path):
         code, out = invoke(*args)
         assert code == 2 and "exists and is not a regular file" in out, out
     assert fifo.is_fifo()
+
+
+def test_check_finds_a_run_copied_under_another_name(small):
+    """A run table's file copied under a new key: its rows showed twice in every query."""
+    import shutil
+
+    store, run = small
+    copy = store / "tier_runs" / "copied.parquet"
+    shutil.copy(store / "tier_runs" / f"{run}.parquet", copy)
+    try:
+        code, out = invoke("store", "check", "--store", store)
+        assert code == 1 and f"copied.parquet: holds rows of run(s) {run} under the name " \
+            "'copied'" in out, out
+    finally:
+        copy.unlink()
+    assert invoke("store", "check", "--store", store)[0] == 0
