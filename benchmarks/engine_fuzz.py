@@ -194,7 +194,7 @@ def engine_sglang_host(case: dict) -> list:
     """Per request [GPU hit tokens, host hit tokens] from SGLang's UnifiedRadixCache with
     HiCache (``sglang_peer.run_host``), then the host pool's size as SGLang allocated it."""
     sp, order, hashes, prompt = _sglang_inputs(case)
-    gpu, host, capacity = sp.run_host(hashes, prompt, case["unit"], case["cap"],
+    gpu, host, capacity, _ = sp.run_host(hashes, prompt, case["unit"], case["cap"],
                                       case["host"], case["write"], case.get("policy", "lru"))
     out: list = [[0, 0]] * len(order)
     for k, i in enumerate(order):

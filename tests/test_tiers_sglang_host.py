@@ -1,25 +1,38 @@
 """SGLang's host tier (HiCache, L2): ``replay tiers --sequential`` against SGLang 0.5.23's
 own ``UnifiedRadixCache`` + ``HybridCacheController`` on the Mooncake trace, request by
-request (fixture written by ``benchmarks/sglang_peer.py --host-tokens``; what is real and
+request (fixtures written by ``benchmarks/sglang_peer.py --host-tokens``; what is real and
 what is stubbed there is in its docstring).
 
 Device (GPU) and host hit tokens are equal on every request of every configuration
-(the host tier is node-granular, as SGLang's: see :mod:`toolkit.replay.tiers.radix`).
+(the host tier is node-granular, as SGLang's: see :mod:`toolkit.replay.tiers.radix`); on
+host pools smaller than the device, so are the running counts of host writes, backup
+failures and host and device evictions, and the pool ``--host-ratio`` sizes.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 
+import toolkit
 from toolkit.cost.from_replay import run_tiers
-from toolkit.replay.tiers import TierReplayConfig
+from toolkit.replay.tiers import TierReplayConfig, page_stream
 
 PEER = Path(__file__).parent / "data" / "sglang_host_peer_mooncake.npz"
+# host pools below the device pool (SGLang's hicache_ratio 0.25 / 0.5 / 0.75), pages 1 / 16
+# / 64, every write policy, on the first 2,000 Mooncake requests; running counts every 100
+# (``sglang_peer.py --host-tokens 25600 51200 76800 --device-tokens 102400 --page 1 16 64
+# --limit 2000 --every 100``)
+RATIO_PEER = Path(__file__).parent / "data" / "sglang_host_ratio_peer_mooncake.npz"
+RATIO_DEVICE = 102_400
+RATIOS = (0.25, 0.5, 0.75)
+RATIO_PAGES = (1, 16, 64)
 POLICIES = ("write_through", "write_through_selective", "write_back")
 HOSTS = (409_600, 819_200)
 
@@ -182,3 +195,91 @@ def test_random_traces_equal_sglang_host(store):
            if toolkit_hits(store, case, "sglang-host") != fx["engine_hits"][k]]
     assert bad == []
     assert sum(h for hits in fx["engine_hits"] for _, h in hits) > 0  # the host tier hits
+
+
+# -- host pools smaller than the device pool ------------------------------------------------
+def _ratio_name(page: int, write: str, ratio: float) -> str:
+    return f"p{page}_{write}_h{int(RATIO_DEVICE * ratio)}"
+
+
+RATIO_CONFIGS = [(p, w, r) for p in RATIO_PAGES for w in POLICIES for r in RATIOS]
+
+
+@pytest.fixture(scope="module")
+def ratio_store(tmp_path_factory, mooncake_store):
+    """The fixture's Mooncake prefix (its first 2,000 requests in arrival order) as
+    ``conv2k``, in a store of its own, and its page streams by page size."""
+    with np.load(RATIO_PEER) as z:
+        rid = z["request_id"]
+    t = mooncake_store.read("requests", "conv")
+    t = t.filter(pc.is_in(t.column("request_id"), value_set=pc.cast(rid, t.schema.field(
+        "request_id").type)))
+    root = tmp_path_factory.mktemp("ratio") / "store"
+    with toolkit.open_store(root, create=True) as s:
+        s.write("requests", "conv2k", t)
+        yield s, {p: page_stream(t, p, "sglang") for p in RATIO_PAGES}
+
+
+def _prefix(ps, n: int):
+    """The stream's first ``n`` requests (pieces stay those of the whole stream: finer
+    pieces than a prefix needs give the same tree)."""
+    end = int(ps.starts[n - 1] + ps.lengths[n - 1])
+    return replace(ps, keys=ps.keys[:end], tokens=ps.tokens[:end], starts=ps.starts[:n],
+                   lengths=ps.lengths[:n], prompt=ps.prompt[:n], output=ps.output[:n],
+                   arrival_s=ps.arrival_s[:n], request_id=ps.request_id[:n],
+                   session_id=ps.session_id[:n], turn=ps.turn[:n])
+
+
+def test_ratio_fixture_provenance():
+    """SGLang 0.5.23 on the first 2,000 requests, a 102,400-token device pool; every host
+    pool is SGLang's for its ratio, one padding page included; the running counts are
+    cumulative; write-through backups fail on every ratio (the host is smaller than the
+    device) and selective write-through's host hits are the same at every ratio."""
+    with np.load(RATIO_PEER) as z:
+        assert str(z["sglang_version"]) == "0.5.23"
+        assert z["request_id"].size == 2_000 and int(z["device_tokens"]) == RATIO_DEVICE
+        assert list(z["page_tokens"]) == list(RATIO_PAGES)
+        assert list(z["running_after"]) == list(range(100, 2_001, 100))
+        assert tuple(z["running_counts"]) == ("host_writes", "host_backup_failures",
+                                              "host_evictions", "device_evictions")
+        for p, w, r in RATIO_CONFIGS:
+            name = _ratio_name(p, w, r)
+            assert int(z[f"{name}_capacity"]) == int(RATIO_DEVICE * r) + p
+            run = z[f"{name}_running"]
+            assert run.shape == (20, 4) and (np.diff(run, axis=0) >= 0).all()
+            assert (run[-1, 1] > 0) == (w != "write_through_selective")
+        sel = {int(z[f"{_ratio_name(p, 'write_through_selective', r)}_host"].sum())
+               for p in RATIO_PAGES for r in RATIOS}
+        assert sel == {169_984}
+
+
+@pytest.mark.parametrize(("page", "write", "ratio"), RATIO_CONFIGS,
+                         ids=[_ratio_name(*c) for c in RATIO_CONFIGS])
+def test_host_below_device_equals_sglang(ratio_store, page, write, ratio):
+    """``--host-ratio`` R sizes the pool SGLang allocates; GPU and host hit tokens equal
+    SGLang's on each of the 2,000 requests, and the running counts of host writes, backup
+    failures, host evictions and device evictions (tokens) equal SGLang's after every 100
+    requests. Write-through backs a node's ancestors up first and stops at the first
+    failure, as SGLang does: backing nodes up one by one gives other failure counts."""
+    store, streams = ratio_store
+    name = _ratio_name(page, write, ratio)
+    with np.load(RATIO_PEER) as z:
+        ref = {k: z[f"{name}_{k}"] for k in ("gpu", "host", "capacity", "running")}
+        at = z["running_after"]
+        rid = z["request_id"]
+    cfg = TierReplayConfig("conv2k", device_tokens=RATIO_DEVICE, host_ratio=ratio,
+                           page_tokens=page, write_policy=write, sequential=True)
+    ps = streams[page]
+    res = run_tiers(store, cfg, stream=ps, save=False)
+    assert res.summary["host_capacity_tokens"] == int(ref["capacity"])
+    got_rid = np.asarray(res.requests["request_id"])
+    order = np.argsort(got_rid)
+    at_ref = order[np.searchsorted(got_rid[order], rid)]  # the fixture's request order
+    assert np.array_equal(np.asarray(res.requests["device_tokens"])[at_ref], ref["gpu"])
+    assert np.array_equal(np.asarray(res.requests["host_tokens"])[at_ref], ref["host"])
+    names = ("host_writes", "host_backup_failures", "host_evictions", "device_evictions")
+    got = []
+    for n in at:
+        s = run_tiers(store, cfg, stream=_prefix(ps, int(n)), save=False).summary
+        got.append([s[k] * page for k in names])  # the summary counts pages
+    assert np.array_equal(np.array(got), ref["running"])

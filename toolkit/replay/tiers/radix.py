@@ -292,6 +292,29 @@ def _backup(v, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no cover - 
 
 
 @nb.njit(cache=True, nogil=True)
+def _backup_chain(v, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no cover
+    """Write-through's backup of node ``v`` (``_build_backup_kv_action`` +
+    ``_execute_and_commit_kv_backup``): its ancestors without a host copy first, root
+    side first, then ``v``, stopping at the first that fails. Why: a host copy never
+    sits below a node without one, so when the host is full a child is not backed up
+    past its parent (backing it up alone takes host room a later node needs).
+    Returns whether ``v`` has a host copy."""
+    (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok, stamp,
+     hits, lock, nchild, kids, hk, hs, hid, gk, gs, gid, on_host, on_sto, hn, hp, sn, sp,
+     scratch, st) = c
+    m = 0
+    p = par[head[v]]
+    while p >= 0 and not on_host[p]:
+        scratch[m] = p
+        m += 1
+        p = par[head[p]]
+    for j in range(m - 1, -1, -1):
+        if not _backup(scratch[j], c, policy, write, host_cap, sto_cap, cnt):
+            return False
+    return _backup(v, c, policy, write, host_cap, sto_cap, cnt)
+
+
+@nb.njit(cache=True, nogil=True)
 def _evict(shortfall, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no cover
     """SGLang ``evict(shortfall)``: free whole unlocked device leaves, lowest priority
     first, until at least ``shortfall`` tokens are freed or none is left. A leaf with a
@@ -513,7 +536,7 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
         if not nocount:
             hits[t] += 1
         if backs and hits[t] >= thr and not on_host[t]:
-            _backup(t, c, policy, write, host_cap, sto_cap, cnt)
+            _backup_chain(t, c, policy, write, host_cap, sto_cap, cnt)
         i = j + 1
     if write == 2 and loaded > 0:  # finish_load_back: the loaded nodes, deepest first
         for q in range(e - 1, d - 1, -1):
@@ -556,7 +579,7 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
             kids[keys[b0 + i - 1]] += 1
         st[S_USED] += nt
         if backs and (hits[leaf] >= thr or s_ > i):
-            _backup(leaf, c, policy, write, host_cap, sto_cap, cnt)
+            _backup_chain(leaf, c, policy, write, host_cap, sto_cap, cnt)
     st[S_USED] += trans[r]
     if st[S_USED] > cnt[C_PEAK_D]:
         cnt[C_PEAK_D] = st[S_USED]
