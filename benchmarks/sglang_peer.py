@@ -227,10 +227,10 @@ def _stub_torchvision() -> None:
 
 
 def build_host_cache(page: int, device_tokens: int, host_tokens: int, write_policy: str,
-                     policy: str = "lru"):
+                     policy: str = "lru", host_ratio: float | None = None):
     """SGLang's ``UnifiedRadixCache`` with HiCache, built as its CPU unit-test kit builds
-    it (``build_fixture`` + ``init_hicache``), host pool ``host_tokens / device_tokens``
-    times the device pool. Returns (cache, device allocator)."""
+    it (``build_fixture`` + ``init_hicache``), ``hicache_ratio`` = ``host_ratio`` or else
+    ``host_tokens / device_tokens``. Returns (cache, device allocator)."""
     import atexit
 
     _stub_torchvision()
@@ -246,7 +246,8 @@ def build_host_cache(page: int, device_tokens: int, host_tokens: int, write_poli
     host_common._cuda_host_register = lambda *a, **k: None  # no pinning on CPU
     args = ServerArgs(model_path="dummy", page_size=page, hicache_io_backend="kernel",
                       hicache_write_policy=write_policy,
-                      hicache_ratio=host_tokens / device_tokens)
+                      hicache_ratio=host_ratio if host_ratio is not None
+                      else host_tokens / device_tokens)
     set_global_server_args_for_scheduler(args)
     kv = MHATokenToKVPool(size=device_tokens, page_size=page, dtype=torch.bfloat16,
                           head_num=1, head_dim=1, layer_num=1, device="cpu",
@@ -260,7 +261,7 @@ def build_host_cache(page: int, device_tokens: int, host_tokens: int, write_poli
         tree_components=(ComponentType.FULL,), eviction_policy=policy,
     )
     cache = UnifiedRadixCache(params=params)
-    if host_tokens > 0:
+    if host_tokens > 0 or host_ratio:
         cache.init_hicache(args, params)
         atexit.unregister(cache.shutdown)
         cache.cache_controller.l2_transfer_engine = _InstantL2()
@@ -323,9 +324,12 @@ def _count_transfers(cache) -> dict[str, int]:
 
 
 def run_host(hashes, prompt, page: int, device_tokens: int, host_tokens: int,
-             write_policy: str, policy: str = "lru", progress: int = 0):
-    """Per-request (GPU hit tokens, host hit tokens) from SGLang's HiCache, and the host
-    pool's capacity in tokens as SGLang sized it (see the module docstring)."""
+             write_policy: str, policy: str = "lru", progress: int = 0,
+             host_ratio: float | None = None):
+    """Per-request (GPU hit tokens, host hit tokens) from SGLang's HiCache, the host
+    pool's capacity in tokens as SGLang sized it (see the module docstring), and the
+    running counts (:data:`COUNTS`, one row per request). ``host_ratio`` is passed to
+    SGLang as ``hicache_ratio`` instead of ``host_tokens / device_tokens``."""
     _stub_torchvision()
     import torch
     from sglang.srt.mem_cache.base_prefix_cache import (
@@ -336,7 +340,7 @@ def run_host(hashes, prompt, page: int, device_tokens: int, host_tokens: int,
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
     cache, allocator = build_host_cache(page, device_tokens, host_tokens, write_policy,
-                                        policy)
+                                        policy, host_ratio)
     cc = cache.cache_controller
     host_capacity = cc.mem_pool_host.available_size() if cc is not None else 0
     tally = _count_transfers(cache)

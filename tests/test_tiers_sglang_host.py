@@ -283,3 +283,60 @@ def test_host_below_device_equals_sglang(ratio_store, page, write, ratio):
         s = run_tiers(store, cfg, stream=_prefix(ps, int(n)), save=False).summary
         got.append([s[k] * page for k in names])  # the summary counts pages
     assert np.array_equal(np.array(got), ref["running"])
+
+
+def test_cli_host_ratio_and_host_tokens(tmp_path):
+    """``replay tiers --host-ratio 0.8`` over an 80-token device pool at 8-token pages is
+    SGLang's pool for ``hicache_ratio`` 0.8 (int(64) tokens in whole pages plus one padding
+    page: 72, what SGLang allocated in FUZZ_CASE) and answers as SGLang did; ``--host-tokens
+    72`` is that pool given exactly, ``--host-tokens 64`` is 64; ``--host-tokens`` with
+    ``--host-gb`` is refused before anything runs."""
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+    from toolkit.ingest.fields import requests_table
+
+    c = FUZZ_CASE
+    n = len(c["prompts"])
+    root = tmp_path / "s"
+    with toolkit.open_store(root, create=True) as s:
+        s.write("requests", "fz", requests_table("fz", c["arrival"], c["prompts"], [1] * n,
+                                                 8, c["hashes"]))
+    base = ["replay", "tiers", "--store", str(root), "--trace", "fz", "--sequential",
+            "--device-tokens", "80", "--page-tokens", "8", "--write-policy", c["write"],
+            "--json"]
+
+    def run(*extra: str) -> dict:
+        res = CliRunner().invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)
+
+    want = (sum(g for g, _ in c["sglang"]), sum(h for _, h in c["sglang"]))
+    for flags in (["--host-ratio", "0.8"], ["--host-tokens", "72"]):
+        out = run(*flags)
+        assert out["host_capacity_tokens"] == c["host_capacity"] == 72
+        assert (out["gpu_hit_tokens"], out["host_hit_tokens"]) == want == (200, 16)
+    assert run("--host-tokens", "64")["host_capacity_tokens"] == 64
+    res = CliRunner().invoke(app, [*base, "--host-tokens", "72", "--host-gb", "1"])
+    assert res.exit_code == 2
+    assert "--host-tokens and --host-gb" in res.output
+
+
+def test_host_pool_tokens_is_sglangs():
+    """The one sizing rule (``TierReplayConfig.host_pool_tokens``): SGLang's pool for a
+    ratio, padding page included (the bundled fixtures' capacities); exact tokens as given;
+    no host at ratio 0; unbounded over an unbounded device; vLLM's ratio unpadded."""
+    cfg = TierReplayConfig("t")
+    assert cfg.host_pool_tokens(204_800, 64) == 409_664  # HOSTS[0] + one page
+    assert TierReplayConfig("t", host_ratio=4).host_pool_tokens(204_800, 64) == 819_264
+    with np.load(RATIO_PEER) as z:
+        for p, w, r in RATIO_CONFIGS:
+            assert TierReplayConfig("t", host_ratio=r).host_pool_tokens(RATIO_DEVICE, p) == \
+                int(z[f"{_ratio_name(p, w, r)}_capacity"])
+    assert TierReplayConfig("t", host_tokens=51_200).host_pool_tokens(204_800, 64) == 51_200
+    assert TierReplayConfig("t", host_ratio=0).host_pool_tokens(204_800, 64) == 0
+    assert cfg.host_pool_tokens(-1, 64) == -1
+    assert TierReplayConfig("t", host_ratio=0.3, engine_semantics="vllm").host_pool_tokens(
+        1_000, 16) == 300
+    with pytest.raises(ValueError, match="page_tokens"):
+        cfg.host_pool_tokens(204_800, None)

@@ -26,7 +26,9 @@ pieces is the token-level tree, with far fewer entries at page size 1.
 
 Host (L2), checked against SGLang's own ``UnifiedRadixCache`` + ``HybridCacheController``
 (``benchmarks/sglang_peer.py --host-tokens``, ``tests/test_tiers_sglang_host.py``: GPU and host
-hits equal on every request of the bundled trace's six configurations;
+hits equal on every request of the bundled trace's six configurations, and of 27 with host
+pools of 0.25-0.75x the device, with the running counts of host writes, backup failures
+and evictions;
 ``benchmarks/engine_fuzz.py --engine sglang-host`` on random traces), node for node as
 ``unified_tree_core.py`` and ``components/full.py`` do it:
 
@@ -41,6 +43,11 @@ hits equal on every request of the bundled trace's six configurations;
   ``_inc_hit_count_and_check`` returns first, which lfu and sglang-slru eviction see) and
   backs up a node without a host copy once its count reaches the threshold (1 for
   write_through, ``write_through_threshold`` for selective), then the new leaf likewise;
+  each such backup first backs up the node's ancestors that have no host copy, root side
+  first, and stops at the first that fails (``_build_backup_kv_action``,
+  ``_execute_and_commit_kv_backup``): with a host pool smaller than the device, a child
+  is not backed up when its parent could not be, and a failed parent is tried again
+  (and counted again in ``host_backup_failures``) by each child's backup;
 * a backup takes the whole node (``_execute_kv_backup``): if the free host room is short,
   ``evict_host(shortfall)`` frees whole host leaves (host-only, childless, unlocked) by
   priority (last access), a parent joining when its last child goes, overshooting; under
