@@ -26,7 +26,12 @@ set; ``sglang-host`` = SGLang's ``UnifiedRadixCache`` with HiCache (``sglang_pee
 --host-tokens``'s driver: real controller, host pool and tree, no byte copies) vs the
 default sglang semantics with a host tier, comparing GPU and host hit tokens, over the
 three write policies, lru and lfu eviction, and host pools from one page to about half the
-working set.
+working set. For ``sglang-host`` and ``vllm-offload`` every other case on average takes its
+host pool from a ``--host-ratio`` in [0.05, 1) instead (a host smaller than the device,
+where SGLang's write-through backups fail); ``sglang-host`` also compares the host pool's
+size and each case's totals of host writes, backup failures and host and device
+evictions. The report counts, per write (offload) policy, the cases whose host pool is
+smaller than the device pool.
 
 In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
 uninstalled and an empty stand-in module satisfies the multimodal config imports on the
@@ -55,9 +60,10 @@ BLOCK = 8  # tokens per trace block in the fuzz traces
 def gen_case(rng: np.random.Generator, engine: str,
              rng_ratio: np.random.Generator | None = None) -> dict:
     """One random trace and cache setting (see the module docstring). ``rng_ratio``
-    (sglang-host) draws, for every other case on average, a ``host_ratio`` in [0.05, 1)
-    that sizes the host pool as SGLang does instead of a pool in tokens; its own stream
-    keeps a seed's traces, pools and policies as they were."""
+    (sglang-host, vllm-offload) draws, for every other case on average, a ``host_ratio`` in
+    [0.05, 1) that sizes the host pool as the toolkit's ``--host-ratio`` does (SGLang's pool
+    with its padding page; vLLM: ratio x device) instead of a pool in tokens; its own
+    stream keeps a seed's traces, pools and policies as they were."""
     n = int(rng.integers(1, 25))
     fan = int(rng.integers(1, 5))  # children per node: low = long shared prefixes
     ids: dict[tuple, int] = {}
@@ -89,6 +95,14 @@ def gen_case(rng: np.random.Generator, engine: str,
         chunks = sum(p // unit for p in prompts)
         case["host"] = unit * int(rng.integers(1, max(chunks // 2, 1) + 3))
         case["policy"] = str(rng.choice(["lru", "arc"]))
+        if rng_ratio is not None and rng_ratio.random() < 0.5:
+            # a CPU tier below the GPU pool, from --host-ratio: vLLM has no ratio (it sizes
+            # the tier in bytes, v1/kv_offload/cpu/spec.py) nor padding, so R x device
+            # tokens in whole blocks (at least one: a tier of none is no tier)
+            ratio = round(float(rng_ratio.uniform(0.05, 1.0)), 2)
+            if int(case["cap"] * ratio) >= unit:
+                case["host_ratio"] = ratio
+                case["host"] = int(case["cap"] * ratio) // unit * unit
     if engine == "sglang-host":
         # HiCache: a device pool that fits every prompt but little more (the allocator is
         # real, so bounded), a host pool from one page to about half the working set, a
@@ -241,6 +255,9 @@ def toolkit_run(store, case: dict, engine: str) -> tuple[list, dict]:
     if engine == "vllm-offload":
         kw["offload_policy"] = case["policy"]
         host = case["host"]
+        if "host_ratio" in case:
+            host = None
+            kw["host_ratio"] = case["host_ratio"]
     if engine == "sglang-host":
         kw["write_policy"] = case["write"]
         kw["policy"] = case.get("policy", "lru")
@@ -299,7 +316,8 @@ def main() -> None:
     import toolkit
 
     rng = np.random.default_rng(args.seed)
-    rng_ratio = np.random.default_rng([args.seed, 1]) if args.engine == "sglang-host" else None
+    rng_ratio = (np.random.default_rng([args.seed, 1])
+                 if args.engine in ("sglang-host", "vllm-offload") else None)
     cases = [gen_case(rng, args.engine, rng_ratio) for _ in range(args.cases)]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
