@@ -345,16 +345,20 @@ def main() -> None:
         first = None
         with toolkit.open_store(Path(tmp) / "s", create=True) as store:
             got_all = []
+            count_diffs: list[dict] = []
             for k, case in enumerate(cases):
                 got, summary = toolkit_run(store, case, args.engine)
                 got_all.append(got)
                 checked += len(got)
                 if args.engine == "sglang-host":
-                    # the same pool, and the same totals of host writes, backup failures,
-                    # host and device evictions (the summary counts pages)
-                    got = [*got, summary["host_capacity_tokens"],
-                           [summary[c] * case["unit"] for c in COUNTS]]
-                    want[k] = [*want[k], case["host_capacity"], case["engine_counts"]]
+                    # the same pool (a divergence), and the same totals of host writes,
+                    # backup failures, host and device evictions (the summary counts
+                    # pages; a case whose hits agree but counts do not is listed apart)
+                    got = [*got, summary["host_capacity_tokens"]]
+                    want[k] = [*want[k], case["host_capacity"]]
+                    tk = [summary[c] * case["unit"] for c in COUNTS]
+                    if got == want[k] and tk != case["engine_counts"]:
+                        count_diffs.append({"case": k, **case, "toolkit_counts": tk})
                 if got != want[k] and first is None:
                     first = {"case": k, **case, "toolkit": got, "engine": want[k]}
                     break
@@ -367,6 +371,11 @@ def main() -> None:
         tier = [h for k in range(len(got_all)) for _, h in want[k][: len(got_all[k])]]
         print(f"{sum(h > 0 for h in tier)} of those requests hit the host / CPU tier "
               f"({sum(tier)} tokens)")
+    if args.engine == "sglang-host":
+        print(f"{len(count_diffs)} cases with equal hits differ in the counts "
+              f"({', '.join(COUNTS)})")
+        for d in count_diffs[:3]:
+            print("COUNTS DIFFER " + json.dumps(d))
     if first is None:
         print("no divergence")
     else:

@@ -340,3 +340,61 @@ def test_host_pool_tokens_is_sglangs():
         1_000, 16) == 300
     with pytest.raises(ValueError, match="page_tokens"):
         cfg.host_pool_tokens(204_800, None)
+
+
+# engine_fuzz --engine sglang-host --seed 6, case 29 (SYNTHETIC, 8-token blocks and pages,
+# write_back, lfu, a 48-token device pool, a 96-token host pool as SGLang sized it): hits
+# agree, and so do the totals of host writes, backup failures, host and device evictions
+# (tokens) once a write-back backup registers its node as a host duplicate at the ack,
+# before the demotion, as SGLang's finish_write_through does. Request 5's host eviction
+# then reclaims the host copy of blocks [0, 1] (first backed up at request 2) before that
+# of block [2] (first backed up at request 3), though both were loaded back at request 3
+# deepest first; a list that only joined at the load-back reclaimed [2] first and wrote
+# 8 more tokens to the host (264 vs 256) and evicted 8 more (168 vs 160).
+FUZZ_CASE_WB_DUP = {
+    "hashes": [
+        [0, 1, 2, 3, 4, 5], [0, 1, 6, 7, 8], [9, 10, 11, 12, 13], [0, 1, 2, 14, 15, 16],
+        [0, 1, 2], [9, 10, 17, 18, 19], [9, 20], [9, 10], [0, 21, 22], [0, 21, 22, 23, 24, 25],
+        [9, 10, 11], [0, 21], [0, 21, 26], [9, 20, 27, 28], [0, 1], [9, 20], [0, 21, 22], [9],
+        [0, 21, 26], [0, 21, 26, 29, 30, 31], [9, 10, 17, 32], [9, 10, 11, 12], [9, 20, 33, 34],
+    ],
+    "prompts": [45, 40, 39, 44, 24, 40, 13, 16, 23, 46, 22, 12, 20, 28, 14, 12, 19, 7, 21, 44,
+                25, 30, 32],
+    "arrival": [1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0,
+                7.0, 7.0, 9.0, 9.0, 10.0, 10.0, 10.0],
+    "unit": 8,
+    "cap": 48,
+    "host": 88,
+    "write": "write_back",
+    "policy": "lfu",
+    "host_capacity": 96,
+    "sglang": [
+        [0, 0], [16, 0], [0, 0], [0, 24], [24, 0], [0, 16], [8, 0], [16, 0], [0, 0], [16, 0],
+        [0, 16], [8, 0], [16, 0], [8, 0], [8, 0], [8, 0], [16, 0], [0, 0], [16, 0], [16, 0],
+        [0, 24], [16, 0], [8, 0],
+    ],
+    "sglang_counts": [256, 0, 160, 280],
+}
+
+
+def test_write_back_duplicate_order_equals_sglang(store):
+    """Hits and the totals of host writes, backup failures, host and device evictions
+    equal SGLang's (see FUZZ_CASE_WB_DUP)."""
+    from toolkit.ingest.fields import requests_table
+
+    c = FUZZ_CASE_WB_DUP
+    n = len(c["prompts"])
+    store.write("requests", "fz", requests_table("fz", c["arrival"], c["prompts"], [1] * n,
+                                                 8, c["hashes"]), replace=True)
+    res = run_tiers(store, TierReplayConfig(
+        "fz", device_tokens=c["cap"], host_tokens=c["host_capacity"], page_tokens=c["unit"],
+        write_policy=c["write"], policy=c["policy"], sequential=True), save=False)
+    t = res.requests
+    got = dict(zip(t["request_id"].to_pylist(), zip(t["device_tokens"].to_pylist(),
+                                                     t["host_tokens"].to_pylist(), strict=True),
+                   strict=True))
+    assert [got[i] for i in range(n)] == [tuple(x) for x in c["sglang"]]
+    s = res.summary
+    assert [s[k] * c["unit"] for k in ("host_writes", "host_backup_failures",
+                                       "host_evictions", "device_evictions")] == \
+        c["sglang_counts"]

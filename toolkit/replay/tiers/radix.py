@@ -53,7 +53,10 @@ and evictions;
   priority (last access), a parent joining when its last child goes, overshooting; under
   write_back host copies of nodes also on the device go first
   (``_reclaim_full_host_duplicates``: in registration order, evictable device leaves
-  spared in a first pass); if still short the node is not backed up.
+  spared in a first pass; a node joins that order when a write-back backup of it is
+  acknowledged, just before its demotion, and keeps its place while stale, so a node
+  loaded back later is reclaimed in the order of its first backup, not of its load);
+  if still short the node is not backed up.
 
 Not modelled: a device leaf deleted without a host copy leaves its host-only children
 detached in SGLang (holding host room until evicted, never matched again); here they stay
@@ -342,6 +345,11 @@ def _evict(shortfall, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no c
         backed = on_host[v] != 0
         if not backed and write == 2 and host_cap > 0:
             backed = _backup(v, c, policy, write, host_cap, sto_cap, cnt)
+            if backed:
+                # SGLang registers the node as a host duplicate at its write's ack, before
+                # the demotion (finish_write_through); the entry goes stale but keeps its
+                # place, which a later load-back of the node reuses (setdefault)
+                _register_dup(v, hn, hp, lim[L_KEYS])
         q = head[v]
         while True:
             on_dev[q] = 0
