@@ -377,12 +377,49 @@ FUZZ_CASE_WB_DUP = {
 }
 
 
-def test_write_back_duplicate_order_equals_sglang(store):
+# engine_fuzz --engine sglang-host --seed 9, case 281 (SYNTHETIC, 8-token pages,
+# write_back, lru, an 88-token device pool, a 152-token host pool as SGLang sized it): at
+# request 13 the host is short and the two nodes being loaded back for that request
+# (blocks 0 and 9, on the duplicate list since their write-back backups) are pinned
+# (``load_back_pending_id``) until the load's ack, so SGLang's duplicate reclaim takes an
+# evictable device leaf's host copy (8 tokens) and then host leaves (24): 32 tokens of host
+# evictions; reclaiming the pinned nodes freed 24 and evicted no host leaf.
+FUZZ_CASE_WB_PIN = {
+    "hashes": [
+        [0], [0, 1, 2, 3], [4, 5, 6, 7, 8], [0, 9, 10], [4, 11, 12], [13, 14],
+        [13, 14, 15, 16], [4, 11, 17, 18, 19, 20], [4], [4, 11, 21, 22, 23],
+        [4, 24, 25, 26, 27], [13, 28], [0], [0, 9, 29, 30, 31, 32], [13, 28, 33], [0],
+        [13, 28, 33], [0], [4, 11], [13, 28],
+    ],
+    "prompts": [
+        1, 32, 37, 17, 24, 14, 25, 44, 7, 35, 40, 13, 5, 45, 21, 5, 21, 4, 14, 13,
+    ],
+    "arrival": [
+        0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 4.0, 4.0, 4.0, 6.0, 6.0, 6.0, 7.0, 8.0,
+        8.0, 8.0, 9.0, 9.0,
+    ],
+    "unit": 8,
+    "cap": 88,
+    "host": 144,
+    "write": "write_back",
+    "policy": "lru",
+    "host_capacity": 152,
+    "sglang": [
+        [0, 0], [0, 0], [0, 0], [8, 0], [8, 0], [0, 0], [8, 0], [16, 0], [0, 0], [16, 0],
+        [8, 0], [0, 0], [0, 0], [0, 16], [8, 0], [0, 0], [16, 0], [0, 0], [8, 0], [8, 0],
+    ],
+    "sglang_counts": [176, 0, 32, 176],
+}
+
+
+@pytest.mark.parametrize("case", [FUZZ_CASE_WB_DUP, FUZZ_CASE_WB_PIN],
+                         ids=["seed6-case29", "seed9-case281"])
+def test_write_back_duplicate_order_equals_sglang(store, case):
     """Hits and the totals of host writes, backup failures, host and device evictions
-    equal SGLang's (see FUZZ_CASE_WB_DUP)."""
+    equal SGLang's (see FUZZ_CASE_WB_DUP and FUZZ_CASE_WB_PIN)."""
     from toolkit.ingest.fields import requests_table
 
-    c = FUZZ_CASE_WB_DUP
+    c = case
     n = len(c["prompts"])
     store.write("requests", "fz", requests_table("fz", c["arrival"], c["prompts"], [1] * n,
                                                  8, c["hashes"]), replace=True)

@@ -53,7 +53,8 @@ and evictions;
   priority (last access), a parent joining when its last child goes, overshooting; under
   write_back host copies of nodes also on the device go first
   (``_reclaim_full_host_duplicates``: in registration order, evictable device leaves
-  spared in a first pass; a node joins that order when a write-back backup of it is
+  spared in a first pass, nodes being loaded back for the admitted request spared in
+  both (``load_back_pending_id``); a node joins that order when a write-back backup of it is
   acknowledged, just before its demotion, and keeps its place while stale, so a node
   loaded back later is reclaimed in the order of its first backup, not of its load);
   if still short the node is not backed up.
@@ -102,8 +103,9 @@ SLRU_PROTECTED_HITS = 2
 # host run of fewer tokens (it is recomputed)
 LOAD_BACK_MIN_TOKENS = 10
 # indices into the state vector ``st`` (tokens unless said); S_USED and S_HOST are the
-# loop's SZ_DEV and SZ_HOST
-S_USED, S_EVICTABLE, S_HOST, S_HHEAP, S_STO, S_CLOCK, S_HEAP = 0, 1, 2, 3, 4, 5, 6
+# loop's SZ_DEV and SZ_HOST; S_PIN holds the admitted request's loaded key range
+# (``lo << 32 | hi`` into ``keys``, 0 = none), see :func:`_pinned`
+S_USED, S_EVICTABLE, S_HOST, S_HHEAP, S_STO, S_CLOCK, S_HEAP, S_PIN = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 @nb.njit(cache=True, nogil=True)
@@ -209,6 +211,18 @@ def _register_dup(v, hn, hp, n):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
+def _pinned(v, keys, st):  # pragma: no cover - compiled
+    """Whether node ``v`` is being loaded back for the request being admitted: SGLang pins
+    such nodes (``load_back_pending_id``, from ``commit_load_back`` until the load's ack
+    after the request) and ``_can_reclaim_full_host_duplicate`` spares them."""
+    pin = st[S_PIN]
+    for i in range(pin >> 32, pin & 0xFFFFFFFF):
+        if keys[i] == v:
+            return True
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
 def _drop_host(v, ktok, head, down, on_host, st, cnt):  # pragma: no cover - compiled
     nt = 0
     q = head[v]
@@ -245,6 +259,8 @@ def _host_evict(need, c, policy, write, cnt):  # pragma: no cover - compiled
                     _unlink(hn, hp, v)  # stale entry
                 elif spare == 0 and lock[v] == 0 and nchild[v] == 0:
                     pass  # an evictable device leaf: its demotion is imminent
+                elif _pinned(v, keys, st):
+                    pass  # being loaded back: kept until the load's ack
                 else:
                     freed += _drop_host(v, ktok, head, down, on_host, st, cnt)
                     _unlink(hn, hp, v)
@@ -495,6 +511,7 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
             _evict(host_run - avail, c, policy, write, host_cap, sto_cap, cnt)
         if dev_cap - st[S_USED] >= host_run:
             loaded = host_run
+            st[S_PIN] = (b0 + d) << 32 | (b0 + e)  # until the end of this admission
             for i in range(d, e):
                 k = keys[b0 + i]
                 on_dev[k] = 1
@@ -599,6 +616,7 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
     if st[S_USED] > cnt[C_PEAK_D]:
         cnt[C_PEAK_D] = st[S_USED]
     res[0] = hit
+    st[S_PIN] = 0  # the load's ack: its nodes can be reclaimed again
     return True
 
 
