@@ -146,6 +146,9 @@ class TestSqlIsLockedToTheStore:
                     s.query(q)
             assert s.query("SELECT current_setting('temp_directory') AS d").item() \
                 .startswith(str(store.resolve()))
+            allowed = s.query("SELECT current_setting('allowed_directories') AS d").item()
+            assert allowed.to_list() and all(  # exactly the store (and its temp dir in it)
+                d.startswith(str(store.resolve()) + "/") for d in allowed.to_list())
         code, out = invoke("sql", "--store", store, "SELECT * FROM read_text('.tmp/x.txt')")
         assert code == 2 and "outside the store" in out and "secret" not in out
 
@@ -350,3 +353,33 @@ def test_a_cell_whose_driver_is_gone_is_not_committed(tmp_path):
         assert s.keys("replay_runs") == [] and s.keys("sweeps") == []
         out = run_cell(task.__class__(**{**task.__dict__, "driver": None}), s)
         assert out.status == "done" and len(s.keys("replay_runs")) == 1
+
+
+def test_a_device_or_fifo_is_never_replaced(small, tmp_path):
+    """``--output`` / ``--out --replace`` naming a FIFO (or /dev/null) is refused, not
+    renamed over."""
+    store, run = small
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    for args in (["sql", "--store", store, "SELECT 1 AS x", "--output", fifo],
+                 ["export", "perfetto", "--store", store, "--run", run, "--out", fifo,
+                  "--replace"]):
+        code, out = invoke(*args)
+        assert code == 2 and "exists and is not a regular file" in out, out
+    assert fifo.is_fifo()
+
+
+def test_check_finds_a_run_copied_under_another_name(small):
+    """A run table's file copied under a new key: its rows showed twice in every query."""
+    import shutil
+
+    store, run = small
+    copy = store / "tier_runs" / "copied.parquet"
+    shutil.copy(store / "tier_runs" / f"{run}.parquet", copy)
+    try:
+        code, out = invoke("store", "check", "--store", store)
+        assert code == 1 and f"copied.parquet: holds rows of run(s) {run} under the name " \
+            "'copied'" in out, out
+    finally:
+        copy.unlink()
+    assert invoke("store", "check", "--store", store)[0] == 0

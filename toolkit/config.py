@@ -27,6 +27,11 @@ def fingerprint(cfg: Any, length: int = 12) -> str:
 MAX_INT = 1 << 53
 
 
+MAX_TPUT_PER_GPU = 1e7
+"""Most tokens/s per GPU a throughput may be, measured or asked about: ~600x the highest
+InferenceX reports (15,868 for DeepSeek-R1); a 1e308 throughput was priced at $0.0/M."""
+
+
 def check_count(name: str, value: Any, *, lo: int = 0) -> None:
     """A count field: an integer in [lo, :data:`MAX_INT`], named when refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

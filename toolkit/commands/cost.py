@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands import measured as m
-from toolkit.commands.common import choices, cli_store, fail, field_default, guard
+from toolkit.commands.common import choices, cli_store, fail, field_default, guard, ttft_bound
 from toolkit.commands.output import FormatOpt, Output, OutputOpt
 from toolkit.cost.config import CompareConfig
 from toolkit.errors import ToolkitError
@@ -94,7 +94,8 @@ def hardware_show_cmd(
 
 
 _HARDWARE = typer.Option("--hardware", help=f"Accelerator: {choices('hardware')}.")
-_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
+_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, max=1e7,
+                     help="Throughput per GPU (at most 1e7, beyond any measurement).")
 PriceTierOpt = Annotated[str, typer.Option("--price-tier",
                                            help="hyperscaler, neocloud or rental.")]
 SurveyOpt = Annotated[str | None, typer.Option("--survey",
@@ -217,16 +218,7 @@ def _csv_list(text: str, what: str, cast=str) -> tuple:
         fail(f"{what}: {text!r} is not a comma-separated list of numbers")
 
 
-def _ttft_bound(text: str) -> float | None:
-    if text.strip().lower() == "none":
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not v > 0 or v == float("inf"):
-        fail(f"--max-p90-ttft-s {text!r}: give a positive number of seconds or 'none'")
-    return v
+_ttft_bound = ttft_bound  # the one parser, shared with `plan`
 
 
 _DEFAULT_TTFT = field_default(CompareConfig, "max_p90_ttft_s")
@@ -392,10 +384,15 @@ def cost_compare_cmd(
 
     out = Output.from_options(fmt, as_json, output)
     engines, versions = {}, {}
+    asked = {h.lower() for h in _csv_list(hardware, "--hardware")}
     for item in engine or []:
         hw, sep, eng = item.partition("=")
-        if not sep or not eng.strip():
+        if not sep or not eng.strip() or not hw.strip():
             fail(f"--engine {item!r}: expected HW=ENGINE[@VERSION], e.g. gb300=dynamo-trt")
+        if hw.strip().lower() not in asked:  # it was silently ignored
+            fail(f"--engine {item!r}: {hw.strip()} is not among --hardware {hardware}")
+        if hw.strip().lower() in engines:
+            fail(f"--engine {item!r}: {hw.strip()} is given an engine twice")
         eng, _, version = eng.partition("@")
         from toolkit.serving.points import FRAMEWORK_ALIASES
 

@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import cli_store, fail, field_default, guard
+from toolkit.commands.common import (
+    check_workers,
+    cli_store,
+    fail,
+    field_default,
+    guard,
+    ttft_bound,
+)
 from toolkit.plan.config import PlanConfig
 
 plan_app = typer.Typer(
@@ -62,8 +69,9 @@ def plan_cmd(
         "--prefix-reserve", help="Shares of each GPU's KV pool kept for the prefix cache "
         "(running requests capped to the rest), comma-separated; 0 = shared pool.")
     ] = ",".join(f"{v:g}" for v in _d("prefix_reserve")),
-    max_p90_ttft_s: Annotated[float | None, typer.Option(
-        "--max-p90-ttft-s", help="p90 TTFT bound in seconds.")] = _d("max_p90_ttft_s"),
+    max_p90_ttft_s: Annotated[str, typer.Option(
+        "--max-p90-ttft-s", help="p90 TTFT bound in seconds; 'none' lifts it.")] = (
+        "none" if _d("max_p90_ttft_s") is None else f"{_d('max_p90_ttft_s'):g}"),
     ttft_confidence: Annotated[float, typer.Option(
         "--ttft-confidence", help="Confidence at which a plan meets the p90 TTFT bound: 0.5, "
         "0.8 or 0.9 (the upper end of the predicted p90 TTFT's central band).")
@@ -82,8 +90,8 @@ def plan_cmd(
     engine: Annotated[str, typer.Option(
         "--engine", help="Where exact evaluations run: local or ray.")] = "local",
     workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, help="Parallel exact evaluations (threads with local, Ray CPUs "
-        "with ray); same plans as one.")] = None,
+        "--workers", min=1, callback=check_workers, help="Parallel exact evaluations "
+        "(threads with local, Ray CPUs with ray); same plans as one.")] = None,
     exhaustive: Annotated[bool, typer.Option(
         "--exhaustive", help="Evaluate every candidate exactly (no pruning).")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans printed.")] = _d("top"),
@@ -102,7 +110,7 @@ def plan_cmd(
 
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
-                max_p90_ttft_s=max_p90_ttft_s, ttft_confidence=ttft_confidence,
+                max_p90_ttft_s=ttft_bound(max_p90_ttft_s), ttft_confidence=ttft_confidence,
                 price_tier=price_tier,
                 host_dram_gb=_floats(host_dram_gb, "--host-dram-gb"),
                 ssd_gb=_floats(ssd_gb, "--ssd-gb"), policy=_names(policy),

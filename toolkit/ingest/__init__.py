@@ -81,6 +81,40 @@ def found(message: str) -> None:
         got.append(message)
 
 
+MAX_REQUEST_TOKENS = 1 << 30
+"""Most input or output tokens one request may have: ~100x the longest context window
+served today (10M tokens). A count of 2^63 - 1 was stored and every later ``trace_summary``
+query failed, summing it past int64."""
+
+
+def check_requests(table: pa.Table, path: Path) -> None:
+    """The checks every reader's ``requests`` rows pass, whatever the format: token
+    counts in [0, :data:`MAX_REQUEST_TOKENS`] and finite arrival times (one line naming
+    the file, the request and the field).
+
+    Raises:
+        TraceFormatError: the first request that fails, by its request_id (its position
+            in the file, from 0).
+    """
+    import numpy as np
+
+    ids = table.column("request_id").to_numpy(zero_copy_only=False)
+    for col in ("input_tokens", "output_tokens"):
+        v = table.column(col).to_numpy(zero_copy_only=False)
+        bad = np.flatnonzero((v < 0) | (v > MAX_REQUEST_TOKENS))
+        if bad.size:
+            i = int(bad[0])
+            raise TraceFormatError(path, None, col, f"request_id {int(ids[i])}: {int(v[i]):,} "
+                                   f"tokens; a request has 0 to 2^30 "
+                                   f"({MAX_REQUEST_TOKENS:,})")
+    t = table.column("arrival_s").to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(~np.isfinite(t))
+    if bad.size:
+        i = int(bad[0])
+        raise TraceFormatError(path, None, "arrival_s", f"request_id {int(ids[i])}: "
+                               f"{t[i]!r} is not a finite time in s")
+
+
 def ingest_file(
     store: Store,
     fmt: str,
@@ -116,6 +150,8 @@ def ingest_file(
     finally:
         _notes.reset(token)
         _found.reset(token_found)
+    if "requests" in tables:
+        check_requests(tables["requests"], path)
     if reader.table == "requests":
         tables["request_traces"] = pa.table(
             {"trace": [trace], "format": [fmt], "source": [str(path)], "synthetic": [False]})

@@ -88,8 +88,8 @@ class PlanConfig:
         for name in ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_multiples",
                      "prefix_reserve", "engram_hbm_gb"):
             v = getattr(self, name)
-            if isinstance(v, list):
-                object.__setattr__(self, name, tuple(v))
+            if isinstance(v, list | tuple):  # an option given twice is searched once
+                object.__setattr__(self, name, tuple(dict.fromkeys(v)))
             if not getattr(self, name):
                 raise ValueError(f"{name}: give at least one value")
         check_number("interactivity", self.interactivity, lo=0.0, lo_open=True)

@@ -79,7 +79,7 @@ def resolve_workers(workers: int | None) -> int:
     if workers > max_workers():
         raise ValueError(f"--workers {workers:,} is more than {max_workers()} "
                          f"({WORKERS_PER_CPU} per CPU this process may use, "
-                         f"{usable_cpus()}); 0 uses every core")
+                         f"{usable_cpus()})")
     return workers
 
 

@@ -85,10 +85,16 @@ class TablePlan:
     manifest: dict | None  # {"parts": ..., "bytes": ...} after the rewrites' renames
 
 
-#: Tables keyed by trace name: each key file holds that trace's rows only.
-TRACE_KEYED = ("requests", "request_traces", "request_labels", "request_sessions",
-               "selections", "selection_traces", "selection_requests", "engram_lookups",
-               "engram_traces")
+#: The column each key file of a table holds its key in (and nothing else): trace tables
+#: by trace name, run tables by run id.
+KEY_COLUMN = {
+    **dict.fromkeys(("requests", "request_traces", "request_labels", "request_sessions",
+                     "selections", "selection_traces", "selection_requests",
+                     "engram_lookups", "engram_traces"), "trace"),
+    **dict.fromkeys(("replay_runs", "selection_runs", "selection_replay", "tier_runs",
+                     "tier_requests", "engram_runs", "compare_runs", "decode_costs",
+                     "serving_fronts"), "run_id"),
+}
 
 
 def _family(t: pa.DataType) -> str:
@@ -139,14 +145,16 @@ def foreign(path: Path, table: str, key: str) -> str | None:
              if f.name in have.names and _family(have.field(f.name).type) != _family(f.type)]
     if wrong:
         return f"not a {table} file: {'; '.join(wrong[:3])}"
-    if table in TRACE_KEYED and pf.metadata.num_rows and not _only(pf, "trace", key):
+    col = KEY_COLUMN.get(table)
+    if col is not None and pf.metadata.num_rows and not _only(pf, col, key):
         try:
-            traces = set(pf.read(columns=["trace"]).column("trace").unique().to_pylist())
+            keys = set(pf.read(columns=[col]).column(col).unique().to_pylist())
         except (OSError, pa.ArrowException) as e:
             return f"unreadable Parquet file ({first_line(e)})"
-        if traces != {key}:
-            other = sorted(str(t) for t in traces - {key})
-            return (f"holds rows of trace(s) {', '.join(other[:3])} under the name {key!r} "
+        if keys != {key}:
+            other = sorted(str(t) for t in keys - {key})
+            what = "trace(s)" if col == "trace" else "run(s)"
+            return (f"holds rows of {what} {', '.join(other[:3])} under the name {key!r} "
                     "(a copy written outside the toolkit: its rows show twice)")
     return None
 

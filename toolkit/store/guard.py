@@ -13,6 +13,7 @@ paths are resolved first, so a symlink into a store is refused as the store is.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +65,13 @@ def check_write_path(path: str | Path, option: str, *, store: str | Path | None 
         where = "is the store" if p == root else f"inside the store {root}"
         raise UnsafePath(f"{option} {path}: {where}; the store's directories "
                          "are written by the toolkit only: give a path outside it")
+    try:
+        mode = os.stat(p).st_mode
+    except OSError:
+        return Path(path)
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # /dev/null, a FIFO: never replaced
+        raise UnsafePath(f"{option} {path}: exists and is not a regular file (a device or "
+                         "FIFO); give a file name")
     return Path(path)
 
 
