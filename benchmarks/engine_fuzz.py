@@ -26,7 +26,12 @@ set; ``sglang-host`` = SGLang's ``UnifiedRadixCache`` with HiCache (``sglang_pee
 --host-tokens``'s driver: real controller, host pool and tree, no byte copies) vs the
 default sglang semantics with a host tier, comparing GPU and host hit tokens, over the
 three write policies, lru and lfu eviction, and host pools from one page to about half the
-working set.
+working set. For ``sglang-host`` and ``vllm-offload`` every other case on average takes its
+host pool from a ``--host-ratio`` in [0.05, 1) instead (a host smaller than the device,
+where SGLang's write-through backups fail); ``sglang-host`` also compares the host pool's
+size and each case's totals of host writes, backup failures and host and device
+evictions. The report counts, per write (offload) policy, the cases whose host pool is
+smaller than the device pool.
 
 In the SGLang venv the PyPI torchvision wheel (CUDA-built) cannot load on CPU torch; it is
 uninstalled and an empty stand-in module satisfies the multimodal config imports on the
@@ -52,8 +57,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCK = 8  # tokens per trace block in the fuzz traces
 
 
-def gen_case(rng: np.random.Generator, engine: str) -> dict:
-    """One random trace and cache setting (see the module docstring)."""
+def gen_case(rng: np.random.Generator, engine: str,
+             rng_ratio: np.random.Generator | None = None) -> dict:
+    """One random trace and cache setting (see the module docstring). ``rng_ratio``
+    (sglang-host, vllm-offload) draws, for every other case on average, a ``host_ratio`` in
+    [0.05, 1) that sizes the host pool as the toolkit's ``--host-ratio`` does (SGLang's pool
+    with its padding page; vLLM: ratio x device) instead of a pool in tokens; its own
+    stream keeps a seed's traces, pools and policies as they were."""
     n = int(rng.integers(1, 25))
     fan = int(rng.integers(1, 5))  # children per node: low = long shared prefixes
     ids: dict[tuple, int] = {}
@@ -85,6 +95,14 @@ def gen_case(rng: np.random.Generator, engine: str) -> dict:
         chunks = sum(p // unit for p in prompts)
         case["host"] = unit * int(rng.integers(1, max(chunks // 2, 1) + 3))
         case["policy"] = str(rng.choice(["lru", "arc"]))
+        if rng_ratio is not None and rng_ratio.random() < 0.5:
+            # a CPU tier below the GPU pool, from --host-ratio: vLLM has no ratio (it sizes
+            # the tier in bytes, v1/kv_offload/cpu/spec.py) nor padding, so R x device
+            # tokens in whole blocks (at least one: a tier of none is no tier)
+            ratio = round(float(rng_ratio.uniform(0.05, 1.0)), 2)
+            if int(case["cap"] * ratio) >= unit:
+                case["host_ratio"] = ratio
+                case["host"] = int(case["cap"] * ratio) // unit * unit
     if engine == "sglang-host":
         # HiCache: a device pool that fits every prompt but little more (the allocator is
         # real, so bounded), a host pool from one page to about half the working set, a
@@ -97,6 +115,11 @@ def gen_case(rng: np.random.Generator, engine: str) -> dict:
         chunks = sum(p // unit for p in prompts)
         case["host"] = unit * int(rng.integers(1, max(chunks // 2, 1) + 3))
         case["policy"] = str(rng.choice(["lru", "lfu"]))
+        if rng_ratio is not None and rng_ratio.random() < 0.5:
+            # SGLang's --hicache-ratio below 1: a host pool smaller than the device's, where
+            # write-through backups fail (the toolkit sizes it from the ratio too)
+            case["host_ratio"] = round(float(rng_ratio.uniform(0.05, 1.0)), 2)
+            case["host"] = int(case["cap"] * case["host_ratio"])
     return case
 
 
@@ -192,18 +215,33 @@ def engine_sglang(case: dict) -> list[int]:
 
 def engine_sglang_host(case: dict) -> list:
     """Per request [GPU hit tokens, host hit tokens] from SGLang's UnifiedRadixCache with
-    HiCache (``sglang_peer.run_host``), then the host pool's size as SGLang allocated it."""
+    HiCache (``sglang_peer.run_host``), then the host pool's size as SGLang allocated it,
+    then the case's totals of ``sglang_peer.COUNTS`` (host writes, backup failures, host
+    and device evictions, tokens). A ``host_ratio`` case gives SGLang that ratio."""
     sp, order, hashes, prompt = _sglang_inputs(case)
-    gpu, host, capacity = sp.run_host(hashes, prompt, case["unit"], case["cap"],
-                                      case["host"], case["write"], case.get("policy", "lru"))
+    gpu, host, capacity, running = sp.run_host(
+        hashes, prompt, case["unit"], case["cap"], case["host"], case["write"],
+        case.get("policy", "lru"), host_ratio=case.get("host_ratio"))
     out: list = [[0, 0]] * len(order)
     for k, i in enumerate(order):
         out[i] = [int(gpu[k]), int(host[k])]
-    return [*out, int(capacity)]
+    counts = running[-1].tolist() if len(order) else [0] * len(sp.COUNTS)
+    return [*out, int(capacity), counts]
 
 
 # -- toolkit side ----------------------------------------------------------------------------
+COUNTS = ("host_writes", "host_backup_failures", "host_evictions", "device_evictions")
+
+
 def toolkit_hits(store, case: dict, engine: str) -> list:
+    """The toolkit's per-request answers, in the engine's format."""
+    return toolkit_run(store, case, engine)[0]
+
+
+def toolkit_run(store, case: dict, engine: str) -> tuple[list, dict]:
+    """(per-request answers, the run's summary). An sglang-host case with a
+    ``host_ratio`` is sized by the toolkit from that ratio (``--host-ratio``), else it
+    gets the pool SGLang allocated (``host_capacity``)."""
     from toolkit.cost.from_replay import run_tiers
     from toolkit.ingest.fields import requests_table
     from toolkit.replay.tiers import TierReplayConfig
@@ -217,10 +255,16 @@ def toolkit_hits(store, case: dict, engine: str) -> list:
     if engine == "vllm-offload":
         kw["offload_policy"] = case["policy"]
         host = case["host"]
+        if "host_ratio" in case:
+            host = None
+            kw["host_ratio"] = case["host_ratio"]
     if engine == "sglang-host":
         kw["write_policy"] = case["write"]
         kw["policy"] = case.get("policy", "lru")
         host = case["host_capacity"]  # as SGLang sized it (one padding page more)
+        if "host_ratio" in case:
+            host = None
+            kw["host_ratio"] = case["host_ratio"]
     res = run_tiers(store, TierReplayConfig("f", device_tokens=case["cap"], host_tokens=host,
                                             sequential=True, **kw), save=False)
     rid = res.requests.column("request_id").to_pylist()
@@ -228,9 +272,26 @@ def toolkit_hits(store, case: dict, engine: str) -> list:
     if engine in ("vllm-offload", "sglang-host"):
         pairs = dict(zip(rid, zip(dev, res.requests.column("host_tokens").to_pylist(),
                                   strict=True), strict=True))
-        return [list(pairs[i]) for i in range(n)]
+        return [list(pairs[i]) for i in range(n)], res.summary
     got = dict(zip(rid, dev, strict=True))
-    return [got[i] for i in range(n)]
+    return [got[i] for i in range(n)], res.summary
+
+
+def ratio_report(cases: list[dict], engine: str) -> list[str]:
+    """Lines counting the cases whose host pool is smaller than the device pool, by write
+    policy (sglang-host) or offload policy (vllm-offload)."""
+    if engine not in ("vllm-offload", "sglang-host"):
+        return []
+    key = "write" if engine == "sglang-host" else "policy"
+    lines = []
+    for pol in sorted({c[key] for c in cases}):
+        mine = [c for c in cases if c[key] == pol]
+        host = [c.get("host_capacity", c["host"]) for c in mine]
+        below = sum(h < c["cap"] for h, c in zip(host, mine, strict=True))
+        ratio = sum("host_ratio" in c for c in mine)
+        lines.append(f"  {pol}: {len(mine)} cases, {below} with a host pool smaller than the "
+                     f"device pool" + (f", {ratio} sized by --host-ratio" if ratio else ""))
+    return lines
 
 
 def main() -> None:
@@ -255,7 +316,9 @@ def main() -> None:
     import toolkit
 
     rng = np.random.default_rng(args.seed)
-    cases = [gen_case(rng, args.engine) for _ in range(args.cases)]
+    rng_ratio = (np.random.default_rng([args.seed, 1])
+                 if args.engine in ("sglang-host", "vllm-offload") else None)
+    cases = [gen_case(rng, args.engine, rng_ratio) for _ in range(args.cases)]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "cases.json"
@@ -265,8 +328,9 @@ def main() -> None:
         if proc.returncode:
             sys.exit(f"engine side failed:\n{proc.stderr[-3000:]}")
         want = json.loads(proc.stdout)
-        if args.engine == "sglang-host":  # each answer ends with the host pool's size
+        if args.engine == "sglang-host":  # each answer ends with the pool's size, counts
             for case, ans in zip(cases, want, strict=True):
+                case["engine_counts"] = ans.pop()
                 case["host_capacity"] = ans.pop()
         if args.fixture:
             mod = args.engine.split("-")[0]  # sglang-host -> sglang
@@ -281,20 +345,37 @@ def main() -> None:
         first = None
         with toolkit.open_store(Path(tmp) / "s", create=True) as store:
             got_all = []
+            count_diffs: list[dict] = []
             for k, case in enumerate(cases):
-                got = toolkit_hits(store, case, args.engine)
+                got, summary = toolkit_run(store, case, args.engine)
                 got_all.append(got)
                 checked += len(got)
+                if args.engine == "sglang-host":
+                    # the same pool (a divergence), and the same totals of host writes,
+                    # backup failures, host and device evictions (the summary counts
+                    # pages; a case whose hits agree but counts do not is listed apart)
+                    got = [*got, summary["host_capacity_tokens"]]
+                    want[k] = [*want[k], case["host_capacity"]]
+                    tk = [summary[c] * case["unit"] for c in COUNTS]
+                    if got == want[k] and tk != case["engine_counts"]:
+                        count_diffs.append({"case": k, **case, "toolkit_counts": tk})
                 if got != want[k] and first is None:
                     first = {"case": k, **case, "toolkit": got, "engine": want[k]}
                     break
     print(f"{args.engine}: {len(cases) if first is None else first['case'] + 1} cases, "
           f"{checked} requests checked, engine {t_engine:.0f} s, "
           f"total {time.perf_counter() - t0:.0f} s")
+    for line in ratio_report(cases[: len(got_all)], args.engine):
+        print(line)
     if args.engine in ("vllm-offload", "sglang-host"):
-        tier = [h for k in range(len(got_all)) for _, h in want[k]]
+        tier = [h for k in range(len(got_all)) for _, h in want[k][: len(got_all[k])]]
         print(f"{sum(h > 0 for h in tier)} of those requests hit the host / CPU tier "
               f"({sum(tier)} tokens)")
+    if args.engine == "sglang-host":
+        print(f"{len(count_diffs)} cases with equal hits differ in the counts "
+              f"({', '.join(COUNTS)})")
+        for d in count_diffs[:3]:
+            print("COUNTS DIFFER " + json.dumps(d))
     if first is None:
         print("no divergence")
     else:

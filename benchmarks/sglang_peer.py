@@ -16,6 +16,11 @@ It runs in a SEPARATE venv with SGLang; the toolkit does not depend on SGLang::
     # host tier: the modules the unified cache's imports also need (openai,
     # partial_json_parser, datasets), then
     /tmp/sglang-venv/bin/python benchmarks/sglang_peer.py --host-tokens 409600 819200
+    # host pools below the device pool (hicache_ratio 0.25 / 0.5 / 0.75), three page sizes,
+    # the first 2,000 requests, running counts every 100 (about 7 minutes on 2 busy cores)
+    /tmp/sglang-venv/bin/python benchmarks/sglang_peer.py --host-tokens 25600 51200 76800 \
+        --device-tokens 102400 --page 1 16 64 --limit 2000 --every 100 \
+        --out tests/data/sglang_host_ratio_peer_mooncake.npz
 
 Protocol, one request at a time in arrival order (ties by line = request_id), which is
 SGLang's scheduler path for a lone request with no decode (``schedule_policy`` match,
@@ -80,6 +85,15 @@ Protocol per request (arrival order, one at a time):
    (which selective write-through backs up on); free the partial page, ``dec_lock_ref``;
 5. poll: ``flush_pending_backups`` (submits write-through / selective backups queued by
    ``insert``), ``writing_check`` and ``loading_check`` over every ack.
+
+Running counts (``--every``): tokens of host writes, of backups refused for want of host
+room, of host copies freed and of device tokens evicted, after each request, counted by
+wrappers on the cache instance around SGLang's own ``_execute_kv_backup``, host pool
+``free`` and ``_evict`` (:func:`_count_transfers`); they change nothing SGLang does.
+Host pools are ``--host-tokens`` N: SGLang is given ``hicache_ratio = N / device`` and
+allocates ``int(device x ratio)`` tokens in whole pages plus one padding page, the
+``_capacity`` the fixture records (``TierReplayConfig.host_pool_tokens`` sizes
+``--host-ratio`` the same way).
 
 Prompts longer than the device pool are skipped whole (0 hits), as SGLang's scheduler
 never admits them and as the toolkit counts them (``oversize_requests``).
@@ -213,10 +227,10 @@ def _stub_torchvision() -> None:
 
 
 def build_host_cache(page: int, device_tokens: int, host_tokens: int, write_policy: str,
-                     policy: str = "lru"):
+                     policy: str = "lru", host_ratio: float | None = None):
     """SGLang's ``UnifiedRadixCache`` with HiCache, built as its CPU unit-test kit builds
-    it (``build_fixture`` + ``init_hicache``), host pool ``host_tokens / device_tokens``
-    times the device pool. Returns (cache, device allocator)."""
+    it (``build_fixture`` + ``init_hicache``), ``hicache_ratio`` = ``host_ratio`` or else
+    ``host_tokens / device_tokens``. Returns (cache, device allocator)."""
     import atexit
 
     _stub_torchvision()
@@ -232,7 +246,8 @@ def build_host_cache(page: int, device_tokens: int, host_tokens: int, write_poli
     host_common._cuda_host_register = lambda *a, **k: None  # no pinning on CPU
     args = ServerArgs(model_path="dummy", page_size=page, hicache_io_backend="kernel",
                       hicache_write_policy=write_policy,
-                      hicache_ratio=host_tokens / device_tokens)
+                      hicache_ratio=host_ratio if host_ratio is not None
+                      else host_tokens / device_tokens)
     set_global_server_args_for_scheduler(args)
     kv = MHATokenToKVPool(size=device_tokens, page_size=page, dtype=torch.bfloat16,
                           head_num=1, head_dim=1, layer_num=1, device="cpu",
@@ -246,7 +261,7 @@ def build_host_cache(page: int, device_tokens: int, host_tokens: int, write_poli
         tree_components=(ComponentType.FULL,), eviction_policy=policy,
     )
     cache = UnifiedRadixCache(params=params)
-    if host_tokens > 0:
+    if host_tokens > 0 or host_ratio:
         cache.init_hicache(args, params)
         atexit.unregister(cache.shutdown)
         cache.cache_controller.l2_transfer_engine = _InstantL2()
@@ -263,10 +278,58 @@ def _poll(cache) -> None:
     cache.loading_check(finish_count=len(cc.ack_load_queue))
 
 
+# running counts (tokens) :func:`run_host` records after every request, named as the
+# toolkit's tier counters (``toolkit.schema.TIER_COUNTERS``)
+COUNTS = ("host_writes", "host_backup_failures", "host_evictions", "device_evictions")
+
+
+def _count_transfers(cache) -> dict[str, int]:
+    """Count, without changing what they do, the tokens SGLang's cache moves: each
+    ``_execute_kv_backup`` (one node's device -> host backup) that is written
+    (``host_writes``) or refused for want of host room after ``evict_host``
+    (``host_backup_failures``); each host-pool ``free`` (``host_evictions``: host copies
+    evicted or dropped); each ``_evict``'s device tokens (``device_evictions``: leaves
+    demoted to host or deleted). The wrappers sit on the instance, so SGLang's classes
+    are untouched."""
+    tally = dict.fromkeys(COUNTS, 0)
+    cc = cache.cache_controller
+    evict = cache._evict
+
+    def counted_evict(*args, **kwargs):
+        res = evict(*args, **kwargs)
+        tally["device_evictions"] += int(res.num_tokens_evicted)
+        return res
+
+    cache._evict = counted_evict
+    if cc is None:
+        return tally
+    backup = cache._execute_kv_backup
+    free = cc.mem_pool_host.free
+
+    def counted_backup(node_id, device_value, comp_xfers, sidecar_xfers):
+        res = backup(node_id, device_value, comp_xfers, sidecar_xfers)
+        if res is None:
+            tally["host_backup_failures"] += len(device_value)
+        else:
+            tally["host_writes"] += len(res)
+        return res
+
+    def counted_free(indices, *args, **kwargs):
+        tally["host_evictions"] += len(indices)
+        return free(indices, *args, **kwargs)
+
+    cache._execute_kv_backup = counted_backup
+    cc.mem_pool_host.free = counted_free
+    return tally
+
+
 def run_host(hashes, prompt, page: int, device_tokens: int, host_tokens: int,
-             write_policy: str, policy: str = "lru", progress: int = 0):
-    """Per-request (GPU hit tokens, host hit tokens) from SGLang's HiCache, and the host
-    pool's capacity in tokens as SGLang sized it (see the module docstring)."""
+             write_policy: str, policy: str = "lru", progress: int = 0,
+             host_ratio: float | None = None):
+    """Per-request (GPU hit tokens, host hit tokens) from SGLang's HiCache, the host
+    pool's capacity in tokens as SGLang sized it (see the module docstring), and the
+    running counts (:data:`COUNTS`, one row per request). ``host_ratio`` is passed to
+    SGLang as ``hicache_ratio`` instead of ``host_tokens / device_tokens``."""
     _stub_torchvision()
     import torch
     from sglang.srt.mem_cache.base_prefix_cache import (
@@ -277,11 +340,13 @@ def run_host(hashes, prompt, page: int, device_tokens: int, host_tokens: int,
     from sglang.srt.mem_cache.radix_cache import RadixKey
 
     cache, allocator = build_host_cache(page, device_tokens, host_tokens, write_policy,
-                                        policy)
+                                        policy, host_ratio)
     cc = cache.cache_controller
     host_capacity = cc.mem_pool_host.available_size() if cc is not None else 0
+    tally = _count_transfers(cache)
     gpu = np.zeros(len(prompt), np.int64)
     host = np.zeros(len(prompt), np.int64)
+    running = np.zeros((len(prompt), len(COUNTS)), np.int64)
     empty = torch.empty((0,), dtype=torch.int64)
     t0 = time.perf_counter()
     for r, (h, p) in enumerate(zip(hashes, prompt, strict=True)):
@@ -327,9 +392,10 @@ def run_host(hashes, prompt, page: int, device_tokens: int, host_tokens: int,
             allocator.free(value[max(key_len, cached):])  # the partial page
         cache.dec_lock_ref(last, lock)
         _poll(cache)
+        running[r] = [tally[k] for k in COUNTS]
         if progress and (r + 1) % progress == 0:
             print(f"  {r + 1:,} requests, {time.perf_counter() - t0:.0f} s", flush=True)
-    return gpu, host, host_capacity
+    return gpu, host, host_capacity, running
 
 
 def load(path: Path = MOONCAKE) -> tuple[list[np.ndarray], np.ndarray]:
@@ -384,26 +450,42 @@ def host_column(write_policy: str, host_tokens: int) -> str:
 
 
 def main_host(args, hashes, prompt, order) -> None:
+    """Host-tier mode. One page size: columns ``{write}_h{host}`` and a scalar
+    ``page_tokens`` (the six-configuration fixture); several: ``p{page}_{write}_h{host}``
+    and ``page_tokens`` lists them. ``--every K`` also stores each configuration's
+    running counts (:data:`COUNTS`) after requests K, 2K, ... as ``{name}_running``."""
     import sglang
 
     cols: dict[str, np.ndarray] = {}
-    for write in args.write_policies:
-        for host_tokens in args.host_tokens:
-            t0 = time.perf_counter()
-            gpu, host, capacity = run_host(hashes, prompt, args.page, args.device_tokens,
-                                           host_tokens, write, progress=args.progress)
-            name = host_column(write, host_tokens)
-            cols[f"{name}_gpu"] = gpu.astype(np.int32)
-            cols[f"{name}_host"] = host.astype(np.int32)
-            cols[f"{name}_capacity"] = np.array(capacity, np.int64)
-            print(f"{name}: host pool {capacity:,} tokens; {int(gpu.sum()):,} GPU and "
-                  f"{int(host.sum()):,} host hit tokens of {int(prompt.sum()):,} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    pages = args.page
+    at = np.arange(args.every, len(prompt) + 1, args.every) if args.every else None
+    for page in pages:
+        for write in args.write_policies:
+            for host_tokens in args.host_tokens:
+                t0 = time.perf_counter()
+                gpu, host, capacity, running = run_host(
+                    hashes, prompt, page, args.device_tokens, host_tokens, write,
+                    progress=args.progress)
+                name = host_column(write, host_tokens)
+                name = name if len(pages) == 1 else f"p{page}_{name}"
+                cols[f"{name}_gpu"] = gpu.astype(np.int32)
+                cols[f"{name}_host"] = host.astype(np.int32)
+                cols[f"{name}_capacity"] = np.array(capacity, np.int64)
+                if at is not None:
+                    cols[f"{name}_running"] = running[at - 1]
+                tail = ", ".join(f"{k} {v:,}" for k, v in zip(COUNTS, running[-1].tolist(),
+                                                                  strict=True))
+                print(f"{name}: host pool {capacity:,} tokens; {int(gpu.sum()):,} GPU and "
+                      f"{int(host.sum()):,} host hit tokens of {int(prompt.sum()):,}; {tail} "
+                      f"({time.perf_counter() - t0:.0f} s)", flush=True)
     out = HOST_FIXTURE if args.out == FIXTURE else args.out
+    extra = {} if at is None else {"running_after": at.astype(np.int32),
+                                   "running_counts": np.array(COUNTS)}
     np.savez_compressed(
         out, request_id=order.astype(np.int32), prompt_tokens=prompt.astype(np.int32),
-        sglang_version=np.array(sglang.__version__), page_tokens=np.array(args.page),
-        device_tokens=np.array(args.device_tokens), **cols,
+        sglang_version=np.array(sglang.__version__),
+        page_tokens=np.array(pages[0] if len(pages) == 1 else pages),
+        device_tokens=np.array(args.device_tokens), **extra, **cols,
     )
     print(f"wrote {out} (sglang {sglang.__version__})")
 
@@ -425,7 +507,10 @@ def main() -> None:
                     choices=WRITE_POLICIES, help="host-tier mode: HiCache write policies")
     ap.add_argument("--device-tokens", type=int, default=HOST_DEVICE_TOKENS,
                     help="host-tier mode: the device pool in tokens")
-    ap.add_argument("--page", type=int, default=HOST_PAGE, help="host-tier mode: page size")
+    ap.add_argument("--page", type=int, nargs="+", default=[HOST_PAGE],
+                    help="host-tier mode: page sizes")
+    ap.add_argument("--every", type=int, default=0,
+                    help="host-tier mode: store running counts every N requests (0: never)")
     ap.add_argument("--progress", type=int, default=2000,
                     help="host-tier mode: print progress every N requests (0: never)")
     args = ap.parse_args()

@@ -72,7 +72,7 @@ def main() -> None:
     small = page_stream(tiled(1), semantics=cfg.radix_semantics)
     service = TierServiceModel(hw, model, cfg.assumptions)
     svc = service.times(int(small.prompt.mean()), 1024)
-    caps = capacities(cfg, service)
+    caps = capacities(cfg, service, small.page_tokens)
     run_kernel(cfg, small, svc, caps, small.arrival_s - small.arrival_s[0])
     t0 = time.perf_counter()
     table = tiled(args.copies)

@@ -98,8 +98,8 @@ class TestTierReuse:
         df = run_query(analysis_store, "tier_reuse", hardware="gb200").filter(
             pl.col("concurrency") == 8)
         assert dict(zip(df["source"], df["tokens"], strict=True)) == {
-            "GPU (L1)": 9_953_280, "host (L2)": 11_733_504, "storage (L3)": 0,
-            "recomputed": 123_107_039}
+            "GPU (L1)": 9_953_280, "host (L2)": 11_744_768, "storage (L3)": 0,
+            "recomputed": 123_095_775}
 
 
 class TestPrefixCurve:

@@ -40,8 +40,16 @@ def tiers_cmd(
         int | None, typer.Option("--device-tokens", help="KV pool; -1 unbounded; default HBM.")
     ] = None,
     host_ratio: Annotated[
-        float, typer.Option("--host-ratio", min=0.0, max=1e6, help="Host pool / device pool.")
+        float, typer.Option("--host-ratio", min=0.0, max=1e6,
+                            help="SGLang's --hicache-ratio: the pool SGLang allocates, "
+                                 "int(device x R) tokens in whole pages plus its one padding "
+                                 "page (vllm: R x device); 0 = no host tier.")
     ] = _default("host_ratio"),
+    host_tokens: Annotated[
+        int | None, typer.Option("--host-tokens", min=-1,
+                                 help="Host pool in tokens, exactly (overrides the ratio; "
+                                      "-1 unbounded).")
+    ] = None,
     host_gb: Annotated[
         float | None, typer.Option("--host-gb", min=0.0, max=MAX_GB,
                                    help="Host pool in GB (overrides the ratio).")
@@ -98,6 +106,8 @@ def tiers_cmd(
     if storage_gb < 0 and storage_gb != -1:  # -0.5 was read as unbounded
         fail(f"--storage-gb must be >= 0, or -1 for unbounded; got {storage_gb:g}")
     quiet = False if out.quiet else None
+    if host_tokens is not None and host_gb is not None:
+        fail("--host-tokens and --host-gb both set the host pool; give one of them")
     try:
         kvb = kv_bytes_per_token(get_model(model))
 
@@ -107,7 +117,7 @@ def tiers_cmd(
         cfg = TierReplayConfig(
             trace=trace, hardware=hardware, model=model, concurrency=concurrency,
             arrivals=arrivals, device_tokens=device_tokens,
-            host_tokens=None if host_gb is None else gb_tokens(host_gb),
+            host_tokens=host_tokens if host_gb is None else gb_tokens(host_gb),
             host_ratio=host_ratio,
             storage_tokens=gb_tokens(storage_gb), page_tokens=page_tokens, policy=policy,
             write_policy=write_policy, radix_semantics=radix_semantics, sequential=sequential,

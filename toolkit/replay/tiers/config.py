@@ -27,6 +27,21 @@ WRITE_CODES = {"write_through": 0, "write_through_selective": 1, "write_back": 2
 OFFLOAD_POLICIES = ("none", "lru", "arc")
 
 
+def sglang_host_tokens(device_tokens: int, ratio: float, page_tokens: int) -> int:
+    """SGLang's host KV pool for ``--hicache-ratio ratio`` over a ``device_tokens`` pool.
+
+    SGLang 0.5.23 ``mem_cache/pool_host/base.py`` (``HostKVCache.__init__``): ``size =
+    int(device * ratio)``, then ``page_num = size // page + 1`` and ``size = page_num *
+    page``: whole pages plus one padding page, all of it usable (``available_size``). So
+    ratio 2 over 204,800 tokens at 64-token pages is 409,664 tokens, and ratio 0.25 at
+    1-token pages is 51,201. Why mirror it: at a host smaller than the device, write-through
+    backups fail and one page decides which (``tests/test_tiers_sglang_host.py``).
+    """
+    if page_tokens < 1:
+        raise ValueError(f"page_tokens must be >= 1, got {page_tokens}")
+    return (int(device_tokens * ratio) // page_tokens + 1) * page_tokens
+
+
 @dataclass(frozen=True)
 class ServiceAssumptions:
     """The knobs of the service-time model (:mod:`toolkit.serving.tier_service`).
@@ -106,7 +121,12 @@ class TierReplayConfig:
         arrivals: open-loop times: ``trace``; ``scaled:F`` (arrival_s / F, F x the rate);
             ``from:NAME`` (the inter-arrival gaps of another stored trace, e.g. Azure).
         device_tokens: KV pool; default from HBM left after weights.
-        host_tokens: host pool; default ``host_ratio`` x device (``--hicache-ratio``).
+        host_tokens: host pool in tokens, used as given (``--host-tokens``); ``None``
+            sizes it from ``host_ratio`` (:meth:`host_pool_tokens`).
+        host_ratio: SGLang's ``--hicache-ratio``: the host pool SGLang allocates for it,
+            whole pages plus its one padding page (:func:`sglang_host_tokens`); under vllm
+            ``host_ratio`` x device tokens (vLLM sizes its CPU tier in bytes, with no
+            padding); 0 = no host tier.
         storage_tokens: L3 capacity; 0 disables it.
         page_tokens: page size; default the trace's block size; a divisor of it (blocks
             split into sub-pages covering the same tokens) or a multiple of it.
@@ -208,6 +228,28 @@ class TierReplayConfig:
         check_number("host_ratio", self.host_ratio, lo=0.0, hi=1e6)
         check_number("write_through_threshold", self.write_through_threshold, lo=0)
         check_number("max_running", self.max_running, lo=0)
+
+    def host_pool_tokens(self, device_tokens: int, page_tokens: int | None) -> int:
+        """The host pool in tokens for a ``device_tokens`` pool of ``page_tokens`` pages:
+        ``host_tokens`` when set, else from ``host_ratio`` as the engine sizes it (see the
+        attributes). The one definition the CLI, the Python API and sweep grids share.
+
+        Raises:
+            ValueError: SGLang sizing needs the page size and none is known.
+        """
+        if self.host_tokens is not None:
+            return int(self.host_tokens)
+        if device_tokens == UNBOUNDED:
+            return UNBOUNDED
+        if self.host_ratio == 0:
+            return 0
+        if self.engine_semantics == "vllm":
+            return int(self.host_ratio * device_tokens)
+        page = page_tokens if page_tokens is not None else self.page_tokens
+        if page is None:
+            raise ValueError("host_ratio: SGLang's host pool is sized in pages; pass the "
+                             "stream's page_tokens (or set page_tokens or host_tokens)")
+        return sglang_host_tokens(int(device_tokens), self.host_ratio, int(page))
 
     @property
     def arrival_label(self) -> str:

@@ -26,7 +26,9 @@ pieces is the token-level tree, with far fewer entries at page size 1.
 
 Host (L2), checked against SGLang's own ``UnifiedRadixCache`` + ``HybridCacheController``
 (``benchmarks/sglang_peer.py --host-tokens``, ``tests/test_tiers_sglang_host.py``: GPU and host
-hits equal on every request of the bundled trace's six configurations;
+hits equal on every request of the bundled trace's six configurations, and of 27 with host
+pools of 0.25-0.75x the device, with the running counts of host writes, backup failures
+and evictions;
 ``benchmarks/engine_fuzz.py --engine sglang-host`` on random traces), node for node as
 ``unified_tree_core.py`` and ``components/full.py`` do it:
 
@@ -41,12 +43,21 @@ hits equal on every request of the bundled trace's six configurations;
   ``_inc_hit_count_and_check`` returns first, which lfu and sglang-slru eviction see) and
   backs up a node without a host copy once its count reaches the threshold (1 for
   write_through, ``write_through_threshold`` for selective), then the new leaf likewise;
+  each such backup first backs up the node's ancestors that have no host copy, root side
+  first, and stops at the first that fails (``_build_backup_kv_action``,
+  ``_execute_and_commit_kv_backup``): with a host pool smaller than the device, a child
+  is not backed up when its parent could not be, and a failed parent is tried again
+  (and counted again in ``host_backup_failures``) by each child's backup;
 * a backup takes the whole node (``_execute_kv_backup``): if the free host room is short,
   ``evict_host(shortfall)`` frees whole host leaves (host-only, childless, unlocked) by
   priority (last access), a parent joining when its last child goes, overshooting; under
   write_back host copies of nodes also on the device go first
   (``_reclaim_full_host_duplicates``: in registration order, evictable device leaves
-  spared in a first pass); if still short the node is not backed up.
+  spared in a first pass, nodes being loaded back for the admitted request spared in
+  both (``load_back_pending_id``); a node joins that order when a write-back backup of it is
+  acknowledged, just before its demotion, and keeps its place while stale, so a node
+  loaded back later is reclaimed in the order of its first backup, not of its load);
+  if still short the node is not backed up.
 
 Not modelled: a device leaf deleted without a host copy leaves its host-only children
 detached in SGLang (holding host room until evicted, never matched again); here they stay
@@ -92,8 +103,9 @@ SLRU_PROTECTED_HITS = 2
 # host run of fewer tokens (it is recomputed)
 LOAD_BACK_MIN_TOKENS = 10
 # indices into the state vector ``st`` (tokens unless said); S_USED and S_HOST are the
-# loop's SZ_DEV and SZ_HOST
-S_USED, S_EVICTABLE, S_HOST, S_HHEAP, S_STO, S_CLOCK, S_HEAP = 0, 1, 2, 3, 4, 5, 6
+# loop's SZ_DEV and SZ_HOST; S_PIN holds the admitted request's loaded key range
+# (``lo << 32 | hi`` into ``keys``, 0 = none), see :func:`_pinned`
+S_USED, S_EVICTABLE, S_HOST, S_HHEAP, S_STO, S_CLOCK, S_HEAP, S_PIN = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 @nb.njit(cache=True, nogil=True)
@@ -199,6 +211,18 @@ def _register_dup(v, hn, hp, n):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True)
+def _pinned(v, keys, st):  # pragma: no cover - compiled
+    """Whether node ``v`` is being loaded back for the request being admitted: SGLang pins
+    such nodes (``load_back_pending_id``, from ``commit_load_back`` until the load's ack
+    after the request) and ``_can_reclaim_full_host_duplicate`` spares them."""
+    pin = st[S_PIN]
+    for i in range(pin >> 32, pin & 0xFFFFFFFF):
+        if keys[i] == v:
+            return True
+    return False
+
+
+@nb.njit(cache=True, nogil=True)
 def _drop_host(v, ktok, head, down, on_host, st, cnt):  # pragma: no cover - compiled
     nt = 0
     q = head[v]
@@ -235,6 +259,8 @@ def _host_evict(need, c, policy, write, cnt):  # pragma: no cover - compiled
                     _unlink(hn, hp, v)  # stale entry
                 elif spare == 0 and lock[v] == 0 and nchild[v] == 0:
                     pass  # an evictable device leaf: its demotion is imminent
+                elif _pinned(v, keys, st):
+                    pass  # being loaded back: kept until the load's ack
                 else:
                     freed += _drop_host(v, ktok, head, down, on_host, st, cnt)
                     _unlink(hn, hp, v)
@@ -292,6 +318,29 @@ def _backup(v, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no cover - 
 
 
 @nb.njit(cache=True, nogil=True)
+def _backup_chain(v, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no cover
+    """Write-through's backup of node ``v`` (``_build_backup_kv_action`` +
+    ``_execute_and_commit_kv_backup``): its ancestors without a host copy first, root
+    side first, then ``v``, stopping at the first that fails. Why: a host copy never
+    sits below a node without one, so when the host is full a child is not backed up
+    past its parent (backing it up alone takes host room a later node needs).
+    Returns whether ``v`` has a host copy."""
+    (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok, stamp,
+     hits, lock, nchild, kids, hk, hs, hid, gk, gs, gid, on_host, on_sto, hn, hp, sn, sp,
+     scratch, st) = c
+    m = 0
+    p = par[head[v]]
+    while p >= 0 and not on_host[p]:
+        scratch[m] = p
+        m += 1
+        p = par[head[p]]
+    for j in range(m - 1, -1, -1):
+        if not _backup(scratch[j], c, policy, write, host_cap, sto_cap, cnt):
+            return False
+    return _backup(v, c, policy, write, host_cap, sto_cap, cnt)
+
+
+@nb.njit(cache=True, nogil=True)
 def _evict(shortfall, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no cover
     """SGLang ``evict(shortfall)``: free whole unlocked device leaves, lowest priority
     first, until at least ``shortfall`` tokens are freed or none is left. A leaf with a
@@ -312,6 +361,11 @@ def _evict(shortfall, c, policy, write, host_cap, sto_cap, cnt):  # pragma: no c
         backed = on_host[v] != 0
         if not backed and write == 2 and host_cap > 0:
             backed = _backup(v, c, policy, write, host_cap, sto_cap, cnt)
+            if backed:
+                # SGLang registers the node as a host duplicate at its write's ack, before
+                # the demotion (finish_write_through); the entry goes stale but keeps its
+                # place, which a later load-back of the node reuses (setdefault)
+                _register_dup(v, hn, hp, lim[L_KEYS])
         q = head[v]
         while True:
             on_dev[q] = 0
@@ -457,6 +511,7 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
             _evict(host_run - avail, c, policy, write, host_cap, sto_cap, cnt)
         if dev_cap - st[S_USED] >= host_run:
             loaded = host_run
+            st[S_PIN] = (b0 + d) << 32 | (b0 + e)  # until the end of this admission
             for i in range(d, e):
                 k = keys[b0 + i]
                 on_dev[k] = 1
@@ -513,7 +568,7 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
         if not nocount:
             hits[t] += 1
         if backs and hits[t] >= thr and not on_host[t]:
-            _backup(t, c, policy, write, host_cap, sto_cap, cnt)
+            _backup_chain(t, c, policy, write, host_cap, sto_cap, cnt)
         i = j + 1
     if write == 2 and loaded > 0:  # finish_load_back: the loaded nodes, deepest first
         for q in range(e - 1, d - 1, -1):
@@ -556,11 +611,12 @@ def _admit(r, c, cnt, res):  # pragma: no cover - compiled
             kids[keys[b0 + i - 1]] += 1
         st[S_USED] += nt
         if backs and (hits[leaf] >= thr or s_ > i):
-            _backup(leaf, c, policy, write, host_cap, sto_cap, cnt)
+            _backup_chain(leaf, c, policy, write, host_cap, sto_cap, cnt)
     st[S_USED] += trans[r]
     if st[S_USED] > cnt[C_PEAK_D]:
         cnt[C_PEAK_D] = st[S_USED]
     res[0] = hit
+    st[S_PIN] = 0  # the load's ack: its nodes can be reclaimed again
     return True
 
 

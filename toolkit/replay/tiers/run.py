@@ -186,17 +186,18 @@ def _open_arrivals(store: Store, cfg: TierReplayConfig, ps: PageStream) -> np.nd
     return t
 
 
-def capacities(cfg: TierReplayConfig, service: TierService) -> tuple[int, int, int]:
+def capacities(cfg: TierReplayConfig, service: TierService,
+               page_tokens: int | None = None) -> tuple[int, int, int]:
     """(device, host, storage) capacities in tokens; -1 unbounded. vLLM semantics have
-    no storage tier (0), and a host tier only with an ``offload_policy``."""
+    no storage tier (0), and a host tier only with an ``offload_policy``. The host pool is
+    :meth:`TierReplayConfig.host_pool_tokens` at the stream's ``page_tokens`` (default
+    ``cfg.page_tokens``): SGLang pads a ratio-sized pool by one page."""
     dev = cfg.device_tokens
     if dev is None:
         dev = service.default_device_tokens()
     if cfg.engine_semantics == "vllm" and cfg.offload_policy == "none":
         return int(dev), 0, 0
-    host = cfg.host_tokens
-    if host is None:
-        host = UNBOUNDED if dev == UNBOUNDED else int(cfg.host_ratio * dev)
+    host = cfg.host_pool_tokens(int(dev), page_tokens)
     if cfg.engine_semantics == "vllm":
         return int(dev), int(host), 0
     return int(dev), int(host), int(cfg.storage_tokens)
@@ -348,7 +349,7 @@ def replay_tiers(
     # a batch never holds more requests than the trace has: the TPOT table stops there
     max_batch = min(cfg.concurrency or (cfg.max_running or 1024), max(1, ps.prompt.size))
     svc = service.times(int(ps.prompt.mean()), max_batch)
-    caps = capacities(cfg, service)
+    caps = capacities(cfg, service, ps.page_tokens)
     closed = cfg.concurrency is not None or cfg.sequential
     t_open = np.zeros(0) if closed else _open_arrivals(store, cfg, ps)
     out = run_kernel(cfg, ps, svc, caps, t_open)
