@@ -154,7 +154,7 @@ def replay_cluster(store: Store, cfg: ClusterReplayConfig, service: TierService,
         raise ValueError(f"stream is for {ps.semantics} semantics, config asks {want}")
     max_batch = min(t.concurrency or (t.max_running or 1024), max(1, ps.prompt.size))
     svc = service.times(int(ps.prompt.mean()), max_batch)
-    caps = capacities(t, service)
+    caps = capacities(t, service, ps.page_tokens)
     t_open = _arrivals(store, cfg, ps)
     route = route_of(cfg, ps)
     finish = _watch(route.prog, int(ps.prompt.size), progress,
