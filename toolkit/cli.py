@@ -454,6 +454,10 @@ def _kernel_load_s(store, trace: str, policy: str) -> tuple[float, int | None]:
     return load_kernels(policies.get(policy), stream), int(bt.max()) if bt.size else None
 
 
+#: Rows ``toolkit sql`` shows by default, as DuckDB's shell (its ``.maxrows`` is 40).
+SQL_ROWS = 40
+
+
 @app.command("sql")
 def sql_cmd(
     query: Annotated[str | None, typer.Argument(
@@ -471,6 +475,10 @@ def sql_cmd(
     list_queries: Annotated[
         bool, typer.Option("--list-queries", help="List the named queries and exit.")
     ] = False,
+    limit: Annotated[
+        int, typer.Option("--limit", min=0, help="Rows a table or markdown listing shows "
+                          "(0: all); csv, json and --output keep every row.")
+    ] = SQL_ROWS,
     allow_write: Annotated[
         bool, typer.Option("--allow-write", help="Also run statements that write (COPY, "
                            "ATTACH, CREATE, SET, INSTALL/LOAD...) or touch files outside "
@@ -518,7 +526,7 @@ def sql_cmd(
             fail(str(e))
         except duckdb.Error as e:
             fail(str(e).splitlines()[0], code=1)
-    out.emit(df)
+    out.emit(df, limit=limit, hint="--limit 0 for all")
 
 
 @app.command("report")

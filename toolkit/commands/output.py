@@ -4,10 +4,12 @@
 A command builds an :class:`Output` from its options *before* doing any work (so a bad
 ``--output`` name fails in a second, not after a long replay) and hands its result to
 :meth:`Output.emit`: one record (a run summary, a dict) or rows (a list of dicts or a
-Polars frame). ``table`` is for people (aligned ``key  value`` lines for a record; a grid
-for rows, shown one record per block when too wide for the terminal, long results cut with
-a note); ``markdown``, ``csv`` and ``json`` are for pasting and for programs. ``--output``
-writes the rows to a file whose type follows its extension, atomically.
+Polars frame). ``table`` is for people (aligned ``key  value`` lines for a record; rows
+through :func:`render_table`, the one table look of every command: separators, units in
+headers, headers wrapped at word boundaries, panels of columns when wider than the
+terminal, long results cut with a note); ``markdown``, ``csv`` and ``json`` are for
+pasting and for programs. ``--output`` writes the rows to a file whose type follows its
+extension, atomically.
 """
 
 from __future__ import annotations
@@ -76,13 +78,19 @@ class Output:
         """No progress bars: the output is for a program."""
         return self.fmt == "json"
 
-    def emit(self, data: Rows, table_columns: Sequence[str] | None = None) -> None:
+    def emit(self, data: Rows, table_columns: Sequence[str] | None = None,
+             limit: int | None = TABLE_ROWS, hint: str | None = None,
+             title: str | None = None) -> None:
         """Print ``data`` in this format, or write it to :attr:`path`.
 
         Args:
             data: a record (dict), rows (list of dicts) or a Polars frame.
             table_columns: the columns the ``table`` view shows, in order (those ``data``
                 lacks are skipped); the other formats and files keep every column.
+            limit: rows a ``table``/``markdown`` listing shows (``None`` or 0: all); CSV,
+                JSON and files keep every row.
+            hint: how to see the rest, in the note under a cut listing.
+            title: a line above a ``table`` (not in the other formats).
         """
         from toolkit.commands.fetched import Fetched
 
@@ -118,12 +126,14 @@ class Output:
             _check_flat(df, "CSV")
             sys.stdout.write(df.write_csv())
         elif self.fmt == "markdown":
-            typer.echo(_markdown(_record_frame(data) if record else df))
+            typer.echo(_markdown(_record_frame(data) if record else df, limit, hint))
         else:
             if table_columns is not None:
                 keep = [c for c in table_columns if c in df.columns]
                 df, data = df.select(keep), {k: data[k] for k in keep} if record else data
-            typer.echo(format_record(data) if record else _table(df))
+            if title:
+                typer.echo(title)
+            typer.echo(format_record(data) if record else _table(df, limit, hint))
 
 
 def check_output_file(path: Path, option: str, suffixes: tuple[str, ...]) -> None:
@@ -178,17 +188,20 @@ def _record_frame(row: dict[str, Any]) -> Any:
                                    for v in shown.values()]})
 
 
-def _head(df: Any) -> tuple[Any, str | None]:
-    if df.height <= TABLE_ROWS:
+def _head(df: Any, limit: int | None = TABLE_ROWS, hint: str | None = None
+          ) -> tuple[Any, str | None]:
+    """The first ``limit`` rows and the note that says how many more there are."""
+    if limit is None or limit <= 0 or df.height <= limit:
         return df, None
-    return df.head(TABLE_ROWS), (f"... {df.height - TABLE_ROWS:,} more row(s) not shown; "
-                                 "use --output FILE, --format csv/json, or LIMIT")
+    n = df.height - limit
+    return df.head(limit), (f"... {n:,} more row(s) not shown; use --output FILE, --format "
+                            "csv/json, or LIMIT" if hint is None else f"{n:,} more rows ({hint})")
 
 
-def _markdown(df: Any) -> str:
+def _markdown(df: Any, limit: int | None = TABLE_ROWS, hint: str | None = None) -> str:
     import polars as pl
 
-    df, cut = _head(df)
+    df, cut = _head(df, limit, hint)
     with pl.Config(tbl_formatting="MARKDOWN", tbl_hide_column_data_types=True,
                    tbl_hide_dataframe_shape=True, tbl_rows=-1, tbl_cols=-1,
                    tbl_width_chars=30_000, fmt_str_lengths=30_000):
@@ -196,52 +209,24 @@ def _markdown(df: Any) -> str:
     return text + (f"\n\n{cut}" if cut else "")
 
 
-def terminal_columns() -> int:
-    """Width to fit tables into: the terminal's, ``$COLUMNS``, or 120 when piped."""
-    return shutil.get_terminal_size((120, 24)).columns
+def terminal_columns() -> int | None:
+    """Width to fit tables into: ``$COLUMNS`` when set, else the terminal's; ``None``
+    (no limit) when stdout is not a terminal and ``COLUMNS`` is unset, so a piped table
+    keeps every row on one line for ``grep`` and ``cut``."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((120, 24)).columns
+    return None
 
 
-def _table(df: Any) -> str:
-    """A grid if it fits the terminal, else one block per row (``psql``'s expanded view)."""
+def _table(df: Any, limit: int | None = TABLE_ROWS, hint: str | None = None) -> str:
+    """The rows as :func:`render_table` shows them, cut at ``limit`` rows with a note."""
     if df.width == 0:
         return "(no columns)"
-    df, cut = _head(df)
-    text = format_table(df)
-    cols = terminal_columns()
-    if df.width > 1 and _widest(text) > cols:
-        # values every row shares go above the grid, once, to make room
-        same = [c for c in df.columns if df.height > 1 and df.get_column(c).n_unique() == 1
-                and not df.schema[c].is_nested()]
-        if same and len(same) < df.width:
-            note = "  ".join(f"{c}: {_value_text(c, df.get_column(c)[0])}" for c in same)
-            text = f"{note}\n{format_table(df.drop(same))}"
-        if _widest(text) > cols:
-            text = _vertical(df, cols)
-    return text + (f"\n{cut}" if cut else "")
-
-
-def _widest(text: str) -> int:
-    return max(len(line) for line in text.splitlines())
-
-
-def _vertical(df: Any, cols: int) -> str:
-    width = max(len(c) for c in df.columns)
-    room = max(cols - width - 3, 20)
-    shown = _columns(df)
-    lines, cut = [], 0
-    for i, row in enumerate(df.iter_rows(), 1):
-        lines.append(f"-[ row {i} ]".ljust(min(cols, width + 3 + 20), "-"))
-        for k, v, (col, integral) in zip(df.columns, row, shown, strict=True):
-            s = _cell(v, col, integral, None)
-            if col.unit and v is not None:
-                s += f" {col.unit}"
-            if len(s) > room:
-                s, cut = s[: room - 1] + "…", cut + 1
-            lines.append(f"{k:<{width}} | {s}")
-    if cut:
-        lines.append(f"({cut} long value(s) cut at {room} characters; --format json or "
-                     "--output FILE shows them whole)")
-    return "\n".join(lines)
+    df, cut = _head(df, limit, hint)
+    return render_table(df) + (f"\n{cut}" if cut else "")
 
 
 # --- what people read: numbers with separators and units, never a dtype row -------------
@@ -251,6 +236,19 @@ def _vertical(df: Any, cols: int) -> str:
 #: reaches, so one column reads in one unit.
 BYTE_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
 TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+RATE_UNITS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
+
+#: Fixed units read off a column's name: (suffix, unit). The name keeps its words; the
+#: unit goes in brackets after it, as for the scaled units above.
+_SUFFIX_UNITS = (("_gb", "GB"), ("_tb", "TB"), ("_gib", "GiB"), ("_mib", "MiB"),
+                 ("_gbps", "GB/s"), ("_tflops", "TFLOPS"), ("_w", "W"), ("_usd", "$"),
+                 ("_pct", "%"), ("_us", "µs"), ("_ms", "ms"))
+#: Throughputs whose unit people misread: a GPU's throughput counts prompt and output
+#: tokens (InferenceX's tput_per_gpu), interactivity is output tokens per user.
+_NAMED_UNITS = {"tput_per_gpu": "total tok/s", "tokens_per_s_per_gpu": "total tok/s",
+                "output_tokens_per_s_per_gpu": "output tok/s",
+                "output_tput_per_gpu": "output tok/s", "interactivity": "tok/s/user",
+                "median_intvty": "tok/s/user"}
 
 
 @dataclass(frozen=True)
@@ -262,6 +260,7 @@ class _Column:
     unit: str | None = None
     scale: float = 1.0
     numeric: bool = False
+    scaled: bool = False  # the unit was chosen by magnitude (bytes, seconds)
 
 
 def _unit_of(name: str, values: list[Any]) -> tuple[str, str | None, float]:
@@ -270,6 +269,10 @@ def _unit_of(name: str, values: list[Any]) -> tuple[str, str | None, float]:
             and v == v]
     if name.endswith("_bytes"):
         units, base = BYTE_UNITS, name[: -len("_bytes")]
+    elif name.endswith("_bytes_per_s"):
+        units, base = RATE_UNITS, name[: -len("_bytes_per_s")]
+    elif "_bytes_per_s_" in name:  # host_mem_bandwidth_bytes_per_s_per_cpu
+        units, base = RATE_UNITS, name.replace("_bytes_per_s", "")
     elif name.endswith("_s") and "_per_" not in name:
         units, base = TIME_UNITS, name[: -len("_s")]
     else:
@@ -280,12 +283,51 @@ def _unit_of(name: str, values: list[Any]) -> tuple[str, str | None, float]:
     return base, unit, scale
 
 
+def _fixed_unit(name: str) -> tuple[str, str | None]:
+    """(header, unit) for names whose unit is fixed: ``usd_per_mtok_total`` ->
+    ("$/Mtok_total", None), ``host_dram_gb`` -> ("host_dram", "GB"),
+    ``tput_per_gpu`` -> ("tput_per_gpu", "total tok/s")."""
+    if name in _NAMED_UNITS:
+        return name, _NAMED_UNITS[name]
+    if "usd_per_" in name:  # the $ in the name itself: usd_per_mtok_total -> $/Mtok_total
+        return (name.replace("usd_per_mtok", "$/Mtok").replace("usd_per_million_", "$/M_")
+                .replace("usd_per_", "$/")), None
+    for suffix, unit in _SUFFIX_UNITS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], unit
+    return name, None
+
+
+def _is_ratio(name: str) -> bool:
+    return name.endswith(("_ratio", "_share", "_fraction", "_over_a", "_err")) or \
+        "_ratio_" in name or "_share_" in name
+
+
 def _number(v: float, integral: bool) -> str:
-    """Integers (and integral floats) with thousands separators; other numbers with four
-    significant digits, or whole with separators from 1,000 up."""
+    """Integers (and integral floats) with thousands separators; other numbers to four
+    significant digits, kept (0.1700, not 0.17), or whole with separators from 1,000 up."""
     if integral or abs(v) >= 1000:
         return f"{v:,.0f}"
-    return f"{v:.4g}"
+    if v == 0:
+        return "0"
+    s = f"{v:#.4g}"
+    return s[:-1] if s.endswith(".") else s
+
+
+_NUMERIC_TEXT = None  # compiled on first use (re is cheap, but keep import-time minimal)
+
+
+def _as_number(s: str) -> float | int | None:
+    """The number a text cell spells (``'1000.0'``, ``'0.0445'``), else ``None``."""
+    global _NUMERIC_TEXT
+    if _NUMERIC_TEXT is None:
+        import re
+
+        _NUMERIC_TEXT = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+    if not _NUMERIC_TEXT.fullmatch(s):
+        return None
+    v = float(s)
+    return int(v) if v.is_integer() and abs(v) < 1e15 else v
 
 
 def _cell(v: Any, col: _Column, integral: bool, limit: int | None = CELL_CHARS) -> str:
@@ -296,11 +338,14 @@ def _cell(v: Any, col: _Column, integral: bool, limit: int | None = CELL_CHARS) 
     if isinstance(v, int | float):
         if isinstance(v, float) and v != v:
             return "NaN"
-        if col.unit is not None:  # three decimals below 10 of the unit, fewer above
-            x = v / col.scale
+        if col.scaled:
+            x = v / col.scale  # three decimals below 10 of the unit, fewer above
             return f"{x:.3f}" if abs(x) < 10 else f"{x:.1f}" if abs(x) < 1000 else f"{x:,.0f}"
         return _number(v, isinstance(v, int) or integral)
-    s = str(v)
+    if isinstance(v, list | dict | tuple):
+        s = json.dumps(v, default=str)
+    else:
+        s = str(v)
     return s if limit is None or len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -311,48 +356,234 @@ def _columns(df: Any) -> list[tuple[_Column, bool]]:
         values = df.get_column(name).to_list()
         numeric = dtype.is_numeric()
         base, unit, scale = _unit_of(name, values) if numeric else (name, None, 1.0)
-        header = f"{base} ({unit})" if unit else name
-        integral = numeric and all(
+        scaled = unit is not None
+        if numeric and unit is None:
+            base, unit = _fixed_unit(name)
+        header = f"{base} ({unit})" if unit else base
+        integral = numeric and not _is_ratio(name) and all(
             v is None or (isinstance(v, int | float) and v == v and float(v).is_integer()
                           and abs(v) < 1e15) for v in values)
-        out.append((_Column(header, unit, scale, numeric), integral))
+        out.append((_Column(header, unit, scale, numeric, scaled), integral))
     return out
 
 
-def format_table(df: Any) -> str:
-    """A Polars frame as text for people: whole numbers with thousands separators, other
-    numbers to four significant digits, ``*_bytes`` columns in GB (or MB, TB) and ``*_s``
-    columns in s, ms or µs with the unit in the header, numbers right-aligned, no dtype
-    row; headers never wrap. This is the one table look of every command; ``--format
-    json``/``csv`` keep the raw values and names.
+def _text_cells(values: list[Any], col: _Column) -> list[str]:
+    """A text column's cells; in a column that mixes words and numbers (``run_compare``'s
+    ``a`` and ``b``), the numbers are shown as numbers are everywhere else."""
+    cells = [_cell(v, col, False) for v in values]
+    nums = [_as_number(c) if isinstance(v, str) else None for c, v in zip(cells, values,
+                                                                         strict=True)]
+    if any(n is not None for n in nums) and any(
+            n is None and isinstance(v, str) for n, v in zip(nums, values, strict=True)):
+        cells = [c if n is None else _number(n, isinstance(n, int))
+                 for c, n in zip(cells, nums, strict=True)]
+    return cells
+
+
+def _header_lines(header: str, width: int) -> list[str]:
+    """``header`` wrapped at word boundaries (spaces, and after ``_`` or ``/``) into lines
+    of at most ``width`` characters where it can be; a word is never split."""
+    words, word = [], ""
+    for ch in header:
+        if ch == " ":
+            if word:
+                words.append(word)
+            word = ""
+            continue
+        word += ch
+        if ch in "_/":
+            words.append(word)
+            word = ""
+    if word:
+        words.append(word)
+    lines: list[str] = []
+    for w in words:
+        if lines and len(lines[-1]) + len(w) + (0 if lines[-1].endswith(("_", "/")) else 1) \
+                <= width:
+            sep = "" if lines[-1].endswith(("_", "/")) else " "
+            lines[-1] += sep + w
+        else:
+            lines.append(w)
+    return lines or [""]
+
+
+def _header_width(header: str, lines: int) -> int:
+    """Narrowest width at which ``header`` wraps into at most ``lines`` lines."""
+    w = max(len(x) for x in _header_lines(header, 1))
+    while len(_header_lines(header, w)) > lines:
+        w += 1
+    return w
+
+
+@dataclass
+class _Grid:
+    """The cells of a table, ready for laying out: headers, cells, alignment."""
+
+    headers: list[str]
+    cells: list[list[str]]  # per column
+    numeric: list[bool]
+
+    def natural(self, i: int) -> int:
+        return max([len(self.headers[i]), *(len(c) for c in self.cells[i])])
+
+    def floor(self, i: int) -> int:
+        """Narrowest the column goes by wrapping its header (never its numbers)."""
+        longest_word = max(len(w) for w in _header_lines(self.headers[i], 1))
+        return max([longest_word, *(len(c) for c in self.cells[i])])
+
+
+def _grid(df: Any) -> _Grid:
+    cols = _columns(df)
+    rows = list(df.iter_rows())
+    cells = []
+    for j, (c, integral) in enumerate(cols):
+        values = [r[j] for r in rows]
+        cells.append([_cell(v, c, integral) for v in values] if c.numeric
+                     else _text_cells(values, c))
+    return _Grid([c.header for c, _ in cols], cells, [c.numeric for c, _ in cols])
+
+
+def _long_text_last(g: _Grid, long_chars: int = 30) -> list[int]:
+    """Column order: the first column stays first (it names the row); text columns with
+    values longer than ``long_chars`` go last, in their order."""
+    n = len(g.headers)
+    long = [i for i in range(1, n) if not g.numeric[i]
+            and max((len(c) for c in g.cells[i]), default=0) > long_chars]
+    return [i for i in range(n) if i not in long] + long
+
+
+def _fit(g: _Grid, order: list[int], width: int | None) -> tuple[dict[int, int], list[list[int]]]:
+    """Widths per column and the column panels that fit ``width``: headers wrap first,
+    then long text is shortened (to 16 characters at least), then the columns are split
+    into panels, each repeating the first column."""
+    widths = {i: g.natural(i) for i in order}
+    if width is None:
+        return widths, [order]
+
+    def total(cols: list[int]) -> int:
+        return sum(widths[i] for i in cols) + 2 * (len(cols) - 1)
+
+    if total(order) > width:  # wrap headers into as few lines as make the table fit
+        for lines in (2, 3, 4):
+            widths = {i: max(g.floor(i), _header_width(g.headers[i], lines),
+                             *(len(c) for c in g.cells[i])) for i in order}
+            if total(order) <= width:
+                break
+    texts = [i for i in order if not g.numeric[i]
+             and (i != order[0] or widths[i] > width // 2)]  # the row's name stays whole
+    for i in sorted(texts, key=lambda i: -widths[i]):
+        if total(order) <= width:
+            break
+        least = max(16, max(len(w) for w in _header_lines(g.headers[i], 1)))
+        widths[i] = min(widths[i], max(least, widths[i] - (total(order) - width)))
+    if total(order) <= width or len(order) < 2:
+        return widths, [order]
+    key, rest = order[0], order[1:]
+    panels: list[list[int]] = [[key]]
+    for i in rest:
+        if len(panels[-1]) > 1 and total([*panels[-1], i]) > width:
+            panels.append([key])
+        panels[-1].append(i)
+    return widths, panels
+
+
+def render_table(df: Any, width: int | None = -1, title: str | None = None) -> str:
+    """Rows as a table for people, the one look of every command's text output.
+
+    Whole numbers with thousands separators (integral floats too), other numbers to four
+    significant digits, ``*_bytes`` in GB (or MB, TB), ``*_s`` in s, ms or µs, ``$`` and
+    units in the headers (``usd_per_mtok_total ($/M tok)``, ``tput_per_gpu (total
+    tok/s)``), no dtype row. Headers wrap at word boundaries (``_``, spaces), never
+    mid-word; long text columns go last; a table wider than the terminal (or
+    ``$COLUMNS``) is split into panels of columns, each repeating the first. Laid out by
+    rich (box drawing, alignment); plain text when stdout is not a terminal.
 
     Args:
-        df: the rows (any width; see :func:`format_rows` for fitting a terminal).
+        df: a Polars frame (or :class:`~toolkit.commands.fetched.Fetched` rows).
+        width: columns to fit; ``-1`` (default) = :func:`terminal_columns`, ``None`` = no
+            limit.
+        title: a line printed above the table.
 
     Returns:
-        The table, one line per row under a header and a rule.
+        The table as text (no trailing newline).
+
+    Example::
+
+        from toolkit.commands.output import render_table
+        typer.echo(render_table(df))            # or Output(...).emit(df)
     """
     if df.width == 0:
         return "(no columns)"
-    cols = _columns(df)
-    cells = [[_cell(v, c, integral) for v, (c, integral) in zip(row, cols, strict=True)]
-             for row in df.iter_rows()]
-    widths = [max([len(c.header), *(len(r[i]) for r in cells)]) for i, (c, _) in
-              enumerate(cols)]
+    width = terminal_columns() if width == -1 else width
+    blocks = [title] if title else []
+    g = _grid(df)
+    if width is not None and df.height > 1 and df.width > 2 and \
+            sum(g.natural(i) + 2 for i in range(df.width)) > width:
+        # values every row shares go above the grid, once, to make room
+        same = [i for i in range(1, df.width) if len(set(g.cells[i])) == 1]
+        if same and len(same) < df.width - 1:
+            blocks.append(_wrap_pairs([f"{df.columns[i]}: {g.cells[i][0]}" for i in same],
+                                      width))
+            keep = [i for i in range(df.width) if i not in same]
+            g = _Grid([g.headers[i] for i in keep], [g.cells[i] for i in keep],
+                      [g.numeric[i] for i in keep])
+    order = _long_text_last(g)
+    widths, panels = _fit(g, order, width)
+    if len(panels) > 1 and df.height == 1:  # one wide row reads best as field / value
+        row = next(iter(df.iter_rows()))
+        return "\n".join([*blocks, format_record(dict(zip(df.columns, row, strict=True)))])
+    grids = [_rich_grid(g, panel, widths, df.height) for panel in panels]
+    return "\n".join([*blocks, "\n\n".join(grids)])
 
-    def line(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if c.numeric else v.ljust(w)
-                         for v, w, (c, _) in zip(values, widths, cols, strict=True)).rstrip()
 
-    head = [c.header for c, _ in cols]
-    return "\n".join([line(head), "  ".join("─" * w for w in widths),
-                      *(line(r) for r in cells)])
+def _wrap_pairs(pairs: list[str], width: int) -> str:
+    lines = [""]
+    for p in pairs:
+        if lines[-1] and len(lines[-1]) + 2 + len(p) > width:
+            lines.append("")
+        lines[-1] += ("  " if lines[-1] else "") + p
+    return "\n".join(lines)
+
+
+def _rich_grid(g: _Grid, cols: list[int], widths: dict[int, int], height: int) -> str:
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    tty = sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1),
+                  header_style="bold" if tty else "", collapse_padding=True)
+    for i in cols:
+        w = widths[i]
+        head = "\n".join(_header_lines(g.headers[i], w))
+        table.add_column(Text(head), justify="right" if g.numeric[i] else "left",
+                         width=w, no_wrap=True, overflow="ellipsis")
+    for r in range(height):
+        table.add_row(*(Text(g.cells[i][r]) for i in cols))
+    buf = io.StringIO()
+    total = sum(widths[i] for i in cols) + 3 * len(cols) + 2
+    console = Console(file=buf, width=total, force_terminal=tty, color_system="standard"
+                      if tty else None, highlight=False, emoji=False, markup=False,
+                      legacy_windows=False, soft_wrap=False)
+    console.print(table)
+    lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines).rstrip("\n")
+
+
+def format_table(df: Any) -> str:
+    """:func:`render_table` with no width limit (every column in one grid)."""
+    return render_table(df, width=None)
 
 
 def format_record(row: dict[str, Any]) -> str:
     """One record (a run summary) as aligned ``key  value`` lines, numbers formatted as in
-    :func:`format_table` with the unit after a scaled value (``config_json`` left out: it
-    is in ``--format json``)."""
+    :func:`render_table` with the unit after the value (``config_json`` left out: it is in
+    ``--format json``)."""
 
     shown = {k: v for k, v in row.items() if k != "config_json"}
     width = max((len(k) for k in shown), default=0)
@@ -361,11 +592,15 @@ def format_record(row: dict[str, Any]) -> str:
 
 
 def _value_text(name: str, v: Any) -> str:
-    """One value of column ``name`` on its own, with its unit when scaled."""
+    """One value of column ``name`` on its own, with its unit."""
     if isinstance(v, int | float) and not isinstance(v, bool):
         _, unit, scale = _unit_of(name, [v])
-        integral = isinstance(v, int) or (v == v and float(v).is_integer() and abs(v) < 1e15)
-        return _cell(v, _Column(name, unit, scale, True), integral) + (f" {unit}" if unit
+        scaled = unit is not None
+        if unit is None:
+            _, unit = _fixed_unit(name)
+        integral = not _is_ratio(name) and (
+            isinstance(v, int) or (v == v and float(v).is_integer() and abs(v) < 1e15))
+        return _cell(v, _Column(name, unit, scale, True, scaled), integral) + (f" {unit}" if unit
                                                                        else "")
     if isinstance(v, list | dict):
         v = json.dumps(v, default=str)
