@@ -222,10 +222,19 @@ class TestReplayOutput:
         assert "config_json" not in res.output
 
     def test_info_rows_per_table(self, cli_store):
-        """`info` counts rows per table next to its keys."""
+        """`info` counts rows per table next to its keys, shows only the tables that hold
+        something and says how many it left out; --json lists every table."""
         res = runner.invoke(app, ["info", "--store", str(cli_store)])
-        assert "requests: 1 key(s), 12,031 row(s): conv" in res.output.splitlines()
-        assert "selections: 1 key(s), 30,720 row(s): sm" in res.output.splitlines()
+        lines = [ln.split() for ln in res.output.splitlines()]
+        assert lines[0] == ["table", "keys", "rows", "names"]
+        assert ["requests", "1", "12,031", "conv"] in lines
+        assert ["selections", "1", "30,720", "sm"] in lines
+        every = json.loads(runner.invoke(app, ["info", "--store", str(cli_store),
+                                               "--json"]).output)
+        empty = [r["table"] for r in every if r["keys"] == 0]
+        assert empty and not any(ln and ln[0] in empty for ln in lines[2:-1])
+        assert res.output.splitlines()[-1] == (f"{len(empty)} empty table(s) not shown "
+                                               "(--json lists every table)")
 
 
 class TestHelpListsChoices:

@@ -473,7 +473,8 @@ def sql_cmd(
         list[str] | None, typer.Option("--param", help="k=v parameter of --query; repeat.")
     ] = None,
     list_queries: Annotated[
-        bool, typer.Option("--list-queries", help="List the named queries and exit.")
+        bool, typer.Option("--list-queries", help="List the named queries, one line each, "
+                           "and exit; with --query NAME, describe that one.")
     ] = False,
     limit: Annotated[
         int, typer.Option("--limit", min=0, help="Rows a table or markdown listing shows "
@@ -494,7 +495,7 @@ def sql_cmd(
     if list_queries:
         from toolkit.commands.queries import list_named
 
-        typer.echo(list_named())
+        typer.echo(list_named(named))
         return
     out = Output.from_options(fmt, as_json, output)
     if store is None:
@@ -556,10 +557,13 @@ def info_cmd(store: StoreOpt, fmt: FormatOpt = None, as_json: JsonOpt = False,
             n = s.query(f'SELECT count(*) FROM "{t}"').item() if keys else 0  # a fixed table name
             rows.append({"table": t, "keys": len(keys), "rows": n,
                          "names": ", ".join(keys[:20]) + (", ..." if len(keys) > 20 else "")})
-    if out.fmt == "table" and out.path is None:
-        for r in rows:
-            typer.echo(f"{r['table']}: {r['keys']} key(s), {r['rows']:,} row(s)"
-                       + (f": {r['names']}" if r["names"] else ""))
+    if out.fmt == "table" and out.path is None:  # the tables that hold something
+        full = [r for r in rows if r["keys"]]
+        if full:
+            out.emit(full)
+        empty = len(rows) - len(full)
+        if empty:
+            typer.echo(f"{empty} empty table(s) not shown (--json lists every table)")
         return
     out.emit(rows)
 

@@ -11,6 +11,7 @@ import typer
 
 from toolkit.commands.common import cli_store, fail, field_default, guard
 from toolkit.plan.config import PlanConfig
+from toolkit.tables import render_table
 
 plan_app = typer.Typer(
     help="Capacity plan: accelerator, layout, concurrency, HBM split, host DRAM and SSD at "
@@ -112,20 +113,7 @@ def plan_cmd(
         return
     typer.echo(f"plan {res.plan_id}: {res.searched} candidates, {res.evaluated_exactly} "
                f"evaluated exactly, {res.feasible} feasible, {res.elapsed_s:.1f} s")
-    for p in res.plans:
-        hs = (f"HiSparse {p['hisparse_buffer_tokens']} tok/req/layer"
-              if p["hisparse_buffer_tokens"] else "no HiSparse")
-        if p["engram_hbm_gb"]:
-            hs += f", Engram {p['engram_hbm_gb']:g} GB/GPU"
-        typer.echo(
-            f"#{p['rank']} {p['hardware']} {p['engine']} {p['layout']} ({p['gpus']} GPUs): "
-            f"${p['usd_per_mtok_total']:.4f}/M total "
-            f"[{p['usd_per_mtok_total_low']:.4f}-{p['usd_per_mtok_total_high']:.4f}], "
-            f"{p['tput_per_gpu']:.0f} tok/s/GPU, p90 TTFT {p['p90_ttft_s']:.2f} s; "
-            f"device prefix {p['device_prefix_tokens']:,} tok, {hs}, host "
-            f"{p['host_dram_gb']:g} GB, SSD {p['ssd_gb']:g} GB, {p['policy']}; hits GPU "
-            f"{p['gpu_hit_share']:.3f} host {p['host_hit_share']:.3f} SSD "
-            f"{p['storage_hit_share']:.3f}; runs {', '.join(p['run_ids'])}")
+    typer.echo(render_table(plan_table(res.plans)))
     typer.echo("assumptions:")
     for a in res.assumptions:
         typer.echo(f"  - {a}")
@@ -144,4 +132,39 @@ def explain_cmd(
 
     with cli_store(store) as s:
         out = guard(explain, s, plan)
-    typer.echo(json.dumps(out, default=str) if as_json else explain_text(out))
+    if as_json:
+        typer.echo(json.dumps(out, default=str))
+        return
+    lines = explain_text(out).splitlines()
+    typer.echo("\n".join(lines[:4]))  # the plan, binding constraint, runs, the table's title
+    typer.echo(render_table(alternatives_table(out), wrap_text=True))
+
+
+def plan_table(plans: list[dict]) -> object:
+    """The printed plans, one row each: cost and band, throughput, latency, the tiers and
+    what each serves; the layout and run ids (long text) last."""
+    import polars as pl
+
+    cols = ("rank", "hardware", "engine", "gpus", "usd_per_mtok_total", "usd_per_mtok_total_low",
+            "usd_per_mtok_total_high", "tput_per_gpu", "p90_ttft_s", "device_prefix_tokens",
+            "hisparse_buffer_tokens", "engram_hbm_gb", "host_dram_gb", "ssd_gb", "policy",
+            "gpu_hit_share", "host_hit_share", "storage_hit_share", "layout")
+    return pl.DataFrame([{**{c: p.get(c) for c in cols}, "runs": ", ".join(p["run_ids"])}
+                         for p in plans], infer_schema_length=None, strict=False)
+
+
+def alternatives_table(out: dict) -> object:
+    """``plan explain``'s next-best alternative per dimension, one row each."""
+    import polars as pl
+
+    p, rows = out["plan"], []
+    for dim, a in out["alternatives"].items():
+        rows.append({"dimension": dim, "chosen": "none" if p[dim] is None else str(p[dim]),
+                     "alternative": "none" if a.get("value") is None else str(a["value"]),
+                     "usd_per_mtok_total": a.get("usd_per_mtok_total"),
+                     "cost_ratio": a.get("ratio"), "delta_usd_per_mtok": a.get(
+                         "delta_usd_per_mtok"), "why": a.get("why", "")})
+    return pl.DataFrame(rows, schema={"dimension": pl.String, "chosen": pl.String,
+                                      "alternative": pl.String,
+                                      "usd_per_mtok_total": pl.Float64, "cost_ratio": pl.Float64,
+                                      "delta_usd_per_mtok": pl.Float64, "why": pl.String})

@@ -26,7 +26,7 @@ from toolkit.commands.measured import (
     measurement_source,
     show_notes,
 )
-from toolkit.commands.output import FormatOpt, Output, OutputOpt, check_output_file
+from toolkit.commands.output import FormatOpt, Output, OutputOpt, check_output_file, render_table
 
 serving_app = typer.Typer(
     help="Serving-performance model: fit efficiencies to measured points, predict TPOT / TTFT "
@@ -230,7 +230,5 @@ def validate_cmd(
         title = {"time": "fit on older rows, predict newer (and the reverse)",
                  "kfold": "5-fold", "dsa": "GLM-5 (DSA) decode on 8x H200, vLLM: never fitted"
                  }.get(s, f"leave-one-{s}-out")
-        typer.echo(f"{title} (held-out rows only; errors are |pred/measured - 1|)")
-        with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=3,
-                       tbl_hide_dataframe_shape=True):
-            typer.echo(str(t))
+        typer.echo(render_table(t, title=f"{title} (held-out rows only; errors are "
+                                "|pred/measured - 1|)"))
