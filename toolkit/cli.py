@@ -526,8 +526,17 @@ def sql_cmd(
         except WriteRefused as e:
             fail(str(e))
         except duckdb.Error as e:
-            fail(str(e).splitlines()[0], code=1)
+            fail(_sql_error(e, store), code=1)
     out.emit(df, limit=limit, hint="--limit 0 for all")
+
+
+def _sql_error(e: Exception, store: Path) -> str:
+    """DuckDB's first line, and for a wrong table or column name where to look them up."""
+    msg = str(e).splitlines()[0]
+    if msg.startswith(("Catalog Error", "Binder Error")):
+        msg += (f" (`toolkit info --store {store}` lists the tables; `toolkit sql --store "
+                f"{store} \"DESCRIBE <table>\"` its columns)")
+    return msg
 
 
 @app.command("report")

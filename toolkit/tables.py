@@ -420,3 +420,13 @@ def value_text(name: str, v: Any) -> str:
     if isinstance(v, list | dict):
         v = json.dumps(v, default=str)
     return _cell(v, _Column(name), False)
+
+
+def display_cells(df: Any) -> tuple[list[str], list[str], list[list[str]], list[bool]]:
+    """(names, headers, cells per column, numeric per column) of ``df`` in display order
+    (long text last), formatted as :func:`render_table` formats them: for other renderers
+    of the same table (the HTML report, notebooks)."""
+    g = _grid(df, None)
+    order = _long_text_last(g)
+    return ([df.columns[i] for i in order], [g.headers[i] for i in order],
+            [g.cells[i] for i in order], [g.numeric[i] for i in order])
