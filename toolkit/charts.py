@@ -250,7 +250,10 @@ def miss_ratio_curves(mrc: pl.DataFrame, title: str | None = None) -> alt.LayerC
     """Miss ratio against device-buffer size, one line per online policy and the OPT bound
     dashed (the ``miss_ratio_curve`` query); buffer in tokens and GB per request."""
     df = mrc.with_columns(pl.when(pl.col("is_bound")).then(pl.lit("OPT (bound)"))
-                          .otherwise(pl.col("policy")).alias("policy_label"))
+                          .otherwise(pl.col("policy")).alias("policy_label"),
+                          # a line joins one trace's runs of one mode, never plain and
+                          # HiSparse runs (cold restarts or not) of the same policy
+                          pl.format("{} {}", "trace", "mode").alias("series"))
     model = str(mrc["kv_model"].first()) if "kv_model" in mrc.columns else "model"
     labels = sorted(set(df.filter(~pl.col("is_bound"))["policy_label"].to_list()))
     labels += ["OPT (bound)"] if df["is_bound"].any() else []
@@ -264,7 +267,9 @@ def miss_ratio_curves(mrc: pl.DataFrame, title: str | None = None) -> alt.LayerC
                       axis=alt.Axis(format="%")),
         color=color,
         strokeDash=alt.condition("datum.is_bound", alt.value([5, 3]), alt.value([1, 0])),
-        detail="trace:N",
+        detail="series:N",
+        shape=(alt.Shape("mode:N", title="mode") if df["mode"].n_unique() > 1
+               else alt.Undefined),
         tooltip=["trace", "mode", "policy_label", "buffer_tokens",
                  alt.Tooltip("buffer_gb_per_request:Q", format=".4f"),
                  alt.Tooltip("miss_ratio:Q", format=".4f"), "run_id"],

@@ -19,6 +19,7 @@ from toolkit.commands.common import (
     fail,
     field_default,
     guard,
+    require_key,
 )
 from toolkit.commands.oneline import OneLineErrors
 from toolkit.commands.output import PREFIX_TABLE, FormatOpt, JsonOpt, Output, OutputOpt
@@ -403,7 +404,6 @@ def replay_prefix_cmd(
 ) -> None:
     """Replay a request timeline's prefix blocks through one cache (docs/prefix.md:
     exact semantics)."""
-    from toolkit.replay.prefix import replay_prefix, sweep_prefix
     from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
@@ -419,6 +419,9 @@ def replay_prefix_cmd(
         fail("--model applies to --capacity-gb only")
     quiet = False if out.quiet else None
     with cli_store(store) as s, compile_notice(quiet):
+        require_key(s, "requests", trace)  # before the replay's kernels and libraries load
+        from toolkit.replay.prefix import replay_prefix, sweep_prefix
+
         caps: list[int | None] = [*blocks, *_gb_to_blocks(s, trace, model, sizes_gb)]
         extra = [{}] * len(blocks) + [{"capacity_gb": g, "model": model} for g in sizes_gb]
         for c in caps:

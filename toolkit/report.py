@@ -90,10 +90,11 @@ def _prefix(store: Store) -> Section | None:
             s += (f"; the smallest cache replayed ({r['capacity_tokens']:,} tokens, "
                   f"{r['capacity_gb']:.1f} GB of {r['kv_model']} KV) hits {_pct(r['ratio'])}")
         parts.append(s + ".")
+    rules = ("; the dashed rules are the unbounded cache, the most any cache can hit"
+             if unb.height else "")
     fig = Figure("prefix_hit_ratio", "prefix_hit_curve",
                  "Hit ratio of the prefix-block cache against its capacity (log scale, tokens and "
-                 "GB); the dashed rules are the unbounded cache, the most any cache can hit. "
-                 + " ".join(parts), ch.hit_ratio_vs_capacity(curve))
+                 f"GB){rules}. " + " ".join(parts), ch.hit_ratio_vs_capacity(curve))
     return Section("prefix", "Prefix caching", "Block-level replay of request timelines "
                    "(chained prefix-block hashes) through a cache of fixed capacity.",
                    (("Prefix replay runs", run_query(store, "prefix_runs")),), (fig,))
@@ -111,10 +112,14 @@ def _selections(store: Store) -> Section | None:
         gap = (f" The largest gap to OPT: {worst['policy']} at {worst['buffer_tokens']:,} tokens "
                f"takes {worst['misses_over_opt']:.2f}x OPT's misses ({worst['trace']}, "
                f"{worst['mode']}).")
+    bound = (" the dashed OPT (Belady) line is the bound no online policy can beat."
+             if mrc["is_bound"].any() else " No OPT run: no bound is drawn.")
+    modes = mrc["mode"].unique().sort().to_list()
+    split = (" Plain and HiSparse runs are separate lines (marker: mode)." if len(modes) > 1
+             else "")
     figs.append(Figure("miss_ratio_curve", "miss_ratio_curve",
-                       "Miss ratio of the per-layer device buffer against its size, per policy; "
-                       "the dashed OPT (Belady) line is the bound no online policy can beat." + gap,
-                       ch.miss_ratio_curves(mrc)))
+                       "Miss ratio of the per-layer device buffer against its size, per policy "
+                       "and trace;" + bound + split + gap, ch.miss_ratio_curves(mrc)))
     cdf = run_query(store, "miss_latency_cdf")
     if cdf.height:
         from toolkit.hardware import get_hardware
@@ -342,8 +347,8 @@ def _plans(store: Store) -> Section | None:
                  f"SSD ${top['usd_per_mtok_ssd']:.4f})")
             if one.height > 1:
                 nxt = one.row(1, named=True)
-                s += (f", {nxt['usd_per_mtok_total'] / top['usd_per_mtok_total']:.2f}x "
-                      f"cheaper than {nxt['hardware']}")
+                s += (f"; next {nxt['hardware']} at "
+                      f"{nxt['usd_per_mtok_total'] / top['usd_per_mtok_total']:.2f}x that")
             parts.append(s + ".")
         figs.append(Figure(
             "plan_cost", "capacity_plan_best",
@@ -442,12 +447,37 @@ def _model_vs_measured(store: Store) -> Section:
         figs.append(Figure(
             f"serving_fronts_{len(figs)}", "serving_fronts",
             f"Modelled Pareto fronts of {r['model']} {r['precision']} at {r['isl']}/{r['osl']} "
-            f"tokens (lines) with the {pts.height} measured points at that shape (diamonds).",
+            f"tokens (lines) with the {pts.height} measured points at that shape (diamonds)."
+            + _front_gap(f, pts),
             ch.pareto_fronts(f, pts, f"{r['model']} {r['precision']} {r['isl']}/{r['osl']}: "
                              "modelled fronts and measured points")))
     return Section("model_vs_measured", "Serving model vs measured",
                    "The step-level serving model (bundled fit) against measured points "
                    "(SemiAnalysis InferenceX, Apache-2.0).", (), tuple(figs))
+
+
+def _front_gap(front: pl.DataFrame, pts: pl.DataFrame) -> str:
+    """How far the measured points sit from the modelled front of their hardware: the
+    measured / modelled throughput at the front point nearest in interactivity (log
+    distance), its range and the hardware where it is widest, so the caption never hides a
+    gap the chart shows."""
+    import math
+
+    ratios = []
+    for p in pts.iter_rows(named=True):
+        f = front.filter((pl.col("hardware") == p["hardware"]) & (pl.col("interactivity") > 0))
+        if not f.height or not p.get("interactivity") or not p.get("tput_per_gpu"):
+            continue
+        near = min(f.iter_rows(named=True), key=lambda q: abs(
+            math.log(q["interactivity"] / p["interactivity"])))
+        if near["tput_per_gpu"]:
+            ratios.append((p["tput_per_gpu"] / near["tput_per_gpu"], p["hardware"]))
+    if not ratios:
+        return ""
+    lo, hi = min(ratios), max(ratios)
+    return (f" Measured / modelled throughput at the nearest front point: {lo[0]:.2f}x "
+            f"({lo[1]}) to {hi[0]:.2f}x ({hi[1]}); outside 0.8-1.25x on "
+            f"{sum(1 for x, _ in ratios if not 0.8 <= x <= 1.25)} of {len(ratios)} points.")
 
 
 def _headline(store: Store) -> tuple[tuple[str, pl.DataFrame], ...]:

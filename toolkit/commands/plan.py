@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import cli_store, fail, field_default, guard
+from toolkit.commands.common import cli_store, fail, field_default, guard, require_key
 from toolkit.plan.config import PlanConfig
 from toolkit.tables import render_table
 
@@ -95,8 +95,6 @@ def plan_cmd(
         fail("give --store, --trace and --model (or a subcommand: toolkit plan explain)")
     if engine not in ("local", "ray"):
         fail(f"--engine {engine!r}: local or ray")
-    from toolkit.plan import search
-
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
                 max_p90_ttft_s=max_p90_ttft_s, price_tier=price_tier,
@@ -107,6 +105,13 @@ def plan_cmd(
                 prefix_reserve=_floats(prefix_reserve, "--prefix-reserve"),
                 exhaustive=exhaustive, top=top)
     with cli_store(store) as s:
+        require_key(s, "requests", trace)  # names first: a typo costs no search start-up
+        if selections is not None:
+            require_key(s, "selections", selections, "selection trace")
+        if engram is not None:
+            require_key(s, "engram_traces", engram, "Engram lookup trace")
+        from toolkit.plan import search
+
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
     if as_json:
         typer.echo(json.dumps(res.to_json(), default=str))
