@@ -405,6 +405,25 @@ class TestReadableOutput:
         assert lines[3].split() == ["64", "2.500", "1.300", "0.5000", "b"]  # 4 significant
         assert "i64" not in format_table(df) and "f64" not in format_table(df)
 
+    def test_notebook_table_html_and_text(self):
+        """``toolkit.tables.Table``: the notebooks' tables, HTML and text, formatted as the
+        commands print them (units and $ in headers, whole numbers, long text last)."""
+        from toolkit.tables import Table
+
+        df = pl.DataFrame({"hardware": ["gb200"],
+                           "layout": ["disagg P24/D16 decode TP16 EP16 DPA+MTP conc 128"],
+                           "gpus": [40.0],
+                           "usd_per_mtok_total": [0.12377], "host_dram_gb": [256.0]})
+        text = repr(Table(df)).splitlines()
+        assert text[0].split() == ["hardware", "gpus", "$/Mtok_total", "host_dram", "(GB)",
+                                   "layout"]
+        assert text[2].split()[:4] == ["gb200", "40", "0.1238", "256"]
+        page = Table(df)._repr_html_()
+        assert "<th title='usd_per_mtok_total' style='text-align:right'>$/Mtok total</th>" \
+            in page and page.index("'layout'") > page.index("'host_dram_gb'")
+        assert ">40</td>" in page and "40.0" not in page
+        assert "2 more rows" in repr(Table(pl.concat([df] * 3), limit=1))
+
     def test_prefix_sweep_one_row_per_capacity(self, cli_store):
         """Several capacities print one row each (capacity, tokens, hit ratios, time), not a
         block per capacity, and the kernel load is reported apart from every elapsed_s; JSON

@@ -382,7 +382,7 @@ def _rich_grid(g: _Grid, cols: list[int], widths: dict[int, int], height: int,
     total = sum(widths[i] for i in cols) + 3 * len(cols) + 2
     console = Console(file=buf, width=total, force_terminal=tty, color_system="standard"
                       if tty else None, highlight=False, emoji=False, markup=False,
-                      legacy_windows=False, soft_wrap=False)
+                      legacy_windows=False, soft_wrap=False, force_jupyter=False)
     console.print(table)
     lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
     while lines and not lines[0].strip():
@@ -430,3 +430,45 @@ def display_cells(df: Any) -> tuple[list[str], list[str], list[list[str]], list[
     order = _long_text_last(g)
     return ([df.columns[i] for i in order], [g.headers[i] for i in order],
             [g.cells[i] for i in order], [g.numeric[i] for i in order])
+
+
+class Table:
+    """A frame shown in a notebook as the commands print it: ``Table(df)`` as the last
+    expression of a cell renders an HTML table (units and $ in the headers, separators,
+    four significant digits, long text last, numbers right-aligned) and, as text, the
+    terminal table; both are deterministic, so nbval compares them.
+
+    Args:
+        df: a Polars frame.
+        limit: rows shown (the rest counted in a note).
+    """
+
+    def __init__(self, df: Any, limit: int = 40) -> None:
+        self.df = df
+        self.limit = limit
+
+    def _note(self) -> str:
+        n = self.df.height - self.limit
+        return f"{n:,} more rows" if n > 0 else ""
+
+    def __repr__(self) -> str:
+        note = self._note()
+        return render_table(self.df.head(self.limit), width=None) + (f"\n{note}" if note
+                                                                      else "")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        names, headers, cells, numeric = display_cells(self.df.head(self.limit))
+        head = "".join(
+            f"<th title='{html.escape(n)}' style='text-align:{'right' if num else 'left'}'>"
+            f"{html.escape(h.replace('_', ' '))}</th>"
+            for n, h, num in zip(names, headers, numeric, strict=True))
+        rows = "".join(
+            "<tr>" + "".join(
+                f"<td style='text-align:{'right' if num else 'left'};white-space:nowrap'>"
+                f"{html.escape(c[r])}</td>" for c, num in zip(cells, numeric, strict=True))
+            + "</tr>" for r in range(min(self.limit, self.df.height)))
+        note = self._note()
+        return (f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+                + (f"<p>{note}</p>" if note else ""))
