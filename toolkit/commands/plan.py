@@ -9,7 +9,15 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import cli_store, fail, field_default, guard, require_key
+from toolkit.commands.common import (
+    check_workers,
+    cli_store,
+    fail,
+    field_default,
+    guard,
+    require_key,
+    ttft_bound,
+)
 from toolkit.plan.config import PlanConfig
 from toolkit.tables import render_table
 
@@ -63,8 +71,13 @@ def plan_cmd(
         "--prefix-reserve", help="Shares of each GPU's KV pool kept for the prefix cache "
         "(running requests capped to the rest), comma-separated; 0 = shared pool.")
     ] = ",".join(f"{v:g}" for v in _d("prefix_reserve")),
-    max_p90_ttft_s: Annotated[float | None, typer.Option(
-        "--max-p90-ttft-s", help="p90 TTFT bound in seconds.")] = _d("max_p90_ttft_s"),
+    max_p90_ttft_s: Annotated[str, typer.Option(
+        "--max-p90-ttft-s", help="p90 TTFT bound in seconds; 'none' lifts it.")] = (
+        "none" if _d("max_p90_ttft_s") is None else f"{_d('max_p90_ttft_s'):g}"),
+    ttft_confidence: Annotated[float, typer.Option(
+        "--ttft-confidence", help="Confidence at which a plan meets the p90 TTFT bound: 0.5, "
+        "0.8 or 0.9 (the upper end of the predicted p90 TTFT's central band).")
+    ] = _d("ttft_confidence"),
     price_tier: Annotated[str, typer.Option(
         "--price-tier", help="hyperscaler, neocloud or rental.")] = _d("price_tier"),
     host_dram_gb: Annotated[str, typer.Option(
@@ -79,8 +92,8 @@ def plan_cmd(
     engine: Annotated[str, typer.Option(
         "--engine", help="Where exact evaluations run: local or ray.")] = "local",
     workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, help="Parallel exact evaluations (threads with local, Ray CPUs "
-        "with ray); same plans as one.")] = None,
+        "--workers", min=1, callback=check_workers, help="Parallel exact evaluations "
+        "(threads with local, Ray CPUs with ray); same plans as one.")] = None,
     exhaustive: Annotated[bool, typer.Option(
         "--exhaustive", help="Evaluate every candidate exactly (no pruning).")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans printed.")] = _d("top"),
@@ -97,7 +110,8 @@ def plan_cmd(
         fail(f"--engine {engine!r}: local or ray")
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
-                max_p90_ttft_s=max_p90_ttft_s, price_tier=price_tier,
+                max_p90_ttft_s=ttft_bound(max_p90_ttft_s), ttft_confidence=ttft_confidence,
+                price_tier=price_tier,
                 host_dram_gb=_floats(host_dram_gb, "--host-dram-gb"),
                 ssd_gb=_floats(ssd_gb, "--ssd-gb"), policy=_names(policy),
                 engram_hbm_gb=_floats(engram_hbm_gb, "--engram-hbm-gb"),
@@ -113,15 +127,35 @@ def plan_cmd(
         from toolkit.plan import search
 
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
+    caveat = _dsa_caveat(model)
     if as_json:
-        typer.echo(json.dumps(res.to_json(), default=str))
+        typer.echo(json.dumps(res.to_json() | ({"dsa_caveat": caveat} if caveat else {}),
+                              default=str))
         return
+    from toolkit.models import get_model
+
+    if get_model(cfg.model).index_topk > 0:
+        from toolkit.serving.crossval import dsa_caveat
+
+        typer.echo(f"({dsa_caveat()})")
     typer.echo(f"plan {res.plan_id}: {res.searched} candidates, {res.evaluated_exactly} "
                f"evaluated exactly, {res.feasible} feasible, {res.elapsed_s:.1f} s")
     typer.echo(render_table(plan_table(res.plans)))
     typer.echo("assumptions:")
     for a in res.assumptions:
         typer.echo(f"  - {a}")
+    if caveat:
+        typer.echo(f"dsa_caveat: {caveat}")
+
+
+def _dsa_caveat(model: str) -> str | None:
+    """What the one measured DSA check says of the serving model's answers (the same text
+    as ``cost compare``'s ``dsa_caveat``), for a sparse-attention model; None for a dense
+    one."""
+    from toolkit.models import get_model
+    from toolkit.serving.crossval import dsa_caveat
+
+    return dsa_caveat() if get_model(model).index_topk > 0 else None
 
 
 @plan_app.command("explain")
@@ -151,9 +185,11 @@ def plan_table(plans: list[dict]) -> object:
     import polars as pl
 
     cols = ("rank", "hardware", "engine", "gpus", "usd_per_mtok_total", "usd_per_mtok_total_low",
-            "usd_per_mtok_total_high", "tput_per_gpu", "p90_ttft_s", "device_prefix_tokens",
-            "hisparse_buffer_tokens", "engram_hbm_gb", "host_dram_gb", "ssd_gb", "policy",
-            "gpu_hit_share", "host_hit_share", "storage_hit_share", "layout")
+            "usd_per_mtok_total_high", "tput_per_gpu", "p90_ttft_s", "p90_ttft_s_low",
+            "p90_ttft_s_high", "device_prefix_tokens", "hisparse_buffer_tokens", "engram_hbm_gb",
+            "host_dram_gb", "ssd_gb", "policy", "gpu_hit_share", "host_hit_share",
+            "storage_hit_share", "layout")
+    cols = tuple(c for c in cols if any(p.get(c) is not None for p in plans))
     return pl.DataFrame([{**{c: p.get(c) for c in cols}, "runs": ", ".join(p["run_ids"])}
                          for p in plans], infer_schema_length=None, strict=False)
 

@@ -161,14 +161,19 @@ def warm_up_cmd(
     """Compile every kernel the commands use, once (make setup runs it); later commands
     load them from numba's cache."""
     import multiprocessing as mp
+    import os
     from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from toolkit.runtime.pool import die_with_parent
 
     t0 = time.perf_counter()
     total = 0
     with tempfile.TemporaryDirectory(prefix="toolkit-warm-up-") as scratch:
         # the demo is the longest item: it starts first, and the other process works
         # through the serving item, then the replays, meanwhile (TASKS' order)
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                 initializer=die_with_parent,  # none outlives a kill -9
+                                 initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(_run_task, t, scratch, str(traces)) for t in TASKS]
             for fut in as_completed(futures):
                 try:

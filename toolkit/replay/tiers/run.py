@@ -60,13 +60,15 @@ class PageStream:
 
 
 def page_stream(requests: pa.Table, page_tokens: int | None = None,
-                semantics: str = "sglang") -> PageStream:
+                semantics: str = "sglang", flag: str = "--page-tokens") -> PageStream:
     """Sort by (arrival, request id), flatten the hashes, regroup blocks into pages.
 
     A page of ``m`` blocks is keyed by its last block's chained hash (which identifies
     the whole prefix) and covers the tokens of its blocks; a page smaller than a block
     is a sub-page of it. ``semantics="sglang"`` cuts page-aligned prompts into radix
     pieces instead (:func:`toolkit.replay.tiers.pieces.radix_pieces`).
+
+    ``flag``: the option that set ``page_tokens``, named when it does not fit the trace.
 
     Raises:
         ToolkitError: no hashes, ``page_tokens`` neither divides nor is a multiple of the
@@ -85,7 +87,7 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None,
     page = page_tokens or block
     if page % block and block % page:
         raise ToolkitError(
-            f"page_tokens {page} neither divides nor is a multiple of the trace's "
+            f"{flag} {page} neither divides nor is a multiple of the trace's "
             f"{block}-token blocks; regenerate a synthetic trace with that page size instead"
         )
     m = page // block
@@ -138,7 +140,7 @@ def block_stream(requests: pa.Table, block_tokens: int = 16) -> PageStream:
     """
     from dataclasses import replace
 
-    ps = page_stream(requests, block_tokens, "page")
+    ps = page_stream(requests, block_tokens, "page", "--block-tokens")
     full = ps.tokens == block_tokens
     req_of = np.repeat(np.arange(ps.lengths.size), ps.lengths)
     lengths = np.bincount(req_of[full], minlength=ps.lengths.size).astype(np.int64)
