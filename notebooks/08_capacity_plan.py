@@ -37,6 +37,7 @@ from toolkit.ingest import ingest_file
 from toolkit.plan.config import PlanConfig
 from toolkit.plan.search import PlanError, plan
 from toolkit.serving import bundled_points_path
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_cols=-1, tbl_width_chars=160, tbl_hide_column_data_types=True,
@@ -70,7 +71,7 @@ show = ("rank", "hardware", "layout", "gpus", "device_prefix_tokens", "hisparse_
         "host_dram_gb", "ssd_gb", "gpu_hit_share", "host_hit_share", "storage_hit_share",
         "p90_ttft_s", "tput_per_gpu", "usd_per_mtok_total", "usd_per_mtok_total_low",
         "usd_per_mtok_total_high")
-pl.DataFrame(best.plans).select(show)
+Table(pl.DataFrame(best.plans).select(show))  # formatted as the CLI prints it
 
 # %%
 print("\n".join(f"- {a}" for a in best.assumptions))
@@ -117,9 +118,10 @@ front = front.with_columns(pl.Series("on_front", [
     not any(o["hardware"] == r["hardware"] and o["interactivity"] >= r["interactivity"]
             and o["usd_per_mtok_total"] < r["usd_per_mtok_total"] for o in front_rows)
     for r in front_rows]))
-front.select("hardware", "interactivity", "layout", "hisparse_buffer_tokens", "host_dram_gb",
-             "ssd_gb", "gpu_hit_share", "host_hit_share", "storage_hit_share",
-             "usd_per_mtok_total", "usd_gpu", "usd_dram", "usd_ssd", "on_front")
+Table(front.select("hardware", "interactivity", "layout", "hisparse_buffer_tokens",
+                   "host_dram_gb", "ssd_gb", "gpu_hit_share", "host_hit_share",
+                   "storage_hit_share", "usd_per_mtok_total", "usd_gpu", "usd_dram", "usd_ssd",
+                   "on_front"))
 
 # %%
 alt.Chart(alt.Data(values=front.drop("layout").to_dicts())).mark_line(point=True).encode(
@@ -165,7 +167,7 @@ for hw in HW:
     r = dict(zip(one["allowed"], one["ratio_to_all_tiers"], strict=True))
     print(f"{hw}: forbidding SSD costs {r.get('no SSD', float('nan')) - 1:+.1%}, forbidding "
           f"host DRAM and SSD {r.get('no host DRAM, no SSD', float('nan')) - 1:+.1%}")
-forbid
+Table(forbid)
 
 # %% [markdown]
 # ## 4. B200 with and without KV offload, beside the measured B200 agentic points
@@ -205,7 +207,7 @@ measured = (pl.read_csv(bundled_points_path("agentic_b200_multiturn.csv"))
                 (pl.col("cpu_hit_rate").fill_null(0).median() / 100).alias("measured_host"),
                 (pl.col("p90_ttft_ms").median() / 1000).alias("measured_p90_ttft_s")))
 side = planned.join(measured, on=["users", "offload"], how="left").sort("offload", "users")
-side
+Table(side)
 
 # %%
 print(json.dumps({"measured_users": sorted(measured["users"].unique().to_list()),

@@ -41,12 +41,20 @@ class TestPrefixCurve:
 
 class TestTierReuse:
     def test_stacked_in_numeric_order(self, analysis_store):
-        """Bars stack GPU, host, storage, recomputed; concurrency sorted as numbers; one
-        panel per hardware."""
-        spec = ch.tier_reuse_bars(run_query(analysis_store, "tier_reuse")).to_dict()
+        """One bar per run (so a bar sums to 100%), runs in numeric order of users and
+        labelled with their load; bars stack GPU, host, storage, recomputed; one panel
+        column per hardware, one row per trace."""
+        reuse = run_query(analysis_store, "tier_reuse")
+        spec = ch.tier_reuse_bars(reuse).to_dict()
         enc = spec["spec"]["encoding"]
         assert spec["spec"]["mark"]["type"] == "bar"
-        assert enc["x"]["sort"] == ["8", "16"]
+        users = dict(reuse.select("run_id", "concurrency").unique().iter_rows())
+        assert enc["x"]["field"] == "run_id" and len(enc["x"]["sort"]) == len(users)
+        for hw in ("gb200", "mi355x"):
+            mine = [r for r in enc["x"]["sort"] if hw in r]
+            assert [users[r] for r in mine] == [8, 16]
+        assert "8 users" in enc["x"]["axis"]["labelExpr"]
+        assert spec["facet"]["row"]["field"] == "trace"
         assert enc["color"]["sort"] == ["GPU (L1)", "host (L2)", "storage (L3)", "recomputed"]
         assert enc["y"]["stack"] == "zero" and enc["order"]["field"] == "source_rank"
         assert spec["facet"]["column"]["sort"] == ["gb200", "mi355x"]
@@ -64,7 +72,7 @@ class TestTierReuse:
                  "source_rank": i, "share": 0.5, "tokens": 1}
                 for c in (16, 32, 4, 8) for i, s in enumerate(("GPU (L1)", "recomputed"), 1)]
         spec = ch.tier_reuse_bars(pl.DataFrame(rows)).to_dict()
-        assert spec["spec"]["encoding"]["x"]["sort"] == ["4", "8", "16", "32"]
+        assert spec["spec"]["encoding"]["x"]["sort"] == ["r4", "r8", "r16", "r32"]
 
 
 class TestSelections:

@@ -89,6 +89,10 @@ def test_sql_bad_query_prints_duckdb_error(cli_store):
     res = runner.invoke(app, ["sql", "--store", str(cli_store), "SELECT nope FROM requests"])
     assert res.exit_code == 1
     assert "Binder Error" in res.output and "nope" in res.output
+    # a wrong table or column name says where to look them up, on the same one line
+    res = runner.invoke(app, ["sql", "--store", str(cli_store), "SELECT * FROM nope"])
+    assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
+    assert "Catalog Error" in res.output and f"toolkit info --store {cli_store}" in res.output
 
 
 def test_request_traces_label_real_and_synthetic(tmp_path):

@@ -126,23 +126,36 @@ class TestSqlOutput:
                                   q])
         assert res.exit_code == 2 and "--json means --format json" in res.output
 
-    def test_wide_result_prints_vertically(self, cli_store):
-        """A result wider than the terminal is shown one row per block, long values cut."""
+    def test_wide_result_is_split_into_panels(self, cli_store):
+        """A result wider than the terminal ($COLUMNS) keeps one line per row: values every
+        row shares go above, headers wrap at word boundaries, long text goes last and is
+        cut, and the rest of the columns follow in a panel that repeats the first."""
         res = runner.invoke(app, ["sql", "--store", str(cli_store), "SELECT * FROM requests "
-                                  "ORDER BY request_id LIMIT 2"], env={"COLUMNS": "60"})
+                                  "ORDER BY request_id LIMIT 2"], env={"COLUMNS": "40"})
         assert res.exit_code == 0, res.output
         lines = res.output.splitlines()
-        assert lines[0].startswith("-[ row 1 ]") and lines[2] == "request_id    | 0"
-        assert lines[4] == "input_tokens  | 6,758" and lines[8] == "session_id    | null"
-        assert lines[7].startswith("block_hashes  | [0, 1, 2") and len(lines[7]) == 60
-        assert lines[10] == "-[ row 2 ]--------------------------"
-        assert lines[-1].startswith("(2 long value(s) cut at 44 characters")
+        assert max(len(ln) for ln in lines) <= 40, res.output
+        assert lines[0] == "arrival_s: 0.000  block_tokens: 512", res.output
+        assert not any(ln.startswith("-[ row") for ln in lines)
+        i = lines.index(next(ln for ln in lines if ln.startswith("─")))
+        # request_id / input_tokens / output_tokens wrapped after their "_", never cut
+        assert lines[i - 2].split() == ["request_", "input_", "output_"], res.output
+        assert lines[i - 1].split() == ["trace", "id", "tokens", "tokens"], res.output
+        assert lines[i + 1].split() == ["conv", "0", "6,758", "500"], res.output
+        assert lines[-4].split() == ["trace", "block_hashes"], res.output  # long text last
+        assert lines[-2].startswith("conv   [0, 1, 2") and lines[-2].endswith("…"), res.output
 
     def test_long_result_is_cut_with_a_note(self, cli_store):
-        """Tables stop at 100 rows and say how many more there are."""
-        res = runner.invoke(app, ["sql", "--store", str(cli_store),
-                                  "SELECT request_id FROM requests ORDER BY 1"])
-        assert res.output.splitlines()[-1].startswith("... 11,931 more row(s) not shown")
+        """`sql` shows 40 rows by default, as DuckDB's shell does, and says how to see the
+        rest; --limit 0 shows them all, and csv keeps every row."""
+        q = "SELECT request_id FROM requests ORDER BY 1"
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), q])
+        lines = res.output.splitlines()
+        assert lines[-1] == "11,991 more rows (--limit 0 for all)" and len(lines) == 43
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--limit", "0", q])
+        assert len(res.output.splitlines()) == 12_031 + 2
+        res = runner.invoke(app, ["sql", "--store", str(cli_store), "--format", "csv", q])
+        assert len(res.output.splitlines()) == 12_031 + 1
 
     @pytest.mark.parametrize("suffix", [".csv", ".json", ".parquet"])
     def test_output_file(self, cli_store, tmp_path, suffix):
@@ -209,10 +222,19 @@ class TestReplayOutput:
         assert "config_json" not in res.output
 
     def test_info_rows_per_table(self, cli_store):
-        """`info` counts rows per table next to its keys."""
+        """`info` counts rows per table next to its keys, shows only the tables that hold
+        something and says how many it left out; --json lists every table."""
         res = runner.invoke(app, ["info", "--store", str(cli_store)])
-        assert "requests: 1 key(s), 12,031 row(s): conv" in res.output.splitlines()
-        assert "selections: 1 key(s), 30,720 row(s): sm" in res.output.splitlines()
+        lines = [ln.split() for ln in res.output.splitlines()]
+        assert lines[0] == ["table", "keys", "rows", "names"]
+        assert ["requests", "1", "12,031", "conv"] in lines
+        assert ["selections", "1", "30,720", "sm"] in lines
+        every = json.loads(runner.invoke(app, ["info", "--store", str(cli_store),
+                                               "--json"]).output)
+        empty = [r["table"] for r in every if r["keys"] == 0]
+        assert empty and not any(ln and ln[0] in empty for ln in lines[2:-1])
+        assert res.output.splitlines()[-1] == (f"{len(empty)} empty table(s) not shown "
+                                               "(--json lists every table)")
 
 
 class TestHelpListsChoices:
@@ -378,10 +400,29 @@ class TestReadableOutput:
         lines = format_table(df).splitlines()
         assert lines[0].split() == ["batch_per_gpu", "host_used_peak", "(GB)",
                                     "miss_latency", "(µs)", "b_minus_a", "name"]
-        assert set(lines[1]) == {"─", " "} and len(lines) == 4
+        assert set(lines[1]) == {"─"} and len(lines) == 4
         assert lines[2].split() == ["240", "171.6", "1.703", "-84,591,856", "a"]
-        assert lines[3].split() == ["64", "2.500", "1.300", "0.5", "b"]
+        assert lines[3].split() == ["64", "2.500", "1.300", "0.5000", "b"]  # 4 significant
         assert "i64" not in format_table(df) and "f64" not in format_table(df)
+
+    def test_notebook_table_html_and_text(self):
+        """``toolkit.tables.Table``: the notebooks' tables, HTML and text, formatted as the
+        commands print them (units and $ in headers, whole numbers, long text last)."""
+        from toolkit.tables import Table
+
+        df = pl.DataFrame({"hardware": ["gb200"],
+                           "layout": ["disagg P24/D16 decode TP16 EP16 DPA+MTP conc 128"],
+                           "gpus": [40.0],
+                           "usd_per_mtok_total": [0.12377], "host_dram_gb": [256.0]})
+        text = repr(Table(df)).splitlines()
+        assert text[0].split() == ["hardware", "gpus", "$/Mtok_total", "host_dram", "(GB)",
+                                   "layout"]
+        assert text[2].split()[:4] == ["gb200", "40", "0.1238", "256"]
+        page = Table(df)._repr_html_()
+        assert "<th title='usd_per_mtok_total' style='text-align:right'>$/Mtok total</th>" \
+            in page and page.index("'layout'") > page.index("'host_dram_gb'")
+        assert ">40</td>" in page and "40.0" not in page
+        assert "2 more rows" in repr(Table(pl.concat([df] * 3), limit=1))
 
     def test_prefix_sweep_one_row_per_capacity(self, cli_store):
         """Several capacities print one row each (capacity, tokens, hit ratios, time), not a

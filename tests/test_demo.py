@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from toolkit.demo import run_demo
 
 from .conftest import ROOT
@@ -25,7 +27,7 @@ def test_demo_writes_report_and_summaries(tmp_path):
     assert "GPU hit 0.0688, host hit 0.0805, overall 0.1493" in out
     assert "0.1566" in out  # HiSparse LRU miss ratio at 2k on the real SmolLM2 trace
     # serving model: held-out errors over all 300 InferenceX points, then GLM-5.2 $/M
-    assert "leave-one-hardware-out" in out and "│ all      ┆ 300" in out
+    assert "leave-one-hardware-out" in out and re.search(r"^all +300 ", out, re.M)
     assert "GLM-5.2 $/M tokens (agentic mix" in out and "reachable" in out
     assert "edge = true: within 15% of the front's end" in out
     # the DSA caveat states each measured source's direction and size, not a fixed word

@@ -232,6 +232,21 @@ def test_python_facade_and_cli(pstore, small) -> None:
     assert ex["plan"]["rank"] == 1 and ex["alternatives"]["host_dram_gb"]["value"] == 0.0
     assert ex["alternatives"]["host_dram_gb"]["usd_per_mtok_total"] > ex["plan"][
         "usd_per_mtok_total"]
+    # for people: one table of alternatives, a dimension without one says so (no "None")
+    res = runner.invoke(app, ["plan", "explain", "--store", str(pstore.root), "--plan",
+                              out["plan_id"]], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "None" not in res.output, res.output
+    rows = {ln.split()[0]: ln.split() for ln in res.output.splitlines()[4:] if ln.strip()}
+    assert rows["dimension"][:3] == ["dimension", "chosen", "alternative"]
+    assert rows["host_dram_gb"][1:3] == ["512", "0"]
+    assert rows["hardware"][1:3] == ["mi355x", "none"]
+    res = runner.invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
+                              "--model", "glm-5.2", "--hardware", "mi355x", "--host-dram-gb",
+                              "0,512", "--ssd-gb", "0", "--top", "2"], env={"COLUMNS": "250"})
+    lines = res.output.splitlines()
+    assert any(ln.startswith(f"plan {out['plan_id']}: ") for ln in lines), res.output
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("─"))
+    assert [ln.split()[0] for ln in lines[head + 1:head + 3]] == ["1", "2"]
     res = runner.invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
                               "--model", "glm-5.2", "--hardware", "mi355x",
                               "--interactivity", "5000"])
@@ -246,7 +261,15 @@ def test_report_has_capacity_plan_section(pstore, small) -> None:
     assert plans.filter(pl.col("plan_id") == small.plan_id)["rank"].to_list() == list(
         range(1, len(small.plans) + 1))
     sec = [s for s in build_report(pstore).sections if s.title == "Capacity plan"]
-    assert len(sec) == 1 and small.plans[0]["hardware"] in sec[0].intro
+    assert len(sec) == 1 and [f.stem for f in sec[0].figures] == ["plan_cost", "plan_hits"]
+    # the latest plan search of the trace (written last), its best accelerator named
+    latest = max(plans["plan_id"].unique().to_list(),
+                 key=lambda p: pstore.source_stamp("plan_runs", p)[1])
+    best = run_query(pstore, "capacity_plan_best").filter(
+        pl.col("plan_id") == latest).sort("usd_per_mtok_total").row(0, named=True)
+    assert (f"{best['hardware']} is cheapest at ${best['usd_per_mtok_total']:.4f}/M"
+            in sec[0].figures[0].explanation)
+    assert sec[0].tables[0][1]["plan_id"].unique().to_list() == [latest]
 
 
 def test_perfetto_timeline_of_a_plan(pstore, small, tmp_path) -> None:

@@ -331,12 +331,17 @@ class TestMoreQueries:
 
 class TestCli:
     def test_list_queries(self):
-        """--list-queries needs no store and names every query with its columns."""
+        """--list-queries needs no store and lists every query on one line (name,
+        parameters, what it returns); with --query NAME it describes that one's columns."""
         res = runner.invoke(app, ["sql", "--list-queries"])
         assert res.exit_code == 0
-        for n in QUERIES:
-            assert f"{n}: " in res.output
-        assert "-> p99_miss_latency_s: s" in res.output
+        names = [ln.split()[0] for ln in res.output.splitlines()[2:-1]]
+        assert names == sorted(QUERIES)
+        assert len(res.output.splitlines()) == len(QUERIES) + 3
+        res = runner.invoke(app, ["sql", "--list-queries", "--query", "miss_latency"])
+        assert res.exit_code == 0 and "-> p99_miss_latency_s: s" in res.output
+        res = runner.invoke(app, ["sql", "--list-queries", "--query", "nope"])
+        assert res.exit_code == 2
 
     def test_query_with_params_csv(self, analysis_store):
         """--query NAME --param k=v runs the named query with bound parameters."""

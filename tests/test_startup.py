@@ -211,3 +211,27 @@ def test_a_replay_loads_only_what_it_uses(tmp_path):
     lines = out.splitlines()
     assert json.loads(lines[-2])["accesses"] > 0
     assert json.loads(lines[-1]) == ["numba"]
+
+
+@pytest.mark.parametrize("args", [
+    ["replay", "prefix", "--capacity-blocks", "1000"],
+    ["replay", "tiers", "--hardware", "gb200", "--model", "glm-5.2"],
+    ["plan", "--model", "glm-5.2"],
+])
+def test_a_mistyped_trace_fails_before_kernels_load(tmp_path, args):
+    """A trace the store does not hold is refused right after the store opens, naming the
+    table and the traces it holds, before numba, the replay or the cost model load."""
+    store = tmp_path / "s"
+    _python(f"from toolkit.store import open_store\nopen_store({str(store)!r}, create=True)"
+            ".close()")
+    code = ("import sys\nfrom toolkit.cli import app\n"
+            f"sys.argv = ['toolkit', *{args!r}, '--store', {str(store)!r}, '--trace', 'nope']"
+            "\ntry:\n    app()\nexcept SystemExit as e:\n    print('exit', e.code)\n"
+            "print(sorted(m for m in ('numba', 'toolkit.replay.prefix', "
+            "'toolkit.cost.from_replay', 'toolkit.plan.search') if m in sys.modules))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOOLKIT_AOT": "0"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=120)
+    lines = res.stdout.splitlines()
+    assert lines[-2] == "exit 2" and lines[-1] == "[]", (res.stdout, res.stderr)
+    assert "no requests named 'nope'" in res.stderr and "(table requests)" in res.stderr

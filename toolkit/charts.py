@@ -28,6 +28,27 @@ def _numeric_order(values: pl.Series) -> list:
     return sorted(set(values.drop_nulls().to_list()))
 
 
+def isolate_on_legend(chart: alt.Chart, field: str, name: str) -> alt.Chart:
+    """Clicking a legend entry of ``field`` isolates that series (the others fade; shift-
+    click adds one, a click on empty space brings all back), as a dashboard legend does."""
+    sel = alt.selection_point(fields=[field], bind="legend", name=name)
+    return chart.add_params(sel).encode(
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.12)))
+
+
+def choose(name: str, field: str, options: list, label: str) -> alt.Parameter:
+    """A drop-down over ``options`` (first entry "all") that filters rows on ``field``;
+    pair it with :func:`chosen` in each layer's ``transform_filter``."""
+    opts = [None, *options]
+    return alt.param(name=name, value=None, bind=alt.binding_select(
+        options=opts, labels=["all", *[str(o) for o in options]], name=f"{label} "))
+
+
+def chosen(name: str, field: str) -> str:
+    """The filter expression of a :func:`choose` drop-down."""
+    return f"{name} == null || datum['{field}'] == {name}"
+
+
 def _capacity_axis(df: pl.DataFrame, tokens: str, gb: str, model: str, what: str) -> alt.Axis:
     """Tokens axis whose labels also give GB of the named model's KV (GB = tokens x bytes
     per token / 1e9, the ratio read from the query's own columns)."""
@@ -79,34 +100,62 @@ def hit_ratio_vs_capacity(curve: pl.DataFrame, title: str | None = None) -> alt.
     )
 
 
-def tier_reuse_bars(reuse: pl.DataFrame, title: str | None = None) -> alt.Chart:
-    """Stacked bars: where prompt tokens came from (GPU, host, storage, recomputed) against
-    concurrency, one panel per hardware (the ``tier_reuse`` query)."""
+def tier_reuse_bars(reuse: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """Stacked bars, one per tier run: where its prompt tokens came from (GPU, host,
+    storage, recomputed), so each bar sums to 100%. Panels: one column per hardware, one
+    row per trace; bars in a panel ordered by users, then pool sizes, labelled with the
+    run's configuration (``config`` column when given, else the load).
+
+    Args:
+        reuse: the ``tier_reuse`` query result, optionally with a ``config`` label column
+            (the report adds users, host and storage sizes, policy).
+    """
     df = reuse.with_columns(
         pl.when(pl.col("concurrency").is_null()).then(pl.lit("trace arrivals"))
-        .otherwise(pl.col("concurrency").cast(pl.String)).alias("load"))
-    loads = ["trace arrivals"] if df["concurrency"].null_count() else []
-    loads += [str(c) for c in _numeric_order(df["concurrency"])]
+        .otherwise(pl.format("{} users", "concurrency")).alias("load"))
+    if "config" not in df.columns:
+        df = df.with_columns(pl.col("load").alias("config"))
+    if "trace" not in df.columns:
+        df = df.with_columns(pl.lit("trace").alias("trace"))
+    order = (df.sort("trace", "hardware", pl.col("concurrency").fill_null(-1),
+                     *[c for c in ("device_capacity_tokens", "host_capacity_tokens",
+                                   "storage_capacity_tokens") if c in df.columns], "run_id")
+             ["run_id"].unique(maintain_order=True).to_list())
+    labels = dict(df.select("run_id", "config").unique().iter_rows())
     sources = df.sort("source_rank")["source"].unique(maintain_order=True).to_list()
+    per_panel = int(df.group_by("trace", "hardware").agg(pl.col("run_id").n_unique())
+                    ["run_id"].max() or 1)
+    sel = alt.selection_point(fields=["source"], bind="legend", name="tier_source")
     chart = alt.Chart(df).mark_bar().encode(
-        x=alt.X("load:O", title="concurrent users", sort=loads,
-                axis=alt.Axis(labelAngle=0)),  # a lone "8" turned on its side reads as ∞
+        x=alt.X("run_id:N", title=None, sort=order, axis=alt.Axis(
+            labelAngle=-35 if per_panel > 2 else 0, labelLimit=160,
+            labelExpr=f"({_js_object(labels)})[datum.value]")),
         y=alt.Y("share:Q", title="share of prompt tokens", stack="zero",
                 scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
         color=alt.Color("source:N", title="served from", sort=sources),
         order=alt.Order("source_rank:Q"),
-        tooltip=["hardware", "load", "source", alt.Tooltip("share:Q", format=".1%"),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.25)),
+        tooltip=["trace", "hardware", "config", "source", alt.Tooltip("share:Q", format=".1%"),
                  alt.Tooltip("tokens:Q", format=","), "run_id"],
-    ).properties(width=max(90, 45 * len(loads)), height=240)
+    ).add_params(sel).properties(width=max(90, 34 * per_panel), height=220)
     hws = _numeric_order(df["hardware"])
-    # each panel shows only the loads replayed on its hardware (no empty slots)
-    return chart.facet(column=alt.Column("hardware:N", title=None, sort=hws)).resolve_scale(
+    traces = _numeric_order(df["trace"])
+    # each panel shows only the runs replayed on its hardware and trace (no empty slots)
+    return chart.facet(column=alt.Column("hardware:N", title=None, sort=hws),
+                       row=alt.Row("trace:N", title=None, sort=traces)).resolve_scale(
         x="independent").properties(
-        title=title or "Where prompt tokens come from, by concurrency")
+        title=title or "Where prompt tokens come from, one bar per tier run")
+
+
+def _js_object(mapping: dict) -> str:
+    """A JavaScript object literal (for a Vega ``labelExpr`` lookup)."""
+    import json
+
+    return json.dumps({str(k): str(v) for k, v in mapping.items()})
 
 
 def miss_latency_cdf(cdf: pl.DataFrame, title: str | None = None,
-                     fixed_s: float | None = None) -> alt.Chart:
+                     fixed_s: float | None = None, interactive: bool = False) -> alt.Chart:
     """CDF of per-(request, step, layer) miss latency, one line per run (the
     ``miss_latency_cdf`` query), latency in microseconds.
 
@@ -139,6 +188,8 @@ def miss_latency_cdf(cdf: pl.DataFrame, title: str | None = None,
         tooltip=["run", alt.Tooltip("miss_latency_us:Q", format=".3f"),
                  alt.Tooltip("fraction:Q", format=".0%")],
     )
+    if interactive:
+        line = isolate_on_legend(line, "policy", "cdf_policy")
     head = title or "Miss-latency CDF"
     if fixed_s is None:
         return line.properties(title=head, width=520, height=280)
@@ -151,7 +202,7 @@ def miss_latency_cdf(cdf: pl.DataFrame, title: str | None = None,
 
 
 def cost_pareto(cost: pl.DataFrame, published: pl.DataFrame | None = None,
-                title: str | None = None) -> alt.LayerChart:
+                title: str | None = None, interactive: bool = False) -> alt.LayerChart:
     """$ per M total tokens against interactivity per hardware (the ``cost_per_mtok``
     query): every run as a faint point, each hardware's Pareto front as a line, published
     figures (``published_costs``) as black-edged diamonds."""
@@ -172,9 +223,17 @@ def cost_pareto(cost: pl.DataFrame, published: pl.DataFrame | None = None,
            alt.Tooltip("usd_per_mtok_total:Q", format=".4f")]
     points = alt.Chart(cost).mark_point(opacity=0.45).encode(x=x, y=y, color=color,
                                                              tooltip=tip)
-    front = alt.Chart(cost.filter(pl.col("on_front"))).mark_line(point=True).encode(
-        x=x, y=y, color=color, detail="source:N", order="interactivity_tok_s_user:Q",
-        tooltip=tip)
+    # one front per (source, trace, hardware): a line never joins different traces
+    fronts = cost.filter(pl.col("on_front"))
+    several = cost["trace"].n_unique() > 1
+    if several:
+        fronts = fronts.with_columns(pl.format("{} {}", "source", "trace").alias("front"))
+    dash = alt.StrokeDash("trace:N", title="trace") if several else alt.Undefined
+    front = alt.Chart(fronts).mark_line(point=True).encode(
+        x=x, y=y, color=color, detail="front:N" if several else "source:N", strokeDash=dash,
+        order="interactivity_tok_s_user:Q", tooltip=[*tip, "trace"] if several else tip)
+    if interactive:  # legend click isolates a hardware (the report; a static SVG has none)
+        front = isolate_on_legend(front, "hardware", "pareto_hw")
     layers = points + front
     if published is not None and published.height:
         layers += alt.Chart(published).mark_point(
@@ -191,7 +250,10 @@ def miss_ratio_curves(mrc: pl.DataFrame, title: str | None = None) -> alt.LayerC
     """Miss ratio against device-buffer size, one line per online policy and the OPT bound
     dashed (the ``miss_ratio_curve`` query); buffer in tokens and GB per request."""
     df = mrc.with_columns(pl.when(pl.col("is_bound")).then(pl.lit("OPT (bound)"))
-                          .otherwise(pl.col("policy")).alias("policy_label"))
+                          .otherwise(pl.col("policy")).alias("policy_label"),
+                          # a line joins one trace's runs of one mode, never plain and
+                          # HiSparse runs (cold restarts or not) of the same policy
+                          pl.format("{} {}", "trace", "mode").alias("series"))
     model = str(mrc["kv_model"].first()) if "kv_model" in mrc.columns else "model"
     labels = sorted(set(df.filter(~pl.col("is_bound"))["policy_label"].to_list()))
     labels += ["OPT (bound)"] if df["is_bound"].any() else []
@@ -205,7 +267,9 @@ def miss_ratio_curves(mrc: pl.DataFrame, title: str | None = None) -> alt.LayerC
                       axis=alt.Axis(format="%")),
         color=color,
         strokeDash=alt.condition("datum.is_bound", alt.value([5, 3]), alt.value([1, 0])),
-        detail="trace:N",
+        detail="series:N",
+        shape=(alt.Shape("mode:N", title="mode") if df["mode"].n_unique() > 1
+               else alt.Undefined),
         tooltip=["trace", "mode", "policy_label", "buffer_tokens",
                  alt.Tooltip("buffer_gb_per_request:Q", format=".4f"),
                  alt.Tooltip("miss_ratio:Q", format=".4f"), "run_id"],
@@ -528,11 +592,13 @@ def sweep_surface(df: pl.DataFrame, x: str, y: str, value: str, title: str,
 
 
 def cost_band(compare: pl.DataFrame, published: pl.DataFrame | None = None,
-              title: str | None = None) -> alt.LayerChart:
+              title: str | None = None, interactive: bool = False) -> alt.LayerChart:
     """$ per M total tokens against target interactivity per hardware from ``cost compare``
     rows: a line through the reachable targets, the shaded 10-90% band of cross-validated
     errors, filled points for measured answers and hollow ones for modelled answers;
-    published figures (``published_costs``) as black-edged diamonds."""
+    published figures (``published_costs``) as black-edged diamonds. ``interactive`` (the
+    report): drop-downs choose the accelerator and model, a slider draws the target
+    interactivity, a legend click isolates a series."""
     df = compare.filter(pl.col("reachable")).with_columns(
         pl.format("{} ({})", "hardware", "engine").alias("series"))
     series = _numeric_order(df["series"]) if df.height else []
@@ -552,16 +618,51 @@ def cost_band(compare: pl.DataFrame, published: pl.DataFrame | None = None,
            alt.Tooltip("usd_per_mtok_total_low:Q", format=".4f"),
            alt.Tooltip("usd_per_mtok_total_high:Q", format=".4f"),
            alt.Tooltip("p90_ttft_s:Q", format=".2f")]
-    band = alt.Chart(df).mark_area(opacity=0.18).encode(
+    # drop-downs: model and accelerator; a slider: the target interactivity (a rule)
+    models = _numeric_order(df["model"]) if "model" in df.columns else []
+    hws = _numeric_order(df["hardware"])
+    filters = [(choose("band_hw", "hardware", hws, "accelerator"), "hardware")]
+    if len(models) > 1:
+        filters.append((choose("band_model", "model", models, "model"), "model"))
+    params = [prm for prm, _ in filters]
+    lo_x = float(xs.min()) if xs.len() else 0.0
+    hi_x = float(xs.max()) if xs.len() else 1.0
+    target = alt.param(name="band_target", value=hi_x, bind=alt.binding_range(
+        min=lo_x, max=hi_x, step=max((hi_x - lo_x) / 100, 1.0),
+        name="target interactivity (tok/s/user) "))
+    sel = alt.selection_point(fields=["series"], bind="legend", name="band_series")
+
+    def only(chart: alt.Chart) -> alt.Chart:
+        for prm, fld in filters:
+            chart = chart.transform_filter(chosen(prm.name, fld))
+        return chart
+
+    fade = alt.condition(sel, alt.value(1.0), alt.value(0.12)) if interactive else alt.Undefined
+    if not interactive:
+        filters = []
+    # one band and line per compare run: answers of different runs are never joined
+    detail = ("run_id:N" if "run_id" in df.columns and df["run_id"].n_unique() > 1
+              else alt.Undefined)
+    band = only(alt.Chart(df).mark_area(opacity=0.18).encode(
         x=x, y=alt.Y("usd_per_mtok_total_low:Q", scale=_fit(ys, log=True),
                      title="$ per M total tokens"),
-        y2="usd_per_mtok_total_high:Q", color=color)
-    line = alt.Chart(df).mark_line().encode(x=x, y=y, color=color)
-    pts = alt.Chart(df).mark_point(size=50).encode(
-        x=x, y=y, color=color, tooltip=tip,
+        y2="usd_per_mtok_total_high:Q", color=color, detail=detail))
+    line = only(alt.Chart(df).mark_line().encode(x=x, y=y, color=color, detail=detail,
+                                                 opacity=fade))
+    pts = only(alt.Chart(df).mark_point(size=50).encode(
+        x=x, y=y, color=color, tooltip=tip, opacity=fade,
         shape=alt.Shape("source:N", title="answer from"),
-        fill=alt.condition(alt.datum.source == "measured", color, alt.value("white")))
-    layers = band + line + pts
+        fill=alt.condition(alt.datum.source == "measured", color, alt.value("white"))))
+    layers = band + line
+    if interactive:
+        pts = pts.add_params(sel, target, *params)
+        rule = alt.Chart(pl.DataFrame({"zero": [0]})).mark_rule(
+            color="grey", strokeDash=[3, 3]).transform_calculate(
+            interactivity="band_target").encode(x=x, tooltip=[alt.Tooltip(
+                "interactivity:Q", title="target tok/s/user", format=".0f")])
+        layers = layers + pts + rule
+    else:
+        layers = layers + pts
     if published is not None and published.height:
         pub = published.with_columns(pl.col("interactivity_tok_s_user").alias("interactivity"),
                                      pl.format("{} ({}), published", "hardware",
@@ -666,3 +767,72 @@ def cluster_instance_load(load: pl.DataFrame, title: str | None = None) -> alt.F
     ).properties(width=260, height=200).facet(
         column=alt.Column("router:N", title=None)).properties(
         title=title or "Load per instance")
+
+
+#: $ per M total tokens split by what it pays for, in stacking order.
+PLAN_COST_PARTS = {"usd_per_mtok_gpu": "GPU", "usd_per_mtok_dram": "host DRAM",
+                   "usd_per_mtok_ssd": "SSD"}
+#: Hit shares of a plan, in stacking order (the rest is recomputed).
+PLAN_HIT_PARTS = {"gpu_hit_share": "GPU (L1)", "host_hit_share": "host (L2)",
+                  "storage_hit_share": "storage (L3)"}
+
+
+def plan_cost_bars(best: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """$ per M total tokens of each accelerator's best plan, stacked into GPU, host DRAM and
+    SSD, with the 10-90% cross-validated band of the total as an error bar; one panel per
+    trace (``best``: one row per trace and hardware, the ``capacity_plan_best`` rows)."""
+    parts = best.unpivot(index=["trace", "hardware", "plan_id", "interactivity",
+                                "usd_per_mtok_total", "usd_per_mtok_total_low",
+                                "usd_per_mtok_total_high", "layout"],
+                         on=list(PLAN_COST_PARTS), variable_name="part",
+                         value_name="usd_per_mtok").with_columns(
+        pl.col("part").replace_strict(PLAN_COST_PARTS).alias("pays for"),
+        pl.col("part").replace_strict({k: i for i, k in enumerate(PLAN_COST_PARTS)},
+                                      return_dtype=pl.Int64).alias("part_rank"))
+    hws = _numeric_order(best["hardware"])
+    x = alt.X("hardware:N", title=None, sort=hws, axis=alt.Axis(labelAngle=0))
+    sel = alt.selection_point(fields=["pays for"], bind="legend", name="plan_part")
+    bars = alt.Chart(parts).mark_bar().encode(
+        x=x, y=alt.Y("usd_per_mtok:Q", title="$ per M total tokens", stack="zero"),
+        color=alt.Color("pays for:N", sort=list(PLAN_COST_PARTS.values()), title="pays for"),
+        order=alt.Order("part_rank:Q"),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.25)),
+        tooltip=["trace", "hardware", "pays for", alt.Tooltip("usd_per_mtok:Q", format=".4f"),
+                 alt.Tooltip("usd_per_mtok_total:Q", format=".4f"),
+                 alt.Tooltip("interactivity:Q", title="target tok/s/user"), "layout",
+                 "plan_id"]).add_params(sel)
+    band = alt.Chart(parts).mark_rule(color="black").encode(
+        x=x, y="usd_per_mtok_total_low:Q", y2="usd_per_mtok_total_high:Q",
+        tooltip=[alt.Tooltip("usd_per_mtok_total_low:Q", title="band low", format=".4f"),
+                 alt.Tooltip("usd_per_mtok_total_high:Q", title="band high", format=".4f")])
+    return (bars + band).properties(width=max(120, 60 * len(hws)), height=240).facet(
+        column=alt.Column("trace:N", title="trace", sort=_numeric_order(best["trace"]))
+    ).properties(title=title or "Best plan per accelerator: $/M by what it pays for "
+                 "(bar: 10-90% band of the total)")
+
+
+def plan_hit_bars(best: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """Share of prompt tokens each accelerator's best plan serves from GPU, host and SSD
+    (the rest recomputed), one bar per plan summing to 100%; one panel per trace."""
+    rows = best.with_columns((1 - pl.sum_horizontal(list(PLAN_HIT_PARTS))).clip(0, 1)
+                             .alias("recomputed_share"))
+    names = {**PLAN_HIT_PARTS, "recomputed_share": "recomputed"}
+    parts = rows.unpivot(index=["trace", "hardware", "plan_id"], on=list(names),
+                         variable_name="part", value_name="share").with_columns(
+        pl.col("part").replace_strict(names).alias("served from"),
+        pl.col("part").replace_strict({k: i for i, k in enumerate(names)},
+                                      return_dtype=pl.Int64).alias("part_rank"))
+    hws = _numeric_order(best["hardware"])
+    sel = alt.selection_point(fields=["served from"], bind="legend", name="plan_tier")
+    return alt.Chart(parts).mark_bar().encode(
+        x=alt.X("hardware:N", title=None, sort=hws, axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("share:Q", title="share of prompt tokens", stack="zero",
+                scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+        color=alt.Color("served from:N", sort=list(names.values())),
+        order=alt.Order("part_rank:Q"),
+        opacity=alt.condition(sel, alt.value(1.0), alt.value(0.25)),
+        tooltip=["trace", "hardware", "served from", alt.Tooltip("share:Q", format=".1%"),
+                 "plan_id"],
+    ).add_params(sel).properties(width=max(120, 60 * len(hws)), height=220).facet(
+        column=alt.Column("trace:N", title="trace", sort=_numeric_order(best["trace"]))
+    ).properties(title=title or "Best plan per accelerator: where prompt tokens come from")

@@ -18,6 +18,7 @@ from toolkit.commands.common import (
     fail,
     field_default,
     guard,
+    require_key,
 )
 from toolkit.commands.oneline import OneLineErrors
 from toolkit.commands.output import PREFIX_TABLE, FormatOpt, JsonOpt, Output, OutputOpt
@@ -429,7 +430,6 @@ def replay_prefix_cmd(
 ) -> None:
     """Replay a request timeline's prefix blocks through one cache (docs/prefix.md:
     exact semantics)."""
-    from toolkit.replay.prefix import replay_prefix, sweep_prefix
     from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
@@ -445,6 +445,9 @@ def replay_prefix_cmd(
         fail("--model applies to --capacity-gb only")
     quiet = False if out.quiet else None
     with cli_store(store) as s, compile_notice(quiet):
+        require_key(s, "requests", trace)  # before the replay's kernels and libraries load
+        from toolkit.replay.prefix import replay_prefix, sweep_prefix
+
         caps: list[int | None] = [*blocks, *_gb_to_blocks(s, trace, model, sizes_gb)]
         extra = [{}] * len(blocks) + [{"capacity_gb": g, "model": model} for g in sizes_gb]
         for c in caps:
@@ -480,6 +483,10 @@ def _kernel_load_s(store, trace: str, policy: str) -> tuple[float, int | None]:
     return load_kernels(policies.get(policy), stream), int(bt.max()) if bt.size else None
 
 
+#: Rows ``toolkit sql`` shows by default, as DuckDB's shell (its ``.maxrows`` is 40).
+SQL_ROWS = 40
+
+
 @app.command("sql")
 def sql_cmd(
     query: Annotated[str | None, typer.Argument(
@@ -495,8 +502,13 @@ def sql_cmd(
         list[str] | None, typer.Option("--param", help="k=v parameter of --query; repeat.")
     ] = None,
     list_queries: Annotated[
-        bool, typer.Option("--list-queries", help="List the named queries and exit.")
+        bool, typer.Option("--list-queries", help="List the named queries, one line each, "
+                           "and exit; with --query NAME, describe that one.")
     ] = False,
+    limit: Annotated[
+        int, typer.Option("--limit", min=0, help="Rows a table or markdown listing shows "
+                          "(0: all); csv, json and --output keep every row.")
+    ] = SQL_ROWS,
     allow_write: Annotated[
         bool, typer.Option("--allow-write", help="Also run statements that write (COPY, "
                            "ATTACH, CREATE, SET, INSTALL/LOAD...) or touch files outside "
@@ -512,7 +524,7 @@ def sql_cmd(
     if list_queries:
         from toolkit.commands.queries import list_named
 
-        typer.echo(list_named())
+        typer.echo(list_named(named))
         return
     out = Output.from_options(fmt, as_json, output)
     if store is None:
@@ -545,8 +557,17 @@ def sql_cmd(
         except WriteRefused as e:
             fail(str(e))
         except duckdb.Error as e:
-            fail(str(e).splitlines()[0], code=1)
-    out.emit(df)
+            fail(_sql_error(e, store), code=1)
+    out.emit(df, limit=limit, hint="--limit 0 for all")
+
+
+def _sql_error(e: Exception, store: Path) -> str:
+    """DuckDB's first line, and for a wrong table or column name where to look them up."""
+    msg = str(e).splitlines()[0]
+    if msg.startswith(("Catalog Error", "Binder Error")):
+        msg += (f" (`toolkit info --store {store}` lists the tables; `toolkit sql --store "
+                f"{store} \"DESCRIBE <table>\"` its columns)")
+    return msg
 
 
 @app.command("report")
@@ -576,10 +597,13 @@ def info_cmd(store: StoreOpt, fmt: FormatOpt = None, as_json: JsonOpt = False,
             n = s.query(f'SELECT count(*) FROM "{t}"').item() if keys else 0  # a fixed table name
             rows.append({"table": t, "keys": len(keys), "rows": n,
                          "names": ", ".join(keys[:20]) + (", ..." if len(keys) > 20 else "")})
-    if out.fmt == "table" and out.path is None:
-        for r in rows:
-            typer.echo(f"{r['table']}: {r['keys']} key(s), {r['rows']:,} row(s)"
-                       + (f": {r['names']}" if r["names"] else ""))
+    if out.fmt == "table" and out.path is None:  # the tables that hold something
+        full = [r for r in rows if r["keys"]]
+        if full:
+            out.emit(full)
+        empty = len(rows) - len(full)
+        if empty:
+            typer.echo(f"{empty} empty table(s) not shown (--json lists every table)")
         return
     out.emit(rows)
 

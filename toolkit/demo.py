@@ -31,6 +31,7 @@ from toolkit.replay.selections import SelectionReplayConfig, load_rows, replay_s
 from toolkit.replay.tiers import TierReplayConfig
 from toolkit.report import write_report
 from toolkit.store import Store, open_store
+from toolkit.tables import render_table
 
 #: Bundled request timelines: (reader, relative path, trace name).
 BUNDLED = (
@@ -55,10 +56,11 @@ def _requests_part(store: Store, traces_dir: Path, echo: Callable[[str], None]) 
         res = ingest_file(store, fmt, traces_dir / rel, name, replace=True)
         echo(f"ingested {res.rows:,} requests from {rel} as {name!r} ({res.elapsed_s:.2f} s)")
     echo("\nRequest timelines (real, public; see traces/*/SOURCE.txt):")
-    echo(str(run_query(store, "trace_summary")))
+    echo(render_table(run_query(store, "trace_summary")))
     sweep_prefix(store, "mooncake_conversation", list(DEMO_CAPACITIES))
     echo("\nLRU prefix-block replay of the Mooncake conversation trace (512-token blocks):")
-    echo(str(run_query(store, "prefix_runs", trace="mooncake_conversation").drop("trace")))
+    echo(render_table(run_query(store, "prefix_runs", trace="mooncake_conversation")
+                            .drop("trace")))
     echo("Mooncake FAST'25 Table 2 reports a 40% cache ratio for this trace; see docs/prefix.md.")
     tiers = run_tiers(store, TierReplayConfig("mooncake_conversation", "gb200", "glm-5.2"))
     s = tiers.summary
@@ -88,7 +90,7 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
             replay_selections(store, SelectionReplayConfig(name, policy, mult * rows.k),
                               rows=rows)
     runs = run_query(store, "selection_runs", trace=name)
-    echo(str(runs.drop("trace", "indexshare")))
+    echo(render_table(runs.drop("trace", "indexshare")))
     glm = get_model("glm-5.2")
     run_id = store.query(
         "SELECT run_id FROM selection_runs WHERE trace = 'smollm2' AND policy = 'lru' "
@@ -116,17 +118,15 @@ def _hisparse_costs(store: Store, run_id: str, k: int, echo: Callable[[str], Non
                                overlap=overlap, miss_scale=scale * glm.index_topk / k,
                                isl_tokens=32_768, osl_tokens=8_192).summary
             costs.append({"hardware": hw, "misses": mode,
-                          "p50_tpot_ms": round(s["p50_tpot_s"] * 1e3, 2),
-                          "p99_tpot_ms": round(s["p99_tpot_s"] * 1e3, 2),
-                          "miss_share": round(s["miss_share_of_step"], 3),
-                          "tok_s_gpu": round(s["total_tokens_per_s_per_gpu"]),
-                          "usd_per_m_total": round(s["usd_per_million_total_tokens_hyperscaler"],
-                                                   4)})
+                          "p50_tpot_s": s["p50_tpot_s"], "p99_tpot_s": s["p99_tpot_s"],
+                          "miss_share": s["miss_share_of_step"],
+                          "tput_per_gpu": round(s["total_tokens_per_s_per_gpu"]),
+                          "usd_per_mtok_total": s["usd_per_million_total_tokens_hyperscaler"]})
     echo(f"\nThe same model with HiSparse offload: GLM-5.2 decode at the SmolLM2 replay's "
          f"misses (LRU, buffer 2k, miss ratio {miss_ratio:.4f}, scaled to k = 2048: an "
          "assumption), batch 64/GPU, 32K in / 8K out, hyperscaler prices; 'no offload' is the "
          "same step without host fetches:")
-    echo(str(pl.DataFrame(costs)))
+    echo(render_table(pl.DataFrame(costs)))
 
 
 def _serving_part(store: Store, hisparse: tuple[str, int],
@@ -143,11 +143,9 @@ def _serving_part(store: Store, hisparse: tuple[str, int],
          "model, the serving model: model and hardware specs, efficiencies fitted on 300 "
          "measured InferenceX DeepSeek-R1 points (SemiAnalysis InferenceX, Apache-2.0). Its "
          "error on rows it did not see, leave-one-hardware-out:")
-    echo(str(errors.select(
-        "hardware", "rows",
-        *[pl.col(c).round(3) for c in ("tput_per_gpu_median_err", "tput_per_gpu_spearman",
-                                       "median_tpot_median_err", "median_tpot_spearman",
-                                       "median_ttft_median_err")])))
+    echo(render_table(errors.select(
+        "hardware", "rows", "tput_per_gpu_median_err", "tput_per_gpu_spearman",
+        "median_tpot_median_err", "median_tpot_spearman", "median_ttft_median_err")))
     pts = read_points(bundled_points_path())
     p = predict(pts, bundled_params())
     err = (p["pred_tput_per_gpu"] / p["tput_per_gpu"] - 1).abs().median()
@@ -168,12 +166,11 @@ def _serving_part(store: Store, hisparse: tuple[str, int],
          "TTFT <= 10 s, the default): source = measured points or the model; band = 10-90% "
          "cross-validated error; reachable = false: beyond the front, no price; edge = true: "
          "within 15% of the front's end:")
-    echo(str(cmp.select("hardware", "engine", "interactivity", "source", "basis",
-                        "reachable", "edge", pl.col("tput_per_gpu").round(0),
-                        pl.col("usd_per_mtok_total").round(4),
-                        pl.col("usd_per_mtok_total_low").round(4),
-                        pl.col("usd_per_mtok_total_high").round(4),
-                        pl.col("p90_ttft_s").round(2), "gpus", "layout")))
+    echo(render_table(cmp.select("hardware", "engine", "interactivity", "source", "basis",
+                                 "reachable", "edge", pl.col("tput_per_gpu").round(0),
+                                 "usd_per_mtok_total", "usd_per_mtok_total_low",
+                                 "usd_per_mtok_total_high", "p90_ttft_s", "gpus",
+                                 "layout")))
     echo(f"({dsa_caveat()})")
     _hisparse_costs(store, *hisparse, echo)
 

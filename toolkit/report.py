@@ -90,10 +90,11 @@ def _prefix(store: Store) -> Section | None:
             s += (f"; the smallest cache replayed ({r['capacity_tokens']:,} tokens, "
                   f"{r['capacity_gb']:.1f} GB of {r['kv_model']} KV) hits {_pct(r['ratio'])}")
         parts.append(s + ".")
+    rules = ("; the dashed rules are the unbounded cache, the most any cache can hit"
+             if unb.height else "")
     fig = Figure("prefix_hit_ratio", "prefix_hit_curve",
                  "Hit ratio of the prefix-block cache against its capacity (log scale, tokens and "
-                 "GB); the dashed rules are the unbounded cache, the most any cache can hit. "
-                 + " ".join(parts), ch.hit_ratio_vs_capacity(curve))
+                 f"GB){rules}. " + " ".join(parts), ch.hit_ratio_vs_capacity(curve))
     return Section("prefix", "Prefix caching", "Block-level replay of request timelines "
                    "(chained prefix-block hashes) through a cache of fixed capacity.",
                    (("Prefix replay runs", run_query(store, "prefix_runs")),), (fig,))
@@ -111,10 +112,14 @@ def _selections(store: Store) -> Section | None:
         gap = (f" The largest gap to OPT: {worst['policy']} at {worst['buffer_tokens']:,} tokens "
                f"takes {worst['misses_over_opt']:.2f}x OPT's misses ({worst['trace']}, "
                f"{worst['mode']}).")
+    bound = (" the dashed OPT (Belady) line is the bound no online policy can beat."
+             if mrc["is_bound"].any() else " No OPT run: no bound is drawn.")
+    modes = mrc["mode"].unique().sort().to_list()
+    split = (" Plain and HiSparse runs are separate lines (marker: mode)." if len(modes) > 1
+             else "")
     figs.append(Figure("miss_ratio_curve", "miss_ratio_curve",
-                       "Miss ratio of the per-layer device buffer against its size, per policy; "
-                       "the dashed OPT (Belady) line is the bound no online policy can beat." + gap,
-                       ch.miss_ratio_curves(mrc)))
+                       "Miss ratio of the per-layer device buffer against its size, per policy "
+                       "and trace;" + bound + split + gap, ch.miss_ratio_curves(mrc)))
     cdf = run_query(store, "miss_latency_cdf")
     if cdf.height:
         from toolkit.hardware import get_hardware
@@ -132,7 +137,7 @@ def _selections(store: Store) -> Section | None:
             f"assumed {1e6 * fixed_s:.2f} µs round trip is {_pct(share)} of the median "
             "non-zero latency, so the curves measure that assumption more than the policies; "
             f"the worst per-layer p99 is {1e6 * p99:.2f} µs.",
-            ch.miss_latency_cdf(cdf, fixed_s=fixed_s)))
+            ch.miss_latency_cdf(cdf, fixed_s=fixed_s, interactive=True)))
     loc = run_query(store, "selection_locality")
     if loc.height:
         tr = loc["trace"].first()
@@ -156,36 +161,78 @@ def _selections(store: Store) -> Section | None:
 def _tiers(store: Store) -> Section | None:
     if not _has(store, "tier_runs"):
         return None
-    reuse = run_query(store, "tier_reuse")
+    reuse = _with_config(run_query(store, "tier_reuse"))
     wide = _tier_rates(reuse)
     best = wide.sort("overall", descending=True).row(0, named=True)
-    text = (f"Share of each run's prompt tokens served from GPU, host DRAM and storage, or "
-            f"recomputed. Highest overall reuse: {_pct(best['overall'])} ({best['hardware']}, "
-            f"{best['load']}; GPU {_pct(best['GPU (L1)'])}, host {_pct(best['host (L2)'])}). "
-            + _concurrency_effect(wide))
+    text = (f"Share of each tier run's prompt tokens served from GPU, host DRAM and storage, "
+            f"or recomputed: one bar per run, so each sums to 100%; panels split trace and "
+            f"hardware. Highest overall reuse: {_pct(best['overall'])} ({best['trace']}, "
+            f"{best['hardware']}, {best['config']}; GPU {_pct(best['GPU (L1)'])}, host "
+            f"{_pct(best['host (L2)'])}). " + _concurrency_effect(wide))
     return Section("tiers", "Prefix tiers (GPU / host / storage)",
                    "Timeline replays of the prefix cache across memory tiers with service "
                    "times from the hardware specs.", (),
                    (Figure("tier_reuse", "tier_reuse", text, ch.tier_reuse_bars(reuse)),))
 
 
+#: What, besides the load, makes two tier runs different configurations.
+_POOL = ("device_capacity_tokens", "host_capacity_tokens", "storage_capacity_tokens",
+         "policy", "write_policy", "radix_semantics", "model")
+
+
+def _tokens(n: object) -> str:
+    if n is None:
+        return "?"
+    n = float(n)  # type: ignore[arg-type]
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}K" if n >= 1e3 else f"{n:.0f}"
+
+
+def _with_config(reuse: pl.DataFrame) -> pl.DataFrame:
+    """A readable label per tier run: load, then what its pools were (host and storage in
+    tokens, shown when not all runs share them) and its policy when several were run."""
+    runs = reuse.unique("run_id", maintain_order=True)
+    varies = {c for c in _POOL if c in runs.columns and runs[c].n_unique() > 1}
+    labels = {}
+    for r in runs.iter_rows(named=True):
+        parts = ["trace arrivals" if r["concurrency"] is None else f"{r['concurrency']} users"]
+        if "device_capacity_tokens" in varies:
+            parts.append(f"GPU {_tokens(r['device_capacity_tokens'])}")
+        if "host_capacity_tokens" in varies:
+            parts.append(f"host {_tokens(r['host_capacity_tokens'])}")
+        if "storage_capacity_tokens" in varies:
+            parts.append(f"SSD {_tokens(r['storage_capacity_tokens'])}")
+        for c in ("policy", "write_policy", "radix_semantics", "model"):
+            if c in varies:
+                parts.append(str(r[c]))
+        labels[r["run_id"]] = ", ".join(parts)
+    return reuse.with_columns(pl.col("run_id").replace_strict(labels).alias("config"))
+
+
 def _concurrency_effect(wide: pl.DataFrame) -> str:
-    """One sentence on how overall reuse moves with the number of users, from the data."""
+    """One sentence on how overall reuse moves with the number of users, computed only
+    between runs that differ in nothing else (same trace, hardware, pools and policy)."""
     closed = wide.filter(pl.col("concurrency").is_not_null())
-    if closed["concurrency"].n_unique() < 2:
-        return ""
-    spread = closed.group_by("hardware").agg(
-        (pl.col("overall").max() - pl.col("overall").min()).alias("spread"))
-    top = float(spread["spread"].max())
+    keys = ["trace", "hardware", *[c for c in _POOL if c in closed.columns]]
+    groups = closed.group_by(keys).agg(
+        pl.col("concurrency").n_unique().alias("loads"),
+        (pl.col("overall").max() - pl.col("overall").min()).alias("spread"),
+        pl.col("concurrency").min().alias("lo_users"),
+        pl.col("concurrency").max().alias("hi_users"))
+    groups = groups.filter(pl.col("loads") > 1)
+    if not groups.height:
+        return ("No two runs differ only in their number of users, so this chart says "
+                "nothing about load.")
     users = "/".join(str(c) for c in _numeric_order(closed["concurrency"]))
-    if top < 0.02:
-        lo, hi = float(closed["overall"].min()), float(closed["overall"].max())
-        return (f"Across {users} users overall reuse moves by at most {100 * top:.2f} "
-                "points on any hardware, so in these runs the load does not change where "
-                f"prompt tokens come from: the spread ({_pct(lo)} to {_pct(hi)}) is between "
-                "hardware (their pool sizes), not between loads.")
-    return (f"Across {users} users overall reuse moves by up to {100 * top:.1f} points: "
-            "more concurrent users compete for the same pools.")
+    top = groups.sort("spread", descending=True).row(0, named=True)
+    if top["spread"] < 0.02:
+        return (f"Across {users} users overall reuse moves by at most "
+                f"{100 * top['spread']:.2f} points between runs that differ only in their "
+                "number of users (same trace, hardware and pools): the load does not "
+                "change where prompt tokens come from.")
+    return (f"Across {users} users overall reuse moves by up to {100 * top['spread']:.1f} "
+            f"points between runs that differ only in their number of users ({top['trace']}, "
+            f"{top['hardware']}, {top['lo_users']} to {top['hi_users']} users): more "
+            "concurrent users compete for the same pools.")
 
 
 def _numeric_order(values: pl.Series) -> list:
@@ -193,11 +240,11 @@ def _numeric_order(values: pl.Series) -> list:
 
 
 def _tier_rates(reuse: pl.DataFrame) -> pl.DataFrame:
-    wide = reuse.with_columns(
-        pl.when(pl.col("concurrency").is_null()).then(pl.lit("trace arrivals"))
-        .otherwise(pl.format("{} users", "concurrency")).alias("load")
-    ).pivot(on="source", index=["run_id", "trace", "hardware", "load", "concurrency"],
-            values="share")
+    if "config" not in reuse.columns:
+        reuse = _with_config(reuse)
+    index = ["run_id", "trace", "hardware", "config", "concurrency",
+             *[c for c in _POOL if c in reuse.columns]]
+    wide = reuse.pivot(on="source", index=index, values="share")
     hits = [c for c in ("GPU (L1)", "host (L2)", "storage (L3)") if c in wide.columns]
     return wide.with_columns(pl.sum_horizontal(hits).alias("overall")).sort(
         "trace", "hardware", "concurrency", nulls_last=False)
@@ -225,7 +272,7 @@ def _cost(store: Store) -> Section | None:
             f"{cheapest['hardware']} {cheapest['setting']} at "
             f"${cheapest['usd_per_mtok_total']:.4f}/M.",
             ch.cost_pareto(one, pub, f"Cost vs interactivity: {source} "
-                           "(lines: Pareto fronts; diamonds: published)")))
+                           "(lines: Pareto fronts; diamonds: published)", interactive=True)))
     answers = run_query(store, "compare_answers")
     if answers.height:
         ok = answers.filter(pl.col("reachable"))
@@ -247,7 +294,8 @@ def _cost(store: Store) -> Section | None:
                f"${at['usd_per_mtok_total_high'].max():.4f}/M." if at.height
                and at['usd_per_mtok_total_low'].null_count() < at.height else "."),
             ch.cost_band(answers, pub, "Cost vs interactivity from cost compare "
-                         "(band: cross-validated error; diamonds: published)")))
+                         "(band: cross-validated error; diamonds: published)",
+                         interactive=True)))
     steps = run_query(store, "step_time")
     if steps.height:
         exposed = steps.filter(pl.col("term_rank") == 2)
@@ -265,20 +313,74 @@ def _cost(store: Store) -> Section | None:
                    (("Published figures shown", pub),), tuple(figs))
 
 
+def _latest_plans(store: Store) -> pl.DataFrame:
+    """``capacity_plan_best`` rows of the latest plan search of each trace (the one written
+    last; a plan id is the fingerprint of its configuration)."""
+    best = run_query(store, "capacity_plan_best")
+    if not best.height:
+        return best
+    written = {}
+    for pid in best["plan_id"].unique().to_list():
+        stamp = store.source_stamp("plan_runs", pid)
+        written[pid] = stamp[1] if stamp else 0
+    latest = (pl.DataFrame({"plan_id": list(written), "written": list(written.values())})
+              .join(best.select("plan_id", "trace").unique(), on="plan_id")
+              .sort("written", "plan_id").group_by("trace").last())
+    return best.filter(pl.col("plan_id").is_in(latest["plan_id"].to_list())).sort(
+        "trace", "usd_per_mtok_total")
+
+
 def _plans(store: Store) -> Section | None:
     plans = run_query(store, "capacity_plans")
     if not plans.height:
         return None
-    best = plans.filter(pl.col("rank") == 1).row(0, named=True)
+    best = _latest_plans(store)
+    figs, tables = [], []
+    if best.height:
+        parts = []
+        for tr in best["trace"].unique(maintain_order=True).to_list():
+            one = best.filter(pl.col("trace") == tr).sort("usd_per_mtok_total")
+            top = one.row(0, named=True)
+            s = (f"{tr} (plan {top['plan_id']}, target {top['interactivity']:g} tok/s/user): "
+                 f"{top['hardware']} is cheapest at ${top['usd_per_mtok_total']:.4f}/M "
+                 f"(GPU ${top['usd_per_mtok_gpu']:.4f}, DRAM ${top['usd_per_mtok_dram']:.4f}, "
+                 f"SSD ${top['usd_per_mtok_ssd']:.4f})")
+            if one.height > 1:
+                nxt = one.row(1, named=True)
+                s += (f"; next {nxt['hardware']} at "
+                      f"{nxt['usd_per_mtok_total'] / top['usd_per_mtok_total']:.2f}x that")
+            parts.append(s + ".")
+        figs.append(Figure(
+            "plan_cost", "capacity_plan_best",
+            "Best plan per accelerator of the latest plan search of each trace, all at that "
+            "plan's target interactivity: $ per million total tokens split into what it pays "
+            "for (GPUs, host DRAM, SSD), the black bar the 10-90% cross-validated band of "
+            "the total. " + " ".join(parts), ch.plan_cost_bars(best)))
+        figs.append(Figure(
+            "plan_hits", "capacity_plan_best",
+            "The same plans: share of prompt tokens served from GPU, host DRAM and SSD (the "
+            "rest recomputed). Highest GPU share: "
+            + "; ".join(f"{r['trace']} {r['hardware']} {_pct(r['gpu_hit_share'] or 0)}"
+                        for r in best.sort("gpu_hit_share", descending=True, nulls_last=True)
+                        .group_by("trace", maintain_order=True).first().iter_rows(named=True))
+            + ".", ch.plan_hit_bars(best)))
+        tables.append(("Best plan per accelerator (latest plan of each trace, at its target)",
+                       _best_table(best)))
+    tables.append(("Ranked plans of every plan search", plans.drop("run_ids")))
     return Section(
         "plan", "Capacity plan",
-        "`toolkit plan`: the cheapest configurations for a recorded workload (named query "
-        "capacity_plans). Hit shares come from the tier replays named in run_ids, $ from "
-        "cost compare's front with those shares plus sourced DRAM and NVMe $/GB-hour. "
-        f"Best of {best['plan_id']}: {best['hardware']} {best['layout']} with "
-        f"{best['host_dram_gb']:g} GB host DRAM and {best['ssd_gb']:g} GB SSD per instance at "
-        f"${best['usd_per_mtok_total']:.4f}/M total tokens.",
-        (("Ranked plans", plans.drop("run_ids")),))
+        "`toolkit plan`: the cheapest configurations for a recorded workload (named queries "
+        "capacity_plan_best and capacity_plans). Hit shares come from the tier replays named "
+        "in run_ids, $ from cost compare's front with those shares plus sourced DRAM and NVMe "
+        "$/GB-hour.", tuple(tables), tuple(figs))
+
+
+def _best_table(best: pl.DataFrame) -> pl.DataFrame:
+    return best.select(
+        "trace", "hardware", "interactivity", "usd_per_mtok_total", "usd_per_mtok_total_low",
+        "usd_per_mtok_total_high", "usd_per_mtok_gpu", "usd_per_mtok_dram", "usd_per_mtok_ssd",
+        "tput_per_gpu", "p90_ttft_s", "host_dram_gb", "ssd_gb", "gpu_hit_share",
+        "host_hit_share", "storage_hit_share", "engine", "layout", "plan_id")
 
 
 def _engram(store: Store) -> Section | None:
@@ -345,7 +447,8 @@ def _model_vs_measured(store: Store) -> Section:
         figs.append(Figure(
             f"serving_fronts_{len(figs)}", "serving_fronts",
             f"Modelled Pareto fronts of {r['model']} {r['precision']} at {r['isl']}/{r['osl']} "
-            f"tokens (lines) with the {pts.height} measured points at that shape (diamonds).",
+            f"tokens (lines) with the {pts.height} measured points at that shape (diamonds)."
+            + _front_gap(f, pts),
             ch.pareto_fronts(f, pts, f"{r['model']} {r['precision']} {r['isl']}/{r['osl']}: "
                              "modelled fronts and measured points")))
     return Section("model_vs_measured", "Serving model vs measured",
@@ -353,8 +456,36 @@ def _model_vs_measured(store: Store) -> Section:
                    "(SemiAnalysis InferenceX, Apache-2.0).", (), tuple(figs))
 
 
+def _front_gap(front: pl.DataFrame, pts: pl.DataFrame) -> str:
+    """How far the measured points sit from the modelled front of their hardware: the
+    measured / modelled throughput at the front point nearest in interactivity (log
+    distance), its range and the hardware where it is widest, so the caption never hides a
+    gap the chart shows."""
+    import math
+
+    ratios = []
+    for p in pts.iter_rows(named=True):
+        f = front.filter((pl.col("hardware") == p["hardware"]) & (pl.col("interactivity") > 0))
+        if not f.height or not p.get("interactivity") or not p.get("tput_per_gpu"):
+            continue
+        near = min(f.iter_rows(named=True), key=lambda q: abs(
+            math.log(q["interactivity"] / p["interactivity"])))
+        if near["tput_per_gpu"]:
+            ratios.append((p["tput_per_gpu"] / near["tput_per_gpu"], p["hardware"]))
+    if not ratios:
+        return ""
+    lo, hi = min(ratios), max(ratios)
+    return (f" Measured / modelled throughput at the nearest front point: {lo[0]:.2f}x "
+            f"({lo[1]}) to {hi[0]:.2f}x ({hi[1]}); outside 0.8-1.25x on "
+            f"{sum(1 for x, _ in ratios if not 0.8 <= x <= 1.25)} of {len(ratios)} points.")
+
+
 def _headline(store: Store) -> tuple[tuple[str, pl.DataFrame], ...]:
     out = []
+    plans = _latest_plans(store) if _has(store, "plan_runs") else pl.DataFrame()
+    if plans.height:
+        out.append(("Capacity plan: best plan per accelerator at the plan's target "
+                    "interactivity (latest plan of each trace)", _best_table(plans)))
     best = run_query(store, "best_policy")
     if best.height:
         online = store.query("SELECT DISTINCT policy FROM selection_runs WHERE policy NOT IN "
@@ -368,18 +499,43 @@ def _headline(store: Store) -> tuple[tuple[str, pl.DataFrame], ...]:
     if _has(store, "tier_runs"):
         wide = _tier_rates(run_query(store, "tier_reuse"))
         out.append(("Hit rates per tier (share of prompt tokens)", wide.select(
-            "trace", "hardware", "load",
+            "trace", "hardware", "config",
             *[pl.col(c).round(4) for c in wide.columns
               if c in ("GPU (L1)", "host (L2)", "storage (L3)", "overall")], "run_id")))
+    answers = run_query(store, "compare_answers")
+    if answers.height:
+        # one shared target: the highest interactivity every accelerator of a run reaches
+        ok = answers.filter(pl.col("reachable"))
+        reach = ok.group_by("run_id", "hardware").agg(pl.col("interactivity").max())
+        common = reach.group_by("run_id").agg(pl.col("interactivity").min().alias("target"))
+        at = ok.join(common, on="run_id").filter(pl.col("interactivity") == pl.col("target"))
+        if at.height:
+            out.append(("Cost compare: $ per M total tokens per accelerator at one target "
+                        "interactivity (the highest every accelerator of the run reaches)",
+                        at.sort("run_id", "usd_per_mtok_total").select(
+                            "model", "interactivity", "hardware", "engine", "source",
+                            "usd_per_mtok_total", "usd_per_mtok_total_low",
+                            "usd_per_mtok_total_high", "tput_per_gpu", "p90_ttft_s", "layout",
+                            "run_id")))
     cost = run_query(store, "cost_per_mtok")
     if cost.height:
-        cheapest = cost.sort("usd_per_mtok_total").group_by(
-            "source", "hardware", maintain_order=True).first().sort("source", "hardware")
-        out.append(("Lowest $ per M total tokens per hardware", cheapest.select(
-            "source", "hardware", "trace", "model", "setting",
-            pl.col("interactivity_tok_s_user").round(1),
-            pl.col("usd_per_mtok_total").round(4), pl.col("usd_per_mtok_output").round(3),
-            "usd_per_gpu_hour", "run_id")))
+        # like for like: per (source, trace), only runs at least as interactive as the
+        # slowest hardware's fastest run, so every hardware is priced at a comparable target
+        floor = cost.group_by("source", "trace", "hardware").agg(
+            pl.col("interactivity_tok_s_user").max().alias("fastest")).group_by(
+            "source", "trace").agg(pl.col("fastest").min().alias("floor"))
+        cheapest = (cost.join(floor, on=["source", "trace"])
+                    .filter(pl.col("interactivity_tok_s_user") >= pl.col("floor") * 0.999)
+                    .sort("usd_per_mtok_total").group_by("source", "trace", "hardware",
+                                                         maintain_order=True).first()
+                    .sort("source", "trace", "hardware"))
+        out.append(("Lowest $ per M total tokens per hardware among runs reaching the same "
+                    "interactivity (floor: the slowest hardware's fastest run, per source "
+                    "and trace)", cheapest.select(
+                        "source", "trace", "hardware", "model", "setting",
+                        pl.col("floor").alias("interactivity_floor"),
+                        "interactivity_tok_s_user", "usd_per_mtok_total",
+                        "usd_per_mtok_output", "usd_per_gpu_hour", "run_id")))
     return tuple(out)
 
 
@@ -449,25 +605,21 @@ td { white-space: nowrap; } td.num { text-align: right; }
 """
 
 
-def _cell_html(v: object) -> str:
-    """A table cell: whole numbers with thousands separators, others to four significant
-    digits (run ids and names as they are, wrapping rather than widening the page)."""
-    if isinstance(v, bool) or v is None or not isinstance(v, int | float):
-        return f"<td>{html.escape('' if v is None else str(v))}</td>"
-    if isinstance(v, int) or (v == v and float(v).is_integer() and abs(v) < 1e15):
-        text = f"{v:,.0f}"
-    else:
-        text = f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-    return f"<td class='num'>{text}</td>"
-
-
 def _table_html(df: pl.DataFrame, limit: int = 200) -> str:
-    # headers break between words (usd per mtok total), never inside one; cells never break
-    head = "".join(f"<th title='{html.escape(c)}'>{html.escape(c.replace('_', ' '))}</th>"
-                   for c in df.columns)
+    """A table formatted as every command prints one (:mod:`toolkit.tables`: separators,
+    four significant digits, units and $ in the headers), long text columns last;
+    headers break between words, never inside one; cells never break."""
+    from toolkit.tables import display_cells
+
+    shown = df.head(limit)
+    names, headers, cells, numeric = display_cells(shown)
+    head = "".join(f"<th title='{html.escape(n)}'>{html.escape(h.replace('_', ' '))}</th>"
+                   for n, h in zip(names, headers, strict=True))
     body = "".join(
-        "<tr>" + "".join(_cell_html(v) for v in r)
-        + "</tr>" for r in df.head(limit).iter_rows())
+        "<tr>" + "".join(f"<td class='num'>{html.escape(c[r])}</td>" if num
+                         else f"<td>{html.escape(c[r])}</td>"
+                         for c, num in zip(cells, numeric, strict=True))
+        + "</tr>" for r in range(shown.height))
     more = (f"<p class='muted'>{df.height - limit} more rows: run the named query.</p>"
             if df.height > limit else "")
     return f"<table><tr>{head}</tr>{body}</table>{more}"
@@ -478,6 +630,26 @@ def _script_json(obj: object) -> str:
     return json.dumps(obj).replace("</", "<\\/")
 
 
+def _toc(report: Report) -> str:
+    """The table of contents: headline, each section (with its charts), provenance, runs."""
+    items = ["<li><a href='#headline'>Headline</a></li>"]
+    for s in report.sections:
+        sub = "".join(f"<li><a href='#chart-{f.stem}'>{html.escape(_chart_title(f))}</a></li>"
+                      for f in s.figures)
+        items.append(f"<li><a href='#{s.key}'>{html.escape(s.title)}</a>"
+                     + (f"<ul>{sub}</ul>" if sub else "") + "</li>")
+    items += ["<li><a href='#provenance'>Hardware figures and their provenance</a></li>",
+              "<li><a href='#runs'>Runs</a></li>"]
+    return f"<nav id='toc'><h2>Contents</h2><ul>{''.join(items)}</ul></nav>"
+
+
+def _chart_title(f: Figure) -> str:
+    title = f.chart.to_dict().get("title", f.stem)
+    if isinstance(title, dict):
+        title = title.get("text", f.stem)
+    return str(title if isinstance(title, str) else " ".join(title))
+
+
 def render_html(report: Report, js_bundle: str) -> str:
     """The whole page as one string (``js_bundle``: vega, vega-lite and vega-embed)."""
     out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(report.title)}"
@@ -485,7 +657,9 @@ def render_html(report: Report, js_bundle: str) -> str:
            f"<h1>{html.escape(report.title)}</h1>",
            f"<p class='muted'>Store {html.escape(report.store_root)}; toolkit {__version__}. "
            "Every table and chart below is a named query: <code>toolkit sql --store DIR "
-           "--query NAME</code>.</p>", "<h2>Headline</h2>"]
+           "--query NAME</code>. Charts: hover for values, click a legend entry to isolate "
+           "a series (click empty space to bring all back); drop-downs and sliders under a "
+           "chart filter it.</p>", _toc(report), "<h2 id='headline'>Headline</h2>"]
     for cap, df in report.headline:
         out += [f"<h3>{html.escape(cap)}</h3>", _table_html(df)]
     embeds = []

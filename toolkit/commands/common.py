@@ -127,3 +127,13 @@ def choices(family: str) -> str:
         names = [n + (f" (alias {', '.join(MODELS.get(n).aliases)})"
                       if MODELS.get(n).aliases else "") for n in model_names()]
     return ", ".join(names)
+
+
+def require_key(s: Store, table: str, name: str, what: str = "requests") -> None:
+    """Refuse a name the store does not hold (a trace, a run) before any kernel or heavy
+    library loads, so a typo costs the store's opening, not a replay's start-up; one line
+    naming the table and the names it does hold."""
+    keys = s.keys(table)
+    if name not in keys:
+        known = ", ".join(keys[:20]) + (", ..." if len(keys) > 20 else "") or "none"
+        fail(f"no {what} named {name!r} in store {s.root} (table {table}); known: {known}")

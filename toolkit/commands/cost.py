@@ -16,7 +16,7 @@ import typer
 
 from toolkit.commands import measured as m
 from toolkit.commands.common import choices, cli_store, fail, field_default, guard, ttft_bound
-from toolkit.commands.output import FormatOpt, Output, OutputOpt
+from toolkit.commands.output import FormatOpt, Output, OutputOpt, render_table
 from toolkit.cost.config import CompareConfig
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
@@ -33,25 +33,25 @@ def hardware_list_cmd(fmt: FormatOpt = None,
     from toolkit.hardware import get_hardware, hardware_names
 
     out = Output.from_options(fmt, as_json, output)
-    if out.fmt != "table" or out.path is not None:
-        rows = []
-        for name in hardware_names():
-            hw = get_hardware(name)
-            rows.append({"name": name, "label": hw.label, "hbm_bytes": hw.hbm_bytes,
-                         "hbm_bandwidth_bytes_per_s": hw.hbm_bandwidth_bytes_per_s,
-                         "host_link": hw.host_link,
-                         "price_hyperscaler_usd_per_gpu_hour":
-                             hw.price_hyperscaler_usd_per_gpu_hour,
-                         "price_vintage": hw.price_vintage()})
-        out.emit(rows)
-        return
+    rows = []
     for name in hardware_names():
         hw = get_hardware(name)
-        typer.echo(
-            f"{name:<8} {hw.label:<14} HBM {hw.hbm_bytes / 1e9:>4.0f} GB  "
-            f"{hw.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s  {hw.host_link:<22} "
-            f"${hw.price_hyperscaler_usd_per_gpu_hour:.2f}/GPU-hr ({hw.price_vintage()})"
-        )
+        rows.append({"name": name, "label": hw.label, "hbm_bytes": hw.hbm_bytes,
+                     "hbm_usable_bytes": hw.hbm_usable_bytes,
+                     "hbm_bandwidth_bytes_per_s": hw.hbm_bandwidth_bytes_per_s,
+                     "host_link": hw.host_link,
+                     "price_hyperscaler_usd_per_gpu_hour": hw.price_hyperscaler_usd_per_gpu_hour,
+                     "price_vintage": hw.price_vintage()})
+    if out.fmt != "table" or out.path is not None:
+        out.emit(rows)
+        return
+    # HBM as the vendors size it (GiB; "192 GB" on a GB200 is 192 GiB) with the usable GB
+    out.emit([{"name": r["name"], "label": r["label"], "hbm_gib": r["hbm_bytes"] / 2**30,
+               "hbm_usable_gb": r["hbm_usable_bytes"] / 1e9,
+               "hbm_bandwidth_bytes_per_s": r["hbm_bandwidth_bytes_per_s"],
+               "price_hyperscaler_usd_per_gpu_hour": r["price_hyperscaler_usd_per_gpu_hour"],
+               "price_vintage": r["price_vintage"], "host_link": r["host_link"]}
+              for r in rows])
 
 
 @hardware_app.command("show")
@@ -80,17 +80,31 @@ def hardware_show_cmd(
     if out.fmt != "table" or out.path is not None:
         out.emit([{"field": k, **s.__dict__} for k, s in hw.provenance.items()])
         return
-    typer.echo(f"{hw.label} ({hw.name}, {hw.vendor})")
-    width = max(len(k) for k in hw.provenance)
+    typer.echo(render_table(_spec_rows(hw), title=f"{hw.label} ({hw.name}, {hw.vendor})",
+                            wrap_text=True))
+
+
+def _spec_rows(hw) -> object:
+    """One row per spec field (a note on its own row): the value with its unit, HBM in GiB
+    with the decimal GB beside it."""
+    import polars as pl
+
+    from toolkit.commands.output import value_text
+
+    rows = []
     for field, s in hw.provenance.items():
         if s.value is None:
             value = "n/a"
+        elif field.startswith("hbm") and field.endswith("_bytes"):
+            value = f"{s.value / 2**30:,.1f} GiB ({s.value / 1e9:,.1f} GB)"
         else:
-            value = s.value if isinstance(s.value, str) else f"{s.value:.6g}"
+            value = value_text(field, s.value)
         extra = f" [{s.vintage}]" if s.vintage else ""
-        typer.echo(f"{field:<{width}}  {value:<14} {s.kind:<8} {s.source}{extra}")
+        rows.append({"field": field, "value": value, "kind": s.kind, "source": s.source + extra})
         if s.note:
-            typer.echo(f"{'':<{width}}  {'':<14} {'note':<8} {s.note}")
+            rows.append({"field": "", "value": "", "kind": "note", "source": s.note})
+    return pl.DataFrame(rows, schema={k: pl.String for k in ("field", "value", "kind",
+                                                             "source")})
 
 
 _HARDWARE = typer.Option("--hardware", help=f"Accelerator: {choices('hardware')}.")
@@ -377,7 +391,6 @@ def cost_compare_cmd(
     where they cover the question, else from the serving model's Pareto front of layouts x
     concurrency, with low/high bands, a p90 TTFT bound (10 s by default) and `reachable` /
     `edge` flags."""
-    import polars as pl
 
     from toolkit.cost.compare import compare, measurement_scope
     from toolkit.serving.params import ServingParams, bundled_params
@@ -472,6 +485,4 @@ def cost_compare_cmd(
         return
     for k, v in meta.items():
         typer.echo(f"{k:<24}  {v}")
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=320, float_precision=3,
-                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
-        typer.echo(str(df.select([c for c in TABLE_COLUMNS if c in df.columns])))
+    typer.echo(render_table(df.select([c for c in TABLE_COLUMNS if c in df.columns])))

@@ -15,9 +15,11 @@ from toolkit.commands.common import (
     fail,
     field_default,
     guard,
+    require_key,
     ttft_bound,
 )
 from toolkit.plan.config import PlanConfig
+from toolkit.tables import render_table
 
 plan_app = typer.Typer(
     help="Capacity plan: accelerator, layout, concurrency, HBM split, host DRAM and SSD at "
@@ -106,8 +108,6 @@ def plan_cmd(
         fail("give --store, --trace and --model (or a subcommand: toolkit plan explain)")
     if engine not in ("local", "ray"):
         fail(f"--engine {engine!r}: local or ray")
-    from toolkit.plan import search
-
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
                 max_p90_ttft_s=ttft_bound(max_p90_ttft_s), ttft_confidence=ttft_confidence,
@@ -119,6 +119,13 @@ def plan_cmd(
                 prefix_reserve=_floats(prefix_reserve, "--prefix-reserve"),
                 exhaustive=exhaustive, top=top)
     with cli_store(store) as s:
+        require_key(s, "requests", trace)  # names first: a typo costs no search start-up
+        if selections is not None:
+            require_key(s, "selections", selections, "selection trace")
+        if engram is not None:
+            require_key(s, "engram_traces", engram, "Engram lookup trace")
+        from toolkit.plan import search
+
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
     caveat = _dsa_caveat(model)
     if as_json:
@@ -133,21 +140,7 @@ def plan_cmd(
         typer.echo(f"({dsa_caveat()})")
     typer.echo(f"plan {res.plan_id}: {res.searched} candidates, {res.evaluated_exactly} "
                f"evaluated exactly, {res.feasible} feasible, {res.elapsed_s:.1f} s")
-    for p in res.plans:
-        hs = (f"HiSparse {p['hisparse_buffer_tokens']} tok/req/layer"
-              if p["hisparse_buffer_tokens"] else "no HiSparse")
-        if p["engram_hbm_gb"]:
-            hs += f", Engram {p['engram_hbm_gb']:g} GB/GPU"
-        typer.echo(
-            f"#{p['rank']} {p['hardware']} {p['engine']} {p['layout']} ({p['gpus']} GPUs): "
-            f"${p['usd_per_mtok_total']:.4f}/M total "
-            f"[{p['usd_per_mtok_total_low']:.4f}-{p['usd_per_mtok_total_high']:.4f}], "
-            f"{p['tput_per_gpu']:.0f} tok/s/GPU, p90 TTFT {p['p90_ttft_s']:.2f} s"
-            f"{_band(p.get('p90_ttft_s_low'), p.get('p90_ttft_s_high'))}; "
-            f"device prefix {p['device_prefix_tokens']:,} tok, {hs}, host "
-            f"{p['host_dram_gb']:g} GB, SSD {p['ssd_gb']:g} GB, {p['policy']}; hits GPU "
-            f"{p['gpu_hit_share']:.3f} host {p['host_hit_share']:.3f} SSD "
-            f"{p['storage_hit_share']:.3f}; runs {', '.join(p['run_ids'])}")
+    typer.echo(render_table(plan_table(res.plans)))
     typer.echo("assumptions:")
     for a in res.assumptions:
         typer.echo(f"  - {a}")
@@ -178,9 +171,41 @@ def explain_cmd(
 
     with cli_store(store) as s:
         out = guard(explain, s, plan)
-    typer.echo(json.dumps(out, default=str) if as_json else explain_text(out))
+    if as_json:
+        typer.echo(json.dumps(out, default=str))
+        return
+    lines = explain_text(out).splitlines()
+    typer.echo("\n".join(lines[:4]))  # the plan, binding constraint, runs, the table's title
+    typer.echo(render_table(alternatives_table(out), wrap_text=True))
 
 
-def _band(lo: float | None, hi: float | None) -> str:
-    """`` [lo-hi]`` of a band, or nothing without one."""
-    return f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else ""
+def plan_table(plans: list[dict]) -> object:
+    """The printed plans, one row each: cost and band, throughput, latency, the tiers and
+    what each serves; the layout and run ids (long text) last."""
+    import polars as pl
+
+    cols = ("rank", "hardware", "engine", "gpus", "usd_per_mtok_total", "usd_per_mtok_total_low",
+            "usd_per_mtok_total_high", "tput_per_gpu", "p90_ttft_s", "p90_ttft_s_low",
+            "p90_ttft_s_high", "device_prefix_tokens", "hisparse_buffer_tokens", "engram_hbm_gb",
+            "host_dram_gb", "ssd_gb", "policy", "gpu_hit_share", "host_hit_share",
+            "storage_hit_share", "layout")
+    cols = tuple(c for c in cols if any(p.get(c) is not None for p in plans))
+    return pl.DataFrame([{**{c: p.get(c) for c in cols}, "runs": ", ".join(p["run_ids"])}
+                         for p in plans], infer_schema_length=None, strict=False)
+
+
+def alternatives_table(out: dict) -> object:
+    """``plan explain``'s next-best alternative per dimension, one row each."""
+    import polars as pl
+
+    p, rows = out["plan"], []
+    for dim, a in out["alternatives"].items():
+        rows.append({"dimension": dim, "chosen": "none" if p[dim] is None else str(p[dim]),
+                     "alternative": "none" if a.get("value") is None else str(a["value"]),
+                     "usd_per_mtok_total": a.get("usd_per_mtok_total"),
+                     "cost_ratio": a.get("ratio"), "delta_usd_per_mtok": a.get(
+                         "delta_usd_per_mtok"), "why": a.get("why", "")})
+    return pl.DataFrame(rows, schema={"dimension": pl.String, "chosen": pl.String,
+                                      "alternative": pl.String,
+                                      "usd_per_mtok_total": pl.Float64, "cost_ratio": pl.Float64,
+                                      "delta_usd_per_mtok": pl.Float64, "why": pl.String})

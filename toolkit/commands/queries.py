@@ -10,9 +10,21 @@ from toolkit.commands.common import fail
 from toolkit.store import Store
 
 
-def list_named() -> str:
-    """Every named query with its parameters and output columns (units)."""
-    return "\n\n".join(QUERIES[n].describe() for n in sorted(QUERIES))
+def list_named(name: str | None = None) -> str:
+    """The named queries, one line each (name, parameters, what it returns); with
+    ``name``, that query's whole description: parameters with defaults, columns with
+    units."""
+    if name is not None:
+        try:
+            return get_query(name).describe()
+        except QueryError as e:
+            fail(str(e))
+    from toolkit.commands.output import render_table
+
+    rows = [{"query": n, "params": ", ".join(p.name for p in QUERIES[n].params),
+             "returns": QUERIES[n].doc.split(". ")[0].rstrip(".")} for n in sorted(QUERIES)]
+    return (render_table(pl.DataFrame(rows)) + f"\n{len(rows)} queries; `toolkit sql "
+            "--list-queries --query NAME` describes one (parameters, columns and units)")
 
 
 def _value(text: str) -> int | float | str | None:

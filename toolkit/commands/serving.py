@@ -26,7 +26,7 @@ from toolkit.commands.measured import (
     measurement_source,
     show_notes,
 )
-from toolkit.commands.output import FormatOpt, Output, OutputOpt, check_output_file
+from toolkit.commands.output import FormatOpt, Output, OutputOpt, check_output_file, render_table
 
 serving_app = typer.Typer(
     help="Serving-performance model: fit efficiencies to measured points, predict TPOT / TTFT "
@@ -325,30 +325,27 @@ def validate_cmd(
                  "kfold": "5-fold", "dsa": "sparse-attention (DSA) models, every measured point by "
                  "source (GLM-5 and GLM-5.2; InferenceX and public engine docs): never fitted"
                  }.get(s, f"leave-one-{s}-out")
-        typer.echo(f"{title} (held-out rows only; errors are |pred/measured - 1|)")
-        with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=3,
-                       tbl_hide_dataframe_shape=True):
-            typer.echo(str(t))
-            if s == "dsa" and loso is not None:
-                typer.echo("leave one source out (each source's bands from the others' "
-                           "residuals):")
-                typer.echo(str(loso))
-            if s in cov:
-                c = cov[s]
-                keep = ["group", "rows", *(k for k in c["coverage"].columns
-                                           if k.endswith("_coverage"))]
-                typer.echo(f"band coverage ({int(100 * CONFIDENCE)}% central bands, each "
-                           "fold calibrated on rows outside it):")
-                typer.echo(str(c["coverage"].select(keep)))
-                p = c["p90_ttft"]
-                if p.get("rows"):
-                    typer.echo(f"p90 TTFT: {p['rows']} rows, median |error| "
-                               f"{p['median_abs_err']:.1%}, median predicted/measured "
-                               f"{p['median_pred_over_measured']:.2f}, band coverage "
-                               f"{p['coverage']:.1%}")
-                for b in c["ttft_bound"]:
-                    if b["said_to_meet"]:
-                        typer.echo(f"  --ttft-confidence {b['confidence']}: p90 TTFT <= "
-                                   f"{b['bound_s']:g} s said of {b['said_to_meet']} rows, "
-                                   f"{b['measured_over']} measured over "
-                                   f"({b['share_over']:.0%})")
+        typer.echo(render_table(t, title=f"{title} (held-out rows only; errors are "
+                                "|pred/measured - 1|)"))
+        if s == "dsa" and loso is not None:
+            typer.echo(render_table(loso, title="leave one source out (each source's "
+                                    "bands from the others' residuals):"))
+        if s in cov:
+            c = cov[s]
+            keep = ["group", "rows", *(k for k in c["coverage"].columns
+                                       if k.endswith("_coverage"))]
+            typer.echo(render_table(c["coverage"].select(keep), title=(
+                f"band coverage ({int(100 * CONFIDENCE)}% central bands, each fold "
+                "calibrated on rows outside it):")))
+            p = c["p90_ttft"]
+            if p.get("rows"):
+                typer.echo(f"p90 TTFT: {p['rows']} rows, median |error| "
+                           f"{p['median_abs_err']:.1%}, median predicted/measured "
+                           f"{p['median_pred_over_measured']:.2f}, band coverage "
+                           f"{p['coverage']:.1%}")
+            for b in c["ttft_bound"]:
+                if b["said_to_meet"]:
+                    typer.echo(f"  --ttft-confidence {b['confidence']}: p90 TTFT <= "
+                               f"{b['bound_s']:g} s said of {b['said_to_meet']} rows, "
+                               f"{b['measured_over']} measured over "
+                               f"({b['share_over']:.0%})")

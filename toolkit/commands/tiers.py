@@ -12,7 +12,15 @@ from typing import Annotated, Any
 
 import typer
 
-from toolkit.commands.common import MAX_GB, StoreOpt, choices, cli_store, fail, field_default
+from toolkit.commands.common import (
+    MAX_GB,
+    StoreOpt,
+    choices,
+    cli_store,
+    fail,
+    field_default,
+    require_key,
+)
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
@@ -96,7 +104,8 @@ def tiers_cmd(
     output: OutputOpt = None,
 ) -> None:
     """Replay a timeline through GPU / host / storage prefix tiers (HiCache semantics)."""
-    from toolkit.cost.from_replay import run_tiers
+    with cli_store(store) as s:  # names first: a typo costs no kernel or cost-model import
+        require_key(s, "requests", trace)
     from toolkit.models import get_model
     from toolkit.replay.tiers import UNBOUNDED, summary_json
     from toolkit.runtime.progress import compile_notice, status
@@ -126,6 +135,8 @@ def tiers_cmd(
         )
         with cli_store(store) as s, compile_notice(quiet), status(f"replay tiers {trace}",
                                                                    quiet):
+            from toolkit.cost.from_replay import run_tiers
+
             res = run_tiers(s, cfg)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))

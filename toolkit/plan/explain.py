@@ -87,5 +87,8 @@ def explain_text(out: dict[str, Any]) -> str:
             lines.append(f"  {dim}: {p[dim]} -> {a['value']}: ${a['usd_per_mtok_total']:.4f}/M "
                          f"({a['ratio']:.3f}x, {a['delta_usd_per_mtok']:+.4f})")
         else:
-            lines.append(f"  {dim}: {p[dim]} -> {a['value']}: {a['why']}")
+            if a.get("value") is None:  # nothing to go to: say why, not "-> None"
+                lines.append(f"  {dim}: {p[dim]}, {a['why']}")
+            else:
+                lines.append(f"  {dim}: {p[dim]} -> {a['value']}: {a['why']}")
     return "\n".join(lines)

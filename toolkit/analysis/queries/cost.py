@@ -135,4 +135,36 @@ NAMED: tuple[NamedQuery, ...] = (
          ("usd_per_mtok_total_high", "$, band"), ("usd_per_mtok_gpu", "$ per M, GPUs"),
          ("usd_per_mtok_dram", "$ per M, host DRAM"), ("usd_per_mtok_ssd", "$ per M, SSD"),
          ("run_ids", "JSON list of tier / selection run ids"))),
+    NamedQuery(
+        "capacity_plan_best", "Per plan search and accelerator, its cheapest feasible "
+        "candidate that was evaluated exactly (ranked or not), at the plan's target: $/M "
+        "total with its band and GPU / DRAM / SSD split, hit shares per tier, memory split.",
+        """
+        SELECT plan_id, trace, model, hardware, engine, layout, gpus, interactivity,
+               max_p90_ttft_s, p90_ttft_s, tput_per_gpu, host_dram_gb, ssd_gb, policy,
+               device_prefix_tokens, hisparse_buffer_tokens, gpu_hit_share, host_hit_share,
+               storage_hit_share, usd_per_mtok_total, usd_per_mtok_total_low,
+               usd_per_mtok_total_high, usd_per_mtok_gpu, usd_per_mtok_dram, usd_per_mtok_ssd,
+               rank, run_ids
+        FROM plan_runs
+        WHERE feasible AND usd_per_mtok_total IS NOT NULL
+          AND ($hardware IS NULL OR hardware = $hardware)
+        QUALIFY row_number() OVER (PARTITION BY plan_id, hardware
+                                   ORDER BY usd_per_mtok_total, rank NULLS LAST) = 1
+        ORDER BY plan_id, usd_per_mtok_total
+        """, (HW_FILTER,),
+        (("plan_id", "plan search"), ("trace", "name"), ("model", "name"),
+         ("hardware", "name"), ("engine", "serving engine"), ("layout", "label"),
+         ("gpus", "GPUs of the front point"), ("interactivity", "the plan's target tok/s/user"),
+         ("max_p90_ttft_s", "s, the plan's bound"), ("p90_ttft_s", "s"),
+         ("tput_per_gpu", "tok/s/GPU, input + output"), ("host_dram_gb", "GB per instance"),
+         ("ssd_gb", "GB per instance"), ("policy", "prefix-cache eviction"),
+         ("device_prefix_tokens", "tokens"), ("hisparse_buffer_tokens", "tokens (null = off)"),
+         ("gpu_hit_share", "0-1 of prompt tokens"), ("host_hit_share", "0-1"),
+         ("storage_hit_share", "0-1"), ("usd_per_mtok_total", "$ per M total tokens"),
+         ("usd_per_mtok_total_low", "$, band"), ("usd_per_mtok_total_high", "$, band"),
+         ("usd_per_mtok_gpu", "$ per M, GPUs"), ("usd_per_mtok_dram", "$ per M, host DRAM"),
+         ("usd_per_mtok_ssd", "$ per M, SSD"), ("rank", "its rank in the plan (null: not "
+                                                "among the printed plans)"),
+         ("run_ids", "JSON list of tier / selection run ids"))),
 )

@@ -28,7 +28,8 @@ NAMED: tuple[NamedQuery, ...] = (
                    WHERE ($trace IS NULL OR trace = $trace)
                      AND ($hardware IS NULL OR hardware = $hardware))
         SELECT run_id, trace, hardware, model, arrivals, concurrency, device_capacity_tokens,
-               host_capacity_tokens, prompt_tokens, s.source, s.source_rank, s.tokens,
+               host_capacity_tokens, storage_capacity_tokens, policy, write_policy,
+               radix_semantics, prompt_tokens, s.source, s.source_rank, s.tokens,
                s.tokens / prompt_tokens::DOUBLE AS share
         FROM r, (VALUES ('GPU (L1)', 1, r.device_hit_tokens),
                         ('host (L2)', 2, r.host_hit_tokens),
@@ -40,7 +41,9 @@ NAMED: tuple[NamedQuery, ...] = (
         (("run_id", "tier run"), ("trace", "name"), ("hardware", "name"), ("model", "name"),
          ("arrivals", "trace | scaled:F | from:T | closed"),
          ("concurrency", "users; null = open loop"), ("device_capacity_tokens", "tokens"),
-         ("host_capacity_tokens", "tokens"), ("prompt_tokens", "tokens"),
+         ("host_capacity_tokens", "tokens"), ("storage_capacity_tokens", "tokens"),
+         ("policy", "eviction"), ("write_policy", "host write policy"),
+         ("radix_semantics", "sglang | page"), ("prompt_tokens", "tokens"),
          ("source", "GPU (L1) | host (L2) | storage (L3) | recomputed"),
          ("source_rank", "1-4, stacking order"), ("tokens", "prompt tokens"),
          ("share", "fraction of prompt tokens"))),
