@@ -368,8 +368,18 @@ class TestCompare:
             & (pl.col("model") == "dsr1") & (pl.col("precision") == "fp8")
             & (pl.col("isl") == 8192) & (pl.col("osl") == 1024) & (pl.col("p90_ttft") <= 2.0))
         x, y = pts["median_intvty"].to_numpy(), pts["tput_per_gpu"].to_numpy()
+        t = pts["p90_ttft"].to_numpy()
         f = pareto_front(x, y)
-        assert row["tput_per_gpu"] == pytest.approx(float(steffen_interpolate(x[f], y[f], 100.0)))
+        inferencex = float(steffen_interpolate(x[f], y[f], 100.0))
+        # the best of the fronts of the points within each TTFT threshold (so a looser
+        # bound never answers less); here a tighter threshold's front bends higher
+        best = 0.0
+        for tau in np.unique(t):
+            k = np.flatnonzero(t <= tau)
+            fk = k[pareto_front(x[k], y[k])]
+            if x[fk][-1] >= 100.0:
+                best = max(best, float(steffen_interpolate(x[fk], y[fk], 100.0)))
+        assert row["tput_per_gpu"] == pytest.approx(best) and best > inferencex * 1.01
         assert row["tput_per_gpu"] > 900  # the row at 113 tok/s/user reaches 992
         assert row["model_tput_per_gpu"] is not None and row["gpus"] == 8
         assert row["usd_per_mtok_total"] == pytest.approx(

@@ -314,7 +314,7 @@ def cost_compare_cmd(
     `edge` flags."""
     import polars as pl
 
-    from toolkit.cost.compare import compare, measurement_scope
+    from toolkit.cost.compare import compare, engines_for, measurement_scope
     from toolkit.serving.params import ServingParams, bundled_params
 
     out = Output.from_options(fmt, as_json, output)
@@ -350,6 +350,8 @@ def cost_compare_cmd(
             measured=measured, measurements=(
                 src.path if src is not None and src.path and not src.layout.given()
                 else src))
+        for hw in cfg.hardware:  # an engine that does not run on its hardware: refused
+            engines_for(cfg, hw)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
     if src is not None:  # refuse a bad file before the sweep; show what was assumed
