@@ -292,12 +292,12 @@ def _front_answer(x: np.ndarray, ys: dict[str, np.ndarray], target: float) -> di
     return out
 
 
-def _series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> tuple[np.ndarray, dict,
-                                                                        pl.DataFrame]:
+def _series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> tuple:
+    """One front through every point of ``g``: its interactivities, the ``ycols`` series
+    along it, ``g`` and the front's row numbers in ``g``."""
     x = g[xcol].to_numpy()
     front = pareto_front(x, g[ycols["tput_per_gpu"]].to_numpy())
-    f = g[front.tolist()]
-    return f[xcol].to_numpy(), {k: f[c].to_numpy() for k, c in ycols.items()}, f
+    return x[front], {k: g[c].to_numpy()[front] for k, c in ycols.items()}, g, front
 
 
 def _nested_series(g: pl.DataFrame, xcol: str, ycols: dict[str, str], ttft_col: str) -> list:
@@ -306,18 +306,19 @@ def _nested_series(g: pl.DataFrame, xcol: str, ycols: dict[str, str], ttft_col: 
     (:func:`_at_target`), so a looser bound, which only adds thresholds, never answers less:
     one front through every point can (a point added at the low end changes the spline's end
     slope, and with it the curve between the next points)."""
-    t = g[ttft_col].cast(pl.Float64).fill_null(float("inf")).fill_nan(float("inf")).to_numpy()
+    t = g[ttft_col].cast(pl.Float64).to_numpy()  # a null reads as NaN
+    t = np.where(np.isnan(t), np.inf, t)
     x, y = g[xcol].to_numpy(), g[ycols["tput_per_gpu"]].to_numpy()
+    cols = {k: g[c].to_numpy() for k, c in ycols.items()}
     out, seen = [], set()
     for tau in np.unique(t):
         idx = np.flatnonzero(t <= tau)
         front = idx[pareto_front(x[idx], y[idx])]
-        key = tuple(front.tolist())
+        key = front.tobytes()
         if key in seen:
             continue
         seen.add(key)
-        f = g[front.tolist()]
-        out.append((f[xcol].to_numpy(), {k: f[c].to_numpy() for k, c in ycols.items()}, f))
+        out.append((x[front], {k: v[front] for k, v in cols.items()}, g, front))
     return out
 
 
@@ -421,14 +422,15 @@ def _at_target(series, target: float) -> dict | None:
     series = [series] if one else series
     key = "tput_per_gpu"
     # throughput alone on every front (cheap), every series on the chosen one
-    tries = [_front_answer(x, {key: ys[key]}, target) for x, ys, _ in series]
+    tries = [_front_answer(x, {key: ys[key]}, target) for x, ys, *_ in series]
     end = max(a["front_max_interactivity"] for a in tries)
     reach = [i for i, a in enumerate(tries) if a["reachable"] and a[key] is not None]
     i = (max(reach, key=lambda j: tries[j][key]) if reach
          else max(range(len(tries)), key=lambda j: tries[j]["front_max_interactivity"]))
-    x, ys, f = series[i]
+    x, ys, g, front = series[i]
     ans = _front_answer(x, ys, target)
-    ans["_row"] = f[ans["_at"]].to_dicts()[0] if ans["_at"] is not None else None
+    ans["_row"] = (g.row(int(front[ans["_at"]]), named=True) if ans["_at"] is not None
+                   else None)
     return {**ans, "front_max_interactivity": end,
             "edge": bool(ans["reachable"] and target >= (1 - EDGE_FRACTION) * end)}
 
