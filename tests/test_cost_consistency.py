@@ -25,7 +25,8 @@ runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 
 ANSWER = ("source", "basis", "reachable", "tput_per_gpu", "tput_per_gpu_low",
-          "tput_per_gpu_high", "p90_ttft_s", "layout", "gpus", "conc", "usd_per_mtok_total")
+          "tput_per_gpu_high", "p90_ttft_s", "p90_ttft_s_high", "layout", "gpus", "conc",
+          "usd_per_mtok_total", "blend_points", "blend_log_shift")
 
 
 def _usd(row: dict) -> float:
@@ -59,19 +60,22 @@ class TestTargets:
         row = among.filter(pl.col("interactivity") == 50.0).to_dicts()[0]
         assert {k: row[k] for k in ANSWER} == {k: alone[k] for k in ANSWER}
 
-    def test_measured_runs_answer_alone_where_they_cover_the_pair(self):
+    def test_measured_runs_and_the_corrected_model_answer_together(self):
         """GLM-5 FP8 8K/128 on 8x H200 with vLLM: the bundled runs reach 25.2 tok/s/user;
         20 answered from them, 30 from the model (2x more optimistic) at half the price.
-        Now beyond the runs' reach is unreachable, the model's answer beside it."""
+        Now every model point is corrected by the measured runs' residuals (a fixed
+        correction, whatever the targets), so 30 costs more than 20, and the two runs are
+        too sparse to answer as measured: every answer is blended."""
         cfg = CompareConfig("glm-5", ("h200",), (10.0, 20.0, 30.0), isl=8192, osl=128,
                             mtp="off", engines={"h200": "vllm"})
         rows = compare(cfg).to_dicts()
         assert _nondecreasing([_usd(r) for r in rows])
-        assert [r["source"] for r in rows] == ["measured"] * 3
-        assert [r["reachable"] for r in rows] == [True, True, False]
+        assert [r["source"] for r in rows] == ["blended"] * 3
+        assert all(r["reachable"] for r in rows)
         far = rows[2]
-        assert far["usd_per_mtok_total"] is None and "beyond the measured runs" in far["note"]
-        assert far["model_usd_per_mtok_total"] < rows[1]["usd_per_mtok_total"]
+        assert far["blend_points"] >= 1 and far["blend_log_shift"] < 0
+        assert far["model_usd_per_mtok_total"] < rows[1]["usd_per_mtok_total"] \
+            <= far["usd_per_mtok_total"]
 
 
 class TestTtftBound:
@@ -85,7 +89,9 @@ class TestTtftBound:
 
     def test_measured_points_never_make_it_dearer(self):
         """dsr1, GB200 Dynamo-TRT at 100 tok/s/user: 100 s answered $0.109/M from the model,
-        no bound $1.30/M from measured runs (with no TTFT recorded) that then reached 100."""
+        no bound $1.30/M from measured runs (with no TTFT recorded) that then reached 100;
+        with a blend that depended on the target and the bound, 20 s and 50 s $0.125/M and
+        no bound $0.893/M."""
         cfg = dict(model="dsr1", hardware=("gb200",), interactivity=(100.0,),
                    engines={"gb200": "dynamo-trt"})
         costs = [_costs(CompareConfig(**cfg, max_p90_ttft_s=b))[0]
@@ -135,18 +141,22 @@ BOUNDS = (2.0, 5.0, 10.0, 20.0, 50.0, 100.0, None)
        targets=st.lists(st.sampled_from([5.0, 12.0, 30.0, 50.0, 75.0, 100.0, 130.0, 200.0]),
                         min_size=2, max_size=3, unique=True),
        bounds=st.lists(st.sampled_from(range(len(BOUNDS))), min_size=2, max_size=2,
-                       unique=True).map(sorted))
-def test_compare_properties(model, hw, targets, bounds):
-    """Over the bundled data (measured points first, then the model): cost non-decreasing in
-    the target, non-increasing as the bound loosens, each target as when asked alone."""
+                       unique=True).map(sorted),
+       conf=st.sampled_from([0.5, 0.8, 0.9]))
+def test_compare_properties(model, hw, targets, bounds, conf):
+    """Over the bundled data (measured points, the model's points corrected by them): cost
+    non-decreasing in the target, non-increasing as the bound loosens, each target as when
+    asked alone, at any --ttft-confidence."""
     tight, loose = BOUNDS[bounds[0]], BOUNDS[bounds[1]]
-    asked = compare(CompareConfig(model, (hw,), tuple(targets), max_p90_ttft_s=tight))
+    asked = compare(CompareConfig(model, (hw,), tuple(targets), max_p90_ttft_s=tight,
+                                  ttft_confidence=conf))
     rows = {r["interactivity"]: r for r in asked.to_dicts()}
     assert _nondecreasing([_usd(rows[t]) for t in sorted(targets)])
-    alone = compare(CompareConfig(model, (hw,), (targets[0],),
-                                  max_p90_ttft_s=tight)).to_dicts()[0]
+    alone = compare(CompareConfig(model, (hw,), (targets[0],), max_p90_ttft_s=tight,
+                                  ttft_confidence=conf)).to_dicts()[0]
     assert {k: alone[k] for k in ANSWER} == {k: rows[targets[0]][k] for k in ANSWER}
-    looser = _costs(CompareConfig(model, (hw,), tuple(targets), max_p90_ttft_s=loose))
+    looser = _costs(CompareConfig(model, (hw,), tuple(targets), max_p90_ttft_s=loose,
+                                  ttft_confidence=conf))
     for t, c in zip(targets, looser, strict=True):
         assert c <= _usd(rows[t]) * (1 + 1e-9), (t, c, rows[t])
 

@@ -233,6 +233,7 @@ _DEFAULT_TTFT = field_default(CompareConfig, "max_p90_ttft_s")
 
 TABLE_COLUMNS = ("hardware", "engine", "interactivity", "source", "basis", "reachable", "edge",
                  "tput_per_gpu", "tput_per_gpu_low", "tput_per_gpu_high", "p90_ttft_s",
+                 "p90_ttft_s_low", "p90_ttft_s_high",
                  "gpus", "usd_per_mtok_total", "usd_per_mtok_total_low",
                  "usd_per_mtok_total_high", "cost_ratio_total_vs_first", "layout")
 
@@ -250,6 +251,11 @@ def cost_compare_cmd(
         "--max-p90-ttft-s", help="Keep only points (measured or modelled) whose p90 TTFT meets "
         "this many seconds; 'none' keeps every point.")] = (
         "none" if _DEFAULT_TTFT is None else f"{_DEFAULT_TTFT:g}"),
+    ttft_confidence: Annotated[float, typer.Option(
+        "--ttft-confidence", help="Confidence at which a modelled point meets the p90 TTFT "
+        "bound: 0.5, 0.8 or 0.9 (the upper end of the predicted p90 TTFT's central band at "
+        "that confidence; 0.8: the 80% band's upper end).")] = field_default(
+        CompareConfig, "ttft_confidence"),
     price_tier: Annotated[str, typer.Option("--price-tier", help="hyperscaler, neocloud or "
                                             "rental.")] = field_default(CompareConfig,
                                                                         "price_tier"),
@@ -349,7 +355,7 @@ def cost_compare_cmd(
             kv_dtype=kv_dtype, engine_versions=versions, all_engines=all_engines,
             measured=measured, measurements=(
                 src.path if src is not None and src.path and not src.layout.given()
-                else src))
+                else src), ttft_confidence=ttft_confidence)
         for hw in cfg.hardware:  # an engine that does not run on its hardware: refused
             engines_for(cfg, hw)
     except (ToolkitError, RegistryError, ValueError) as e:
@@ -370,12 +376,18 @@ def cost_compare_cmd(
         fail(str(e))
     meta = {"model": model, "isl": isl, "osl": osl, "precision": precision,
             "cached_prefix_fraction": cached_prefix_fraction, "price_tier": price_tier,
-            "max_p90_ttft_s": ttft, "mtp": mtp, "kv_dtype": kv_dtype,
+            "max_p90_ttft_s": ttft, "ttft_confidence": ttft_confidence, "mtp": mtp,
+            "kv_dtype": kv_dtype,
             "params_kind": p.kind, "params_fitted_on": p.fitted_on,
             "note": "source=measured rows come from measured points (SemiAnalysis InferenceX, "
-                    "Apache-2.0, or --measurements); source=model rows from the serving model "
-                    "fitted on InferenceX DeepSeek-R1 points, with bands from cross-validated "
-                    "residuals; reachable=false: the target lies beyond the front (no price)"}
+                    "Apache-2.0, or --measurements) that bracket the target within 25% "
+                    "interactivity with 3+ points; source=blended rows: the model's front "
+                    "corrected by the nearest measured points' residuals; source=model rows "
+                    "from the serving model fitted on InferenceX DeepSeek-R1 points; every "
+                    "_low/_high is an 80% central band calibrated on cross-validated "
+                    "residuals; the p90 TTFT bound applies to the upper end of the p90 TTFT "
+                    "band at --ttft-confidence; reachable=false: the target lies beyond the "
+                    "front (no price)"}
     from toolkit.models import get_model
 
     if get_model(model).index_topk > 0:
@@ -390,6 +402,6 @@ def cost_compare_cmd(
         return
     for k, v in meta.items():
         typer.echo(f"{k:<24}  {v}")
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=260, float_precision=3,
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=320, float_precision=3,
                    tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         typer.echo(str(df.select([c for c in TABLE_COLUMNS if c in df.columns])))

@@ -27,11 +27,12 @@ def policy_curve_rows(store, trace: str, kind: str, sizes: list[int], policy: st
                       workers: int | None) -> list[dict]:
     """The rows ``replay mrc`` prints for a sampled or non-LRU curve."""
     from toolkit.replay.mrc import policy_miss_curve, stored_streams
+    from toolkit.replay.shards import MIN_SAMPLE_RATE
 
     if sample_rate is not None and sample_keys is not None:
         fail("give --sample-rate or --sample-keys, not both")
-    if sample_rate is not None and sample_rate <= 0:
-        fail("--sample-rate must lie in (0, 1]")
+    if sample_rate is not None and not MIN_SAMPLE_RATE <= sample_rate <= 1:
+        fail(f"--sample-rate must lie in [{MIN_SAMPLE_RATE:g}, 1], got {sample_rate:g}")
     if kind == "selections" and trace not in store.keys("selections"):
         known = ", ".join(store.keys("selections")) or "none"
         fail(f"no selection trace {trace!r} in {store.root}; known: {known}")

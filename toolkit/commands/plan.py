@@ -64,6 +64,10 @@ def plan_cmd(
     ] = ",".join(f"{v:g}" for v in _d("prefix_reserve")),
     max_p90_ttft_s: Annotated[float | None, typer.Option(
         "--max-p90-ttft-s", help="p90 TTFT bound in seconds.")] = _d("max_p90_ttft_s"),
+    ttft_confidence: Annotated[float, typer.Option(
+        "--ttft-confidence", help="Confidence at which a plan meets the p90 TTFT bound: 0.5, "
+        "0.8 or 0.9 (the upper end of the predicted p90 TTFT's central band).")
+    ] = _d("ttft_confidence"),
     price_tier: Annotated[str, typer.Option(
         "--price-tier", help="hyperscaler, neocloud or rental.")] = _d("price_tier"),
     host_dram_gb: Annotated[str, typer.Option(
@@ -98,7 +102,8 @@ def plan_cmd(
 
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
-                max_p90_ttft_s=max_p90_ttft_s, price_tier=price_tier,
+                max_p90_ttft_s=max_p90_ttft_s, ttft_confidence=ttft_confidence,
+                price_tier=price_tier,
                 host_dram_gb=_floats(host_dram_gb, "--host-dram-gb"),
                 ssd_gb=_floats(ssd_gb, "--ssd-gb"), policy=_names(policy),
                 engram_hbm_gb=_floats(engram_hbm_gb, "--engram-hbm-gb"),
@@ -110,6 +115,12 @@ def plan_cmd(
     if as_json:
         typer.echo(json.dumps(res.to_json(), default=str))
         return
+    from toolkit.models import get_model
+
+    if get_model(cfg.model).index_topk > 0:
+        from toolkit.serving.crossval import dsa_caveat
+
+        typer.echo(f"({dsa_caveat()})")
     typer.echo(f"plan {res.plan_id}: {res.searched} candidates, {res.evaluated_exactly} "
                f"evaluated exactly, {res.feasible} feasible, {res.elapsed_s:.1f} s")
     for p in res.plans:
@@ -121,7 +132,8 @@ def plan_cmd(
             f"#{p['rank']} {p['hardware']} {p['engine']} {p['layout']} ({p['gpus']} GPUs): "
             f"${p['usd_per_mtok_total']:.4f}/M total "
             f"[{p['usd_per_mtok_total_low']:.4f}-{p['usd_per_mtok_total_high']:.4f}], "
-            f"{p['tput_per_gpu']:.0f} tok/s/GPU, p90 TTFT {p['p90_ttft_s']:.2f} s; "
+            f"{p['tput_per_gpu']:.0f} tok/s/GPU, p90 TTFT {p['p90_ttft_s']:.2f} s"
+            f"{_band(p.get('p90_ttft_s_low'), p.get('p90_ttft_s_high'))}; "
             f"device prefix {p['device_prefix_tokens']:,} tok, {hs}, host "
             f"{p['host_dram_gb']:g} GB, SSD {p['ssd_gb']:g} GB, {p['policy']}; hits GPU "
             f"{p['gpu_hit_share']:.3f} host {p['host_hit_share']:.3f} SSD "
@@ -145,3 +157,8 @@ def explain_cmd(
     with cli_store(store) as s:
         out = guard(explain, s, plan)
     typer.echo(json.dumps(out, default=str) if as_json else explain_text(out))
+
+
+def _band(lo: float | None, hi: float | None) -> str:
+    """`` [lo-hi]`` of a band, or nothing without one."""
+    return f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else ""

@@ -18,6 +18,7 @@ import pyarrow as pa
 from toolkit import schema
 from toolkit.errors import StoreError, TraceFormatError
 from toolkit.registry import Registry
+from toolkit.runtime.files import file_problem
 from toolkit.store import check_key
 
 if TYPE_CHECKING:
@@ -84,11 +85,9 @@ def ingest_file(
     """
     reader = readers.get(fmt)
     path = Path(path)
-    if not path.exists():
-        raise TraceFormatError(path, None, None, "no such file or directory")
-    if path.is_dir() != reader.directory:
-        raise TraceFormatError(path, None, None, "is a directory; expected a file"
-                               if path.is_dir() else "expected a directory")
+    problem = file_problem(path, directory=reader.directory)  # /dev/zero, a FIFO: refused
+    if problem is not None:
+        raise TraceFormatError(path, None, None, problem)
     trace = check_key(name or path.stem)
     if trace in store.keys(reader.table) and not replace:
         # Refuse before the (possibly long) parse, not only at write time.

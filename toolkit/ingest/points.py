@@ -43,6 +43,7 @@ from toolkit.ingest.bench_layout import (  # noqa: F401  (BENCH_FORMATS: re-expo
     fill_bench_layout,
 )
 from toolkit.ingest.fields import requests_table
+from toolkit.runtime.files import file_problem
 
 STRING, BOOL, INT, FLOAT = pl.String, pl.Boolean, pl.Int64, pl.Float64
 #: InferenceX's columns in its CSV order, with types (latencies in s, throughputs per GPU).
@@ -105,9 +106,8 @@ def read_measured_points(source: str | Path | pl.DataFrame, *, hardware: str | N
 
 def _read_file(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] | None]:
     """(points, per-request records of the first bench result that carries them)."""
-    if not path.is_file():
-        raise TraceFormatError(path, None, None, "is a directory; expected a file"
-                               if path.is_dir() else "no such file")
+    if (problem := file_problem(path)) is not None:
+        raise TraceFormatError(path, None, None, problem)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         try:

@@ -280,7 +280,8 @@ class _Context:
                              max_p90_ttft_s=bound, price_tier=c.price_tier,
                              precision=c.precision, isl=self.isl, osl=self.osl,
                              cached_prefix_fraction=cached, engines={hw: engine}, mtp=c.mtp,
-                             kv_dtype=c.kv_dtype, measured=False)
+                             kv_dtype=c.kv_dtype, measured=False,
+                             ttft_confidence=c.ttft_confidence)
 
     def tokens(self, gb: float) -> int:
         return int(gb * 1e9 // self.kvb)
@@ -440,6 +441,9 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
                    "host_tier_tokens": int(tier["host_capacity_tokens"]),
                    "storage_tier_tokens": int(tier["storage_capacity_tokens"]),
                    "replay_p90_ttft_s": tier["p90_ttft_s"], "source": ans["source"],
+                   "p90_ttft_s_low": ans.get("p90_ttft_s_low"),
+                   "p90_ttft_s_high": ans.get("p90_ttft_s_high"),
+                   "ttft_confidence": cfg.ttft_confidence,
                    "basis": ans["basis"], "edge": bool(ans["edge"]),
                    "usd_per_gpu_hour": price,
                    "prefix_reserve_fraction": c.reserve, "max_running": max_running,

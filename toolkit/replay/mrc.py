@@ -352,6 +352,9 @@ def policy_miss_curve(
 
             misses += np.array(thread_map(one, [int(c) for c in minis], n_workers),
                                dtype=np.int64)
+    if total and not sampled:  # no key kept: every ratio would read 0, capacity 0 included
+        raise ValueError(f"--sample-rate {rate:g}: none of the trace's {total:,} accesses was "
+                         "sampled; raise the rate or use --sample-keys")
     expected = rate * total  # SHARDS-adj: the sample's expected size, not its actual one
     ratio = np.minimum(misses / expected, 1.0) if expected else np.zeros(sizes.size)
     if threshold >= HASH_SPACE:

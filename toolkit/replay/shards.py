@@ -99,10 +99,15 @@ def _sample(keys, segments, threshold, salt, seg_base):  # pragma: no cover - co
     return out[:m], starts
 
 
+#: Smallest ``--sample-rate``: SHARDS is accurate from ~0.001 (Waldspurger et al., FAST
+#: '15); far below it a trace keeps no key and every miss ratio read 0, capacity 0 included.
+MIN_SAMPLE_RATE = 1e-6
+
+
 def threshold_for_rate(rate: float) -> int:
-    """The hash threshold of a sampling rate in (0, 1]."""
-    if not 0 < rate <= 1:
-        raise ValueError(f"--sample-rate must lie in (0, 1], got {rate}")
+    """The hash threshold of a sampling rate in [:data:`MIN_SAMPLE_RATE`, 1]."""
+    if not MIN_SAMPLE_RATE <= rate <= 1:
+        raise ValueError(f"--sample-rate must lie in [{MIN_SAMPLE_RATE:g}, 1], got {rate}")
     return max(1, round(rate * HASH_SPACE))
 
 

@@ -18,6 +18,7 @@ from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware, hardware_names
 from toolkit.models import get_model, model_names
 from toolkit.registry import RegistryError
+from toolkit.runtime.files import file_problem
 
 CONFIG_COLUMNS: dict[str, type[pl.DataType]] = {
     "hardware": pl.String,
@@ -104,9 +105,8 @@ def read_points(path: str | Path, scope: PointsScope | None = None,
         PointsError: unreadable file, missing column, or a bad value (row and field named).
     """
     path = Path(path)
-    if not path.is_file():
-        raise PointsError(f"{path}: " + ("is a directory; expected a CSV or Parquet file"
-                                      if path.is_dir() else "no such file"))
+    if (problem := file_problem(path)) is not None:
+        raise PointsError(f"{path}: {problem}")
     if (problem := _csv_problem(path)) is not None:  # Polars pads or drops ragged rows
         raise PointsError(problem)
     try:
