@@ -212,3 +212,37 @@ def test_plan_properties(conv_store, hw, t, b):
     base = _plan_usd(conv_store, hw, t[0], b[0])
     assert base <= _plan_usd(conv_store, hw, t[1], b[0]) * (1 + 1e-9)
     assert _plan_usd(conv_store, hw, t[0], b[1]) <= base * (1 + 1e-9)
+
+
+def test_correction_is_fixed_per_point():
+    """Each modelled point is corrected by the mean log residual of its 1-3 nearest measured
+    runs within 2x interactivity (beyond: the nearest, the band widened by the whole
+    shift): computed from the points alone, never from a target or a bound."""
+    import numpy as np
+
+    from toolkit.cost.compare import MIN_HALF_WIDTH, _corrected
+
+    g = pl.DataFrame({"pred_median_intvty": [10.0, 50.0, 400.0],
+                      "pred_tput_per_gpu": [100.0, 100.0, 100.0],
+                      "pred_output_tput_per_gpu": [10.0, 10.0, 10.0],
+                      "pred_tput_per_gpu_low": [80.0, 80.0, 80.0],
+                      "pred_tput_per_gpu_high": [125.0, 125.0, 125.0]})
+    xr = np.array([40.0, 60.0, 70.0, 90.0])
+    r = np.log(np.array([0.5, 0.5, 0.5, 2.0]))
+    out = _corrected(g, (xr, r))
+    # 10: none within 2x, the nearest three (40, 60, 70): shift log 0.5, band widened
+    # 50: nearest three within 2x (40, 60, 70); 400: none within 2x, nearest 90, 70, 60
+    assert out["_n"].to_list() == [3, 3, 3]
+    shifts = out["_shift"].to_numpy()
+    assert shifts[:2] == pytest.approx([np.log(0.5)] * 2)
+    assert shifts[2] == pytest.approx(np.mean(np.log([2.0, 0.5, 0.5])))
+    t = out["pred_tput_per_gpu"].to_numpy()
+    assert t[:2] == pytest.approx([50.0, 50.0])
+    lo, hi = out["pred_tput_per_gpu_low"].to_numpy(), out["pred_tput_per_gpu_high"].to_numpy()
+    assert hi[1] / t[1] == pytest.approx(1.25) and t[1] / lo[1] == pytest.approx(1.25)
+    assert np.log(hi[0] / t[0]) == pytest.approx(np.hypot(np.log(1.25), np.log(0.5)))
+    assert (np.log(hi / t) >= MIN_HALF_WIDTH).all()
+    # no measured run: every point is the model's
+    none = _corrected(g, (np.empty(0), np.empty(0)))
+    assert none["_n"].to_list() == [0, 0, 0]
+    assert none["pred_tput_per_gpu"].to_list() == [100.0, 100.0, 100.0]

@@ -381,8 +381,9 @@ def cost_compare_cmd(
             "params_kind": p.kind, "params_fitted_on": p.fitted_on,
             "note": "source=measured rows come from measured points (SemiAnalysis InferenceX, "
                     "Apache-2.0, or --measurements) that bracket the target within 25% "
-                    "interactivity with 3+ points; source=blended rows: the model's front "
-                    "corrected by the nearest measured points' residuals; source=model rows "
+                    "interactivity with 3+ points; source=blended rows: the best of the "
+                    "measured runs and the model's points, each point corrected once by the "
+                    "residuals of its nearest measured runs; source=model rows "
                     "from the serving model fitted on InferenceX DeepSeek-R1 points; every "
                     "_low/_high is an 80% central band calibrated on cross-validated "
                     "residuals; the p90 TTFT bound applies to the upper end of the p90 TTFT "
