@@ -84,8 +84,8 @@ shape_2s.select(COLS)
 # The same question for a model with measured points: DeepSeek-R1 FP8 on MI355X, p90 TTFT
 # <= 2 s. The bundled InferenceX rows (ATOM, 8K/1K) reach 100 tok/s/user; the answer is
 # `measured` where 3+ of them bracket the target within 25% interactivity, else `blended`
-# (the model's front corrected by the nearest measured points), or measured with a note when
-# the model meets the bound nowhere; the row says which.
+# (the best of them and the model's points, each corrected by its nearest measured runs), or
+# measured with a note when the model meets the bound nowhere; the row says which.
 
 # %%
 dsr1 = ws.compare("dsr1", ("mi355x",), interactivity=(100.0,), max_p90_ttft_s=2.0)

@@ -379,8 +379,18 @@ class TestCompare:
             & (pl.col("model") == "dsr1") & (pl.col("precision") == "fp8")
             & (pl.col("isl") == 8192) & (pl.col("osl") == 1024) & (pl.col("p90_ttft") <= 2.0))
         x, y = pts["median_intvty"].to_numpy(), pts["tput_per_gpu"].to_numpy()
+        t = pts["p90_ttft"].to_numpy()
         f = pareto_front(x, y)
-        assert row["tput_per_gpu"] == pytest.approx(float(steffen_interpolate(x[f], y[f], 100.0)))
+        inferencex = float(steffen_interpolate(x[f], y[f], 100.0))
+        # the best of the fronts of the points within each TTFT threshold (so a looser
+        # bound never answers less); here a tighter threshold's front bends higher
+        best = 0.0
+        for tau in np.unique(t):
+            k = np.flatnonzero(t <= tau)
+            fk = k[pareto_front(x[k], y[k])]
+            if x[fk][-1] >= 100.0:
+                best = max(best, float(steffen_interpolate(x[fk], y[fk], 100.0)))
+        assert row["tput_per_gpu"] == pytest.approx(best) and best > inferencex * 1.01
         assert row["tput_per_gpu"] > 900  # the row at 113 tok/s/user reaches 992
         assert row["model_tput_per_gpu"] is None and row["gpus"] == 8
         assert "not dense" in row["note"]
@@ -510,11 +520,13 @@ class TestCompare:
         assert measured_points(cfg).height == mine.height
         row = compare(cfg).to_dicts()[0]
         # the target is the front's slowest point: nothing brackets it from below, so the
-        # answer is the model's corrected by the residual of the one measured point within 2x
-        # interactivity, the one at the target (3x the real row): that point's throughput
-        assert row["source"] == "blended" and row["blend_points"] == 1
+        # answer is blended: the best of the measured front and the model's points, each
+        # corrected by the residuals (measured / modelled, same configuration) of its
+        # nearest measured runs, here about 3x; never below the measured point at the target
+        assert row["source"] == "blended" and row["blend_points"] >= 1
+        assert row["blend_log_shift"] > np.log(2.0)
         at = mine.filter(pl.col("median_intvty") == pl.col("median_intvty").min())
-        assert row["tput_per_gpu"] == pytest.approx(3 * at["tput_per_gpu"][0], rel=1e-6)
+        assert row["tput_per_gpu"] >= 3 * at["tput_per_gpu"][0] * (1 - 1e-9)
         assert row["tput_per_gpu"] > 1.2 * row["model_tput_per_gpu"]
         assert row["tput_per_gpu_low"] < row["tput_per_gpu"] < row["tput_per_gpu_high"]
 

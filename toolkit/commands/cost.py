@@ -392,7 +392,7 @@ def cost_compare_cmd(
     concurrency, with low/high bands, a p90 TTFT bound (10 s by default) and `reachable` /
     `edge` flags."""
 
-    from toolkit.cost.compare import compare, measurement_scope
+    from toolkit.cost.compare import compare, engines_for, measurement_scope
     from toolkit.serving.params import ServingParams, bundled_params
 
     out = Output.from_options(fmt, as_json, output)
@@ -434,6 +434,8 @@ def cost_compare_cmd(
             measured=measured, measurements=(
                 src.path if src is not None and src.path and not src.layout.given()
                 else src), ttft_confidence=ttft_confidence)
+        for hw in cfg.hardware:  # an engine that does not run on its hardware: refused
+            engines_for(cfg, hw)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
     if selections is None and (buffer_tokens is not None or overlap):
@@ -464,8 +466,9 @@ def cost_compare_cmd(
             "params_kind": p.kind, "params_fitted_on": p.fitted_on,
             "note": "source=measured rows come from measured points (SemiAnalysis InferenceX, "
                     "Apache-2.0, or --measurements) that bracket the target within 25% "
-                    "interactivity with 3+ points; source=blended rows: the model's front "
-                    "corrected by the nearest measured points' residuals; source=model rows "
+                    "interactivity with 3+ points; source=blended rows: the best of the "
+                    "measured runs and the model's points, each point corrected once by the "
+                    "residuals of its nearest measured runs; source=model rows "
                     "from the serving model fitted on InferenceX DeepSeek-R1 points; every "
                     "_low/_high is an 80% central band calibrated on cross-validated "
                     "residuals; the p90 TTFT bound applies to the upper end of the p90 TTFT "

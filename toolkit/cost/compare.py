@@ -4,12 +4,21 @@ the serving model, with error bands.
 The question a capacity planner asks ("what does a million tokens of model M cost on GB200,
 GB300 and MI355X at 150 tok/s/user?") is answered the way InferenceX answers it: a Pareto
 front of throughput per GPU vs interactivity per (hardware, engine), only points whose p90
-TTFT meets a bound (10 s unless told otherwise), Steffen's monotone spline at the target, and
-the hourly price divided by the tokens. The front comes from **measured** points (bundled
-InferenceX rows, or ``--measurements``) when they cover the hardware, engine, model,
-precision and shape and reach the target; otherwise from the serving model's sweep of layouts
-and concurrency, whose low/high bands come from cross-validated residuals. A target beyond a
-front's end is unreachable (no price); one within :data:`EDGE_FRACTION` of the end is flagged.
+TTFT meets a bound (10 s unless told otherwise; a modelled point's on the upper end of its
+band at ``--ttft-confidence``), Steffen's monotone spline at the target, and the hourly price
+divided by the tokens. Candidates are the **measured** points (bundled InferenceX rows, or
+``--measurements``) within the bound and the serving model's sweep of layouts and
+concurrency, each modelled point corrected by the residuals of the measured runs nearest
+it (:func:`_corrected`); the label says whether measured points answer densely
+(``measured``), together with the model (``blended``) or not at all (``model``). A target
+beyond every front's end is unreachable (no price); one within :data:`EDGE_FRACTION` of the
+end is flagged.
+
+One rule makes the answers consistent with each other: the answer at a target is the best
+deployment meeting *at least* that target within the bound, computed from points chosen
+and corrected without regard to the targets asked or the bound. So a target asked alone
+answers as it does beside others, a lower target never costs more, and a looser bound never
+costs more (:func:`_answer`, :func:`_nested_series`, :data:`NEAR_FRONT`).
 """
 
 from __future__ import annotations
@@ -47,13 +56,40 @@ EDGE_FRACTION = 0.15
 rests on the last one or two points of the front."""
 
 
-def engines_for(cfg: CompareConfig, hw: str) -> list[str]:
-    """The engines compared on ``hw``: the one given or defaulted, or with ``all_engines``
-    every engine that runs on its vendor's parts."""
-    if not cfg.all_engines:
-        return [cfg.engines.get(hw, DEFAULT_ENGINES.get(hw, "sglang"))]
+def engines_on(hw: str) -> list[str]:
+    """Every engine that runs on ``hw``'s vendor's parts (:data:`ENGINE_VENDORS`)."""
     vendor = get_hardware(hw).vendor
     return [e for e in ENGINES if ENGINE_VENDORS.get(e, vendor) == vendor]
+
+
+def check_engine(hw: str, engine: str, flag: str = "--engine") -> None:
+    """Refuse an engine that is unknown or does not run on ``hw`` (TensorRT-LLM on AMD
+    parts, ATOM or MoRI on NVIDIA's): the sweep would otherwise price a deployment no one
+    can run. The message names the flag (``flag``) and the engines valid for ``hw``.
+
+    Raises:
+        ValueError: one line, ``--engine HW=ENGINE: ...; engines for HW: ...``.
+    """
+    valid = engines_on(hw)
+    if engine in valid:
+        return
+    why = (f"unknown engine {engine!r}" if engine not in ENGINES else
+           f"{engine} does not run on {hw} ({get_hardware(hw).vendor})")
+    raise ValueError(f"{flag} {hw}={engine}: {why}; engines for {hw}: {', '.join(valid)}")
+
+
+def engines_for(cfg: CompareConfig, hw: str) -> list[str]:
+    """The engines compared on ``hw``: the one given or defaulted, or with ``all_engines``
+    every engine that runs on its vendor's parts.
+
+    Raises:
+        ValueError: the engine given for ``hw`` does not run on it (:func:`check_engine`).
+    """
+    if not cfg.all_engines:
+        engine = cfg.engines.get(hw, DEFAULT_ENGINES.get(hw, "sglang"))
+        check_engine(hw, engine)
+        return [engine]
+    return engines_on(hw)
 
 
 def _layouts(hw: str, engine: str, weights_gpus: int) -> list[dict]:
@@ -93,8 +129,6 @@ def sweep(cfg: CompareConfig) -> pl.DataFrame:
     model = get_model(cfg.model)
     rows = []
     for hw, engine in ((h, e) for h in cfg.hardware for e in engines_for(cfg, h)):
-        if engine not in ENGINES:
-            raise ValueError(f"unknown engine {engine!r} for {hw}; known: {sorted(ENGINES)}")
         version = cfg.engine_versions.get(hw)
         engine_date = version_date(engine, version) if version else None
         spec = get_hardware(hw)
@@ -123,18 +157,19 @@ def sweep(cfg: CompareConfig) -> pl.DataFrame:
 
 NEAR_FRONT = 0.7
 """A swept point is replayed through InferenceX's client only when the fast steady-state
-surrogate puts it near the answer: throughput within 1/0.7 of the best at its interactivity
-or faster, and interactivity within :data:`WINDOW` of a target (plus each front's points that
-bracket a target). The replay of thousands of users per point is what costs; points far from
-every target or far below the front cannot change an answer."""
-WINDOW = 1.6
+surrogate puts it near its (hardware, engine) front: throughput within 1/0.7 of the best at
+its interactivity or faster. The replay of thousands of users per point is what costs;
+points far below the front cannot change an answer. The kept set depends on no target, so
+the answer at a target is the same whichever other targets the call asks (it once kept only
+points near the asked targets: 10 tok/s/user asked alone then answered from a 1-user
+point at $20.80/M, asked beside 100 at $0.15/M)."""
 TTFT_PRUNE = 5.0
 """A swept point whose steady-state surrogate puts its p90 TTFT above this many times the
 bound is not replayed: on the bundled sweeps (DeepSeek-R1 and GLM-5.2 over five accelerators,
 bounds 2 s and 10 s) the replay's p90 TTFT was never below 0.39x the surrogate's, and no
 point that met its bound had a surrogate above 2.3x it. Such points are the highest
 concurrencies (thousands of users each), most of the replay's cost, and the bound would drop
-them anyway."""
+them anyway. A looser bound keeps a superset, so it can only add deployments."""
 
 
 def ttft_plausible(rows: pl.DataFrame, params: ServingParams,
@@ -155,29 +190,19 @@ def _surrogate(rows: pl.DataFrame, params: ServingParams) -> dict[str, np.ndarra
     return solve(d, params.row_values(levels(d)))
 
 
-def candidates(rows: pl.DataFrame, params: ServingParams, targets: tuple[float, ...],
+def candidates(rows: pl.DataFrame, params: ServingParams,
                max_p90_ttft_s: float | None = None) -> pl.DataFrame:
-    """The swept rows worth replaying for ``targets`` (see :data:`NEAR_FRONT`) and, with a
-    bound, plausibly within it (:data:`TTFT_PRUNE`)."""
+    """The swept rows worth replaying (see :data:`NEAR_FRONT`: the same for every target)
+    and, with a bound, plausibly within it (:data:`TTFT_PRUNE`)."""
     s = _surrogate(rows, params)
     x, y = s["median_intvty"], s["tput_per_gpu"]
-    t = np.asarray(targets, dtype=np.float64)
-    near_t = np.zeros(rows.height, dtype=bool)
-    for v in t:
-        near_t |= (x >= v / WINDOW) & (x <= v * WINDOW)
     keep = np.zeros(rows.height, dtype=bool)
     key = (rows["hardware"] + "/" + rows["framework"]).to_numpy()
     for k in np.unique(key):
         idx = np.flatnonzero(key == k)
         order = idx[np.argsort(-x[idx], kind="stable")]  # fastest first
         best = np.maximum.accumulate(y[order])  # best throughput at >= this interactivity
-        keep[order] = (y[order] >= NEAR_FRONT * best) & near_t[order]
-        front = idx[pareto_front(x[idx], y[idx])]  # by increasing interactivity
-        fx = x[front]
-        for v in t:  # the front points on either side of each target, and its two ends
-            j = int(np.searchsorted(fx, v))
-            keep[front[max(j - 2, 0):min(j + 2, front.size)]] = True
-        keep[front[[0, -1]]] = True
+        keep[order] = y[order] >= NEAR_FRONT * best
     if max_p90_ttft_s is not None:
         keep &= s["p90_ttft_s"] <= TTFT_PRUNE * max_p90_ttft_s
     return rows.filter(pl.Series(keep))
@@ -191,13 +216,14 @@ def measurement_scope(cfg: CompareConfig) -> PointsScope:
     return PointsScope(cfg.model, cfg.hardware, cfg.precision)
 
 
-def measured_points(cfg: CompareConfig) -> pl.DataFrame:
+def measured_points(cfg: CompareConfig, *, ttft_bound: bool = True) -> pl.DataFrame:
     """Measured rows that answer ``cfg``: the bundled InferenceX points (DeepSeek-R1 serving
     points; GLM-5 decode-SLO points on 8x H200, see :data:`P90_FROM_P99`) plus
     ``cfg.measurements`` (a file any :func:`toolkit.serving.measurements.load_measurements`
     reads, or a :class:`~toolkit.serving.measurements.MeasurementSource` naming a bench file
     with its layout or a store's ``measured_points`` table), for its model, precision and
-    shape, MTP rows only when ``mtp = "on"``, p90 TTFT within the bound."""
+    shape, MTP rows only when ``mtp = "on"``, p90 TTFT within the bound (every p90 TTFT
+    with ``ttft_bound=False``: how far the measured runs reach, whatever their TTFT)."""
     from toolkit.serving.measurements import load_measurements
     from toolkit.serving.points import bundled_points_path, read_points
 
@@ -221,7 +247,7 @@ def measured_points(cfg: CompareConfig) -> pl.DataFrame:
                    & pl.col("tput_per_gpu").is_not_null() & pl.col("median_intvty").is_not_null())
     if cfg.mtp == "off":
         df = df.filter(pl.col("spec_method") == "none")
-    if cfg.max_p90_ttft_s is not None:
+    if ttft_bound and cfg.max_p90_ttft_s is not None:
         df = df.filter(pl.col("p90_ttft") <= cfg.max_p90_ttft_s)
     return df
 
@@ -261,6 +287,9 @@ def _front_answer(x: np.ndarray, ys: dict[str, np.ndarray], target: float) -> di
            "clamped": bool(target < x[0]), "front_max_interactivity": float(x[-1])}
     for k, y in ys.items():
         v = float(steffen_interpolate(x, y, target)) if reachable else float("nan")
+        if k == "blend_log_shift":  # a log shift may be negative
+            out[k] = v if np.isfinite(v) else None
+            continue
         out[k] = max(0.0, v) if np.isfinite(v) else None  # no band without fitted bands
     # the point one would run: the cheapest front point that still meets the target
     meets = np.flatnonzero(x >= target)
@@ -268,12 +297,34 @@ def _front_answer(x: np.ndarray, ys: dict[str, np.ndarray], target: float) -> di
     return out
 
 
-def _series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> tuple[np.ndarray, dict,
-                                                                        pl.DataFrame]:
+def _series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> tuple:
+    """One front through every point of ``g``: its interactivities, the ``ycols`` series
+    along it, ``g`` and the front's row numbers in ``g``."""
     x = g[xcol].to_numpy()
     front = pareto_front(x, g[ycols["tput_per_gpu"]].to_numpy())
-    f = g[front.tolist()]
-    return f[xcol].to_numpy(), {k: f[c].to_numpy() for k, c in ycols.items()}, f
+    return x[front], {k: g[c].to_numpy()[front] for k, c in ycols.items()}, g, front
+
+
+def _nested_series(g: pl.DataFrame, xcol: str, ycols: dict[str, str], ttft_col: str) -> list:
+    """One front per p90 TTFT threshold: the points of ``g`` with p90 TTFT at or below each
+    distinct value (a missing TTFT counts as the largest). The answer is the best of them
+    (:func:`_at_target`), so a looser bound, which only adds thresholds, never answers less:
+    one front through every point can (a point added at the low end changes the spline's end
+    slope, and with it the curve between the next points)."""
+    t = g[ttft_col].cast(pl.Float64).to_numpy()  # a null reads as NaN
+    t = np.where(np.isnan(t), np.inf, t)
+    x, y = g[xcol].to_numpy(), g[ycols["tput_per_gpu"]].to_numpy()
+    cols = {k: g[c].to_numpy() for k, c in ycols.items()}
+    out, seen = [], set()
+    for tau in np.unique(t):
+        idx = np.flatnonzero(t <= tau)
+        front = idx[pareto_front(x[idx], y[idx])]
+        key = front.tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((x[front], {k: v[front] for k, v in cols.items()}, g, front))
+    return out
 
 
 LAYOUT_KEYS = ("disagg", "num_prefill_gpu", "num_decode_gpu", "prefill_tp", "prefill_ep",
@@ -283,57 +334,73 @@ LAYOUT_KEYS = ("disagg", "num_prefill_gpu", "num_decode_gpu", "prefill_tp", "pre
 concurrency sweep (:func:`_layout_series`)."""
 
 
-def _layout_series(g: pl.DataFrame, xcol: str, ycols: dict[str, str]) -> list:
-    """One front per layout, over its concurrencies. The model's answer at a target is the
-    best of these fronts there (:func:`_at_target`), not one front through every layout's
-    points: between two concurrencies of one layout lies a concurrency one can run, between
-    two layouts lies no deployment (each user gets one layout's speed), and interpolating
-    across layouts let an accelerator that offers one more layout (GB300's 4-GPU instance)
-    answer below a sibling whose every point it matches (4% below GB200 at a matched engine)."""
-    return [_series(part, xcol, ycols)
-            for part in g.partition_by(list(LAYOUT_KEYS), maintain_order=True)]
+def _layout_series(g: pl.DataFrame, xcol: str, ycols: dict[str, str],
+                   ttft_col: str = "pred_p90_ttft") -> list:
+    """One front per layout, over its concurrencies (and per TTFT threshold,
+    :func:`_nested_series`). The model's answer at a target is the best of these fronts
+    there (:func:`_at_target`), not one front through every layout's points: between two
+    concurrencies of one layout lies a concurrency one can run, between two layouts lies no
+    deployment (each user gets one layout's speed), and interpolating across layouts let an
+    accelerator that offers one more layout (GB300's 4-GPU instance) answer below a sibling
+    whose every point it matches (4% below GB200 at a matched engine)."""
+    return [s for part in g.partition_by(list(LAYOUT_KEYS), maintain_order=True)
+            for s in _nested_series(part, xcol, ycols, ttft_col)]
 
 
 def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
             what_if: dict[str, float] | None = None) -> pl.DataFrame:
     """$/M total and output tokens per (hardware, engine) at each target interactivity.
 
+    Each target is answered on its own (the same answer whichever other targets are asked)
+    by the best deployment that meets *at least* that target within the TTFT bound (a
+    modelled point's bound on the upper end of its p90 TTFT band at ``cfg.ttft_confidence``),
+    so a lower target or a looser bound never costs more (:func:`_answer`).
+
     ``what_if``: serving-model columns set on every swept row (``host_prefix_fraction``,
     ``miss_rows_per_layer``, ``device_buffer_tokens``, ``hisparse_overlap``): how
     ``toolkit plan`` asks the same question with its tiers' hit shares and HiSparse misses.
 
     Returns:
-        One row per (hardware, engine, interactivity): ``source`` (measured or model),
-        ``basis`` (measured, fitted-pair or shared-terms), ``reachable`` and ``edge``, the
-        interpolated throughputs with their low/high band, the layout, GPU count and p90 TTFT
-        of the front point that meets the target, $/GPU-hr with its survey, $/M total (with
-        band) and output, the model's answer beside a measured one, and the ratios to the
-        first hardware's first engine.
+        One row per (hardware, engine, interactivity): ``source`` (measured, blended or
+        model), ``basis`` (measured, fitted-pair or shared-terms), ``reachable`` and ``edge``,
+        the interpolated throughputs with their calibrated low/high band, the layout, GPU
+        count and p90 TTFT (with band) of the front point that meets the target, the blend's
+        points and log shift, $/GPU-hr with its survey, $/M total (with band) and output, the
+        model's uncorrected answer beside, and the ratios to the first hardware's first engine.
     """
+    from toolkit.serving.calibration import active_calibration, upper
+
     params = params or bundled_params()
     rows = sweep(cfg)
     if what_if:
         rows = rows.with_columns(pl.lit(float(v)).alias(k) for k, v in what_if.items())
-    pts = predict(candidates(rows, params, cfg.interactivity, cfg.max_p90_ttft_s), params)
-    if cfg.max_p90_ttft_s is not None:  # the bound at the stated confidence: band's upper end
-        from toolkit.serving.calibration import active_calibration, upper
-
-        up = upper(pts, active_calibration(params), cfg.ttft_confidence)
-        pts = pts.filter(pl.Series(up <= cfg.max_p90_ttft_s))
-    meas = measured_points(cfg)
+    pts = predict(candidates(rows, params, cfg.max_p90_ttft_s), params)
+    # the bound at the stated confidence: the p90 TTFT band's upper end; the fronts nest by
+    # the same value (:func:`_nested_series`), so a looser bound only adds fronts
+    pts = pts.with_columns(pl.Series(TTFT_KEY, upper(pts, active_calibration(params),
+                                                     cfg.ttft_confidence), pl.Float64))
+    if cfg.max_p90_ttft_s is not None:
+        pts = pts.filter(pl.col(TTFT_KEY) <= cfg.max_p90_ttft_s)
+    meas_all = measured_points(cfg, ttft_bound=False)
+    meas = (meas_all.filter(pl.col("p90_ttft") <= cfg.max_p90_ttft_s)
+            if meas_all.height and cfg.max_p90_ttft_s is not None else meas_all)
     model_y = {"tput_per_gpu": "pred_tput_per_gpu",
                "output_tput_per_gpu": "pred_output_tput_per_gpu",
                "tput_per_gpu_low": "pred_tput_per_gpu_low",
                "tput_per_gpu_high": "pred_tput_per_gpu_high",
                "p90_ttft_s": "pred_p90_ttft"}
+    blend_y = {**model_y, "blend_log_shift": "_shift"}
+    mea_y = {"tput_per_gpu": "tput_per_gpu", "output_tput_per_gpu": "output_tput_per_gpu",
+             "p90_ttft_s": "p90_ttft"}
     out = []
     for hw in cfg.hardware:
         spec = get_hardware(hw)
         price = spec.price_usd_per_gpu_hour(cfg.price_tier)
         for engine in engines_for(cfg, hw):
             g = pts.filter((pl.col("hardware") == hw) & (pl.col("framework") == engine))
-            m = (meas.filter((pl.col("hardware") == hw) & (pl.col("framework") == engine))
-                 if meas.height else meas)
+            pair = (pl.col("hardware") == hw) & (pl.col("framework") == engine)
+            m = meas.filter(pair) if meas.height else meas
+            m_all = meas_all.filter(pair) if meas_all.height else meas_all
             if g.height == 0 and m.height == 0:
                 bound = cfg.max_p90_ttft_s
                 out += [_unreachable(hw, engine, t, price, spec.price_vintage(cfg.price_tier),
@@ -341,14 +408,18 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
                         | {"ttft_confidence": cfg.ttft_confidence}
                         for t in cfg.interactivity]
                 continue
-            mod = _layout_series(g, "pred_median_intvty", model_y) if g.height else None
-            mea = (_series(m, "median_intvty", {"tput_per_gpu": "tput_per_gpu",
-                                                "output_tput_per_gpu": "output_tput_per_gpu",
-                                                "p90_ttft_s": "p90_ttft"})
-                   if m.height else None)
+            mod = (_layout_series(g, "pred_median_intvty", model_y, TTFT_KEY) if g.height
+                   else None)
+            fixed = _corrected(g, _residuals(m_all, params)) if g.height else None
+            blended = (_layout_series(fixed, "pred_median_intvty", blend_y, TTFT_KEY)
+                       if fixed is not None and fixed["_n"].max() > 0 else None)
+            mea = _nested_series(m, "median_intvty", mea_y, "p90_ttft") if m.height else None
+            mea_x = (m["median_intvty"].to_numpy()[pareto_front(
+                m["median_intvty"].to_numpy(), m["tput_per_gpu"].to_numpy())]
+                     if m.height else None)
             basis = str(g["basis"][0]) if g.height else "shared-terms"
             for target in cfg.interactivity:
-                row = _answer(hw, engine, float(target), mod, mea, basis)
+                row = _answer(hw, engine, float(target), mod, blended, mea, mea_x, basis)
                 row["ttft_confidence"] = cfg.ttft_confidence
                 row.update(usd_per_gpu_hour=price,
                            price_survey=spec.price_vintage(cfg.price_tier))
@@ -357,43 +428,55 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
     return _ratios(pl.DataFrame(out, infer_schema_length=None), cfg.hardware[0])
 
 
+TTFT_KEY = "_p90_ttft_bound_s"
+"""A modelled point's p90 TTFT as the bound sees it: the upper end of its band at
+``--ttft-confidence`` (:func:`toolkit.serving.calibration.upper`)."""
+
+
 def _at_target(series, target: float) -> dict | None:
     """A front's answer at ``target`` plus the front row that meets it (``_row``); for a
-    list of fronts (one per layout), the best reachable one's answer, with ``reachable`` and
-    ``edge`` judged against the farthest any of them reaches."""
-    if series is None:
+    list of fronts (one per layout and TTFT threshold), the best reachable one's answer,
+    with ``reachable`` and ``edge`` judged against the farthest any of them reaches."""
+    if series is None or (isinstance(series, list) and not series):
         return None
-    if isinstance(series, list):
-        answers = [_at_target(s, target) for s in series]
-        end = max(a["front_max_interactivity"] for a in answers)
-        reach = [a for a in answers if a["reachable"] and a["tput_per_gpu"] is not None]
-        best = (max(reach, key=lambda a: a["tput_per_gpu"]) if reach
-                else max(answers, key=lambda a: a["front_max_interactivity"]))
-        return {**best, "front_max_interactivity": end,
-                "edge": bool(best["reachable"] and target >= (1 - EDGE_FRACTION) * end)}
-    x, ys, f = series
+    one = not isinstance(series, list)
+    series = [series] if one else series
+    key = "tput_per_gpu"
+    # throughput alone on every front (cheap), every series on the chosen one
+    tries = [_front_answer(x, {key: ys[key]}, target) for x, ys, *_ in series]
+    end = max(a["front_max_interactivity"] for a in tries)
+    reach = [i for i, a in enumerate(tries) if a["reachable"] and a[key] is not None]
+    i = (max(reach, key=lambda j: tries[j][key]) if reach
+         else max(range(len(tries)), key=lambda j: tries[j]["front_max_interactivity"]))
+    x, ys, g, front = series[i]
     ans = _front_answer(x, ys, target)
-    ans["_row"] = f[ans["_at"]].to_dicts()[0] if ans["_at"] is not None else None
-    return ans
+    ans["_row"] = (g.row(int(front[ans["_at"]]), named=True) if ans["_at"] is not None
+                   else None)
+    ans["_x"], ans["_y"] = x, ys[key]
+    return {**ans, "front_max_interactivity": end,
+            "edge": bool(ans["reachable"] and target >= (1 - EDGE_FRACTION) * end)}
 
 
 MEASURED_WINDOW = 1.25
 """An answer is ``measured`` only where the measured front brackets the target closely: a
 point within 25% interactivity on each side of it and 3+ points within that window
-(:data:`MEASURED_MIN_POINTS`); else ``blended`` (the model's front corrected by the nearest
+(:data:`MEASURED_MIN_POINTS`); else ``blended`` (the model's points corrected by the nearest
 measured points' residuals). Across 56 answers that rested on 2-5 points the model's figure
 was a median 1.65x (0.36x-5.2x) the measured: sparse points are not an answer by themselves."""
 MEASURED_MIN_POINTS = 3
 BLEND_POINTS = 3
-"""Nearest measured points (in log interactivity) whose residuals correct a blended answer."""
+"""Nearest measured points (in log interactivity) whose residuals correct a modelled point."""
 BLEND_WINDOW = 2.0
-"""Only measured points within 2x of the target's interactivity correct it (assumed: farther
-points run another regime, e.g. batch-bound instead of latency-bound); with none, the answer
-stays the model's."""
+"""The measured points within 2x of a modelled point's interactivity correct it (assumed:
+farther points run another regime, e.g. batch-bound instead of latency-bound). With none
+within 2x, the nearest still do, the band widened by the whole shift: a modelled point left
+uncorrected beside corrected ones would win wherever the model is optimistic (GLM-5 on H200
+vLLM: the model 2x the measured runs, its uncorrected points just beyond 2x answered every
+target)."""
 MIN_HALF_WIDTH = 0.03
-"""Smallest log half-width of a measured answer's band (assumed: ~3% run-to-run spread of a
-benchmark point); the band is the larger of this and the front's leave-one-out
-interpolation error near the target. Never zero width."""
+"""Smallest log half-width of a measured or blended answer's band (assumed: ~3% run-to-run
+spread of a benchmark point); a measured band is the larger of this and the front's
+leave-one-out interpolation error near the target. Never zero width."""
 
 
 def _dense(x: np.ndarray, target: float) -> np.ndarray | None:
@@ -418,101 +501,130 @@ def _loo_half_width(x: np.ndarray, y: np.ndarray, near: np.ndarray) -> float:
     return max(float(np.median(errs)) if errs else 0.0, MIN_HALF_WIDTH)
 
 
-def _model_at(mod, xs: np.ndarray) -> np.ndarray:
-    """The model's throughput at each interactivity (NaN where it does not reach)."""
-    out = np.full(xs.size, np.nan)
-    for i, v in enumerate(xs):
-        a = _at_target(mod, float(v))
-        if a and a["reachable"] and a["tput_per_gpu"]:
-            out[i] = a["tput_per_gpu"]
-    return out
+def _residuals(m: pl.DataFrame, params: ServingParams) -> tuple[np.ndarray, np.ndarray]:
+    """Each measured run's interactivity and log residual (measured / modelled throughput of
+    the same configuration, what cross-validation scores), whatever its p90 TTFT: the
+    correction of the model's points depends on no target and no bound."""
+    if m.height == 0:
+        return np.empty(0), np.empty(0)
+    rows = validate(m.with_columns(pl.col("disagg").alias("is_multinode")), "measured points")
+    p = predict(rows, params, bands=False)["pred_tput_per_gpu"].to_numpy()
+    x, y = m["median_intvty"].to_numpy(), m["tput_per_gpu"].to_numpy()
+    ok = np.isfinite(p) & (p > 0) & np.isfinite(y) & (y > 0) & np.isfinite(x) & (x > 0)
+    return x[ok], np.log(y[ok] / p[ok])
 
 
-def _answer(hw: str, engine: str, target: float, mod, mea, basis: str) -> dict:
+def _corrected(g: pl.DataFrame, res: tuple[np.ndarray, np.ndarray]) -> pl.DataFrame:
+    """The model's points each corrected by the mean log residual of the
+    :data:`BLEND_POINTS` measured runs nearest its interactivity (within
+    :data:`BLEND_WINDOW`): throughputs scaled, the band widened by those residuals' spread
+    (root sum of squares, at least :data:`MIN_HALF_WIDTH`). ``_n`` counts the runs used (0:
+    the point is the model's), ``_shift`` is the log shift. A fixed correction of points, so
+    the best point meeting a target still costs no more at a lower target or looser bound."""
+    xr, r = res
+    x = g["pred_median_intvty"].to_numpy()
+    n, shift, spread = np.zeros(x.size, int), np.zeros(x.size), np.zeros(x.size)
+    if xr.size:
+        d = np.abs(np.log(np.maximum(x, 1e-12)[:, None] / xr[None, :]))
+        for i in range(x.size):
+            ok = np.flatnonzero(d[i] <= np.log(BLEND_WINDOW))
+            far = ok.size == 0  # none within 2x: the nearest, however far, less surely
+            ok = np.arange(xr.size) if far else ok
+            near = ok[np.argsort(d[i, ok], kind="stable")[:BLEND_POINTS]]
+            n[i], shift[i] = near.size, float(np.mean(r[near]))
+            spread[i] = float(np.std(r[near], ddof=1)) if near.size > 1 else 0.0
+            if far:
+                spread[i] = float(np.hypot(spread[i], shift[i]))
+    v = g["pred_tput_per_gpu"].to_numpy()
+    lo = np.where(g["pred_tput_per_gpu_low"].fill_null(np.nan).to_numpy() > 0,
+                  g["pred_tput_per_gpu_low"].fill_null(np.nan).to_numpy(), v)
+    hi = np.where(g["pred_tput_per_gpu_high"].fill_null(np.nan).to_numpy() > 0,
+                  g["pred_tput_per_gpu_high"].fill_null(np.nan).to_numpy(), v)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lo_w = np.maximum(np.hypot(np.nan_to_num(np.log(v / lo)), spread), MIN_HALF_WIDTH)
+        hi_w = np.maximum(np.hypot(np.nan_to_num(np.log(hi / v)), spread), MIN_HALF_WIDTH)
+    c = v * np.exp(shift)
+    used = n > 0
+    return g.with_columns(
+        pl.Series("pred_tput_per_gpu", c),
+        pl.Series("pred_output_tput_per_gpu",
+                  g["pred_output_tput_per_gpu"].to_numpy() * np.exp(shift)),
+        pl.Series("pred_tput_per_gpu_low", np.where(used, c * np.exp(-lo_w), lo)),
+        pl.Series("pred_tput_per_gpu_high", np.where(used, c * np.exp(hi_w), hi)),
+        pl.Series("_shift", shift), pl.Series("_n", n))
+
+
+def _answer(hw: str, engine: str, target: float, mod, blended, mea, mea_x, basis: str
+            ) -> dict:
+    """The answer at ``target``: the best deployment that meets at least the target, of the
+    model's points (each corrected by its nearest measured runs, ``blended``: a fixed
+    correction, :func:`_corrected`) and the measured runs within the bound (``mea``).
+
+    Every candidate is chosen without regard to the target or the other targets asked, and
+    a looser bound only adds candidates, so the cost never falls as the target rises nor
+    rises as the bound loosens. The label: ``measured`` when the measured front wins and
+    brackets the target densely (:func:`_dense`), or wins where the model reaches nothing;
+    ``blended`` when a corrected point wins, or the measured front wins where too sparse to
+    answer by itself; ``model`` when the winning point had no measured run within 2x."""
     row: dict = {"hardware": hw, "engine": engine, "interactivity": target}
-    model_ans, mea_ans = _at_target(mod, target), _at_target(mea, target)
-    row.update(blend_points=0, blend_log_shift=None)
-    dense = (_dense(mea[0], target) if mea_ans is not None and mea_ans["reachable"]
-             else None)
-    model_ok = model_ans is not None and model_ans["reachable"] and model_ans[
-        "tput_per_gpu"] is not None
-    use_measured = dense is not None or (mea_ans is not None and mea_ans["reachable"]
-                                         and not model_ok)
-    blend = None
-    if not use_measured and mea is not None and model_ok:
-        blend = _blend(mod, mea, target, model_ans)
-    ans = mea_ans if use_measured else (model_ans or mea_ans)
-    source = "measured" if use_measured else ("blended" if blend else "model")
+    model_ans = _at_target(mod, target)
+    cand = _at_target(blended, target) if blended is not None else model_ans
+    mea_ans = _at_target(mea, target)
+    cand_ok = cand is not None and cand["reachable"] and cand["tput_per_gpu"] is not None
+    mea_ok = mea_ans is not None and mea_ans["reachable"] and mea_ans["tput_per_gpu"] is not None
+    use_measured = mea_ok and not (cand_ok and cand["tput_per_gpu"] > mea_ans["tput_per_gpu"])
+    dense = _dense(mea_x, target) if use_measured else None
+    ans = mea_ans if use_measured else (cand or mea_ans)
+    at = ans["_row"]
+    n = int(at.get("_n") or 0) if at and not use_measured and blended is not None else 0
+    note = None
+    if use_measured:
+        source = "measured" if dense is not None or not cand_ok else "blended"
+    else:
+        source = "blended" if n else "model"
     row.update(source=source, basis="measured" if use_measured else basis,
                reachable=ans["reachable"], edge=ans["edge"], clamped=ans["clamped"],
                front_max_interactivity=ans["front_max_interactivity"],
                tput_per_gpu=ans["tput_per_gpu"],
                output_tput_per_gpu=ans["output_tput_per_gpu"],
                tput_per_gpu_low=ans.get("tput_per_gpu_low", ans["tput_per_gpu"]),
-               tput_per_gpu_high=ans.get("tput_per_gpu_high", ans["tput_per_gpu"]))
-    if use_measured and ans["tput_per_gpu"] is not None:
-        x, ys, _ = mea
-        h = _loo_half_width(x, ys["tput_per_gpu"], dense if dense is not None
-                            else np.arange(x.size))
+               tput_per_gpu_high=ans.get("tput_per_gpu_high", ans["tput_per_gpu"]),
+               blend_points=n, blend_log_shift=ans.get("blend_log_shift") if n else None)
+    if use_measured:
+        x, y = ans["_x"], ans["_y"]
+        h = _loo_half_width(x, y, np.arange(x.size) if dense is None else
+                            np.flatnonzero((x >= target / MEASURED_WINDOW)
+                                           & (x <= target * MEASURED_WINDOW)))
         row.update(tput_per_gpu_low=ans["tput_per_gpu"] * np.exp(-h),
                    tput_per_gpu_high=ans["tput_per_gpu"] * np.exp(h))
         if dense is None:
-            row["note"] = (f"measured front reached, model not: {x.size} measured point(s), "
-                           "not dense around the target")
-    if blend:
-        row.update(blend)
-    at = ans["_row"]
-    row.update(p90_ttft_s=ans["p90_ttft_s"] if not use_measured else (
-                   float(at["p90_ttft"]) if at and at["p90_ttft"] is not None else None),
-               p90_ttft_s_low=None, p90_ttft_s_high=None,
+            note = (f"measured front reached, model not: {mea_x.size} measured point(s), not "
+                    "dense around the target" if not cand_ok else
+                    f"the measured front beats the corrected model here, but its "
+                    f"{mea_x.size} point(s) are not dense around the target")
+    row.update(p90_ttft_s=None, p90_ttft_s_low=None, p90_ttft_s_high=None,
                layout=_layout_text(at) if at else None, gpus=_gpus(at) if at else None,
                conc=int(at["conc"]) if at else None,
-               measured_points=0 if mea is None else int(mea[2].height),
+               measured_points=0 if mea_x is None else int(mea_x.size),
                model_tput_per_gpu=model_ans["tput_per_gpu"] if model_ans else None,
                model_reachable=model_ans["reachable"] if model_ans else False)
-    if use_measured:
-        row["p90_ttft_s_low"] = row["p90_ttft_s_high"] = row["p90_ttft_s"]
-    if not use_measured and ans["p90_ttft_s"] is not None and at is not None:
-        row["p90_ttft_s"] = float(at["pred_p90_ttft"])
+    if use_measured and at is not None and at["p90_ttft"] is not None:
+        row["p90_ttft_s"] = row["p90_ttft_s_low"] = row["p90_ttft_s_high"] = float(
+            at["p90_ttft"])
+    if not use_measured and at is not None:
+        row["p90_ttft_s"] = _f(at.get("pred_p90_ttft"))
         row["p90_ttft_s_low"] = _f(at.get("pred_p90_ttft_low"))
         row["p90_ttft_s_high"] = _f(at.get("pred_p90_ttft_high"))
     if use_measured and at is not None and at.get(P90_FROM_P99):
-        row["note"] = ("p90_ttft_s is the measured run's p99 TTFT (it recorded no p90): an "
-                       "upper bound")
+        note = "; ".join(([note] if note else []) + [
+            "p90_ttft_s is the measured run's p99 TTFT (it recorded no p90): an upper bound"])
+    if note:
+        row["note"] = note
     return row
 
 
 def _f(v) -> float | None:
     return float(v) if v is not None and np.isfinite(v) else None
-
-
-def _blend(mod, mea, target: float, model_ans: dict) -> dict | None:
-    """The model's answer corrected by the mean log residual (measured / model) of the
-    :data:`BLEND_POINTS` measured front points nearest the target (within
-    :data:`BLEND_WINDOW`) that the model also reaches;
-    band: the model's calibrated band widened by those residuals' spread (root sum of
-    squares). None when no measured point is comparable."""
-    x, ys, _ = mea
-    m = _model_at(mod, x)
-    ok = np.flatnonzero(np.isfinite(m) & (ys["tput_per_gpu"] > 0)
-                        & (np.abs(np.log(x / target)) <= np.log(BLEND_WINDOW)))
-    if ok.size == 0:
-        return None
-    near = ok[np.argsort(np.abs(np.log(x[ok] / target)), kind="stable")[:BLEND_POINTS]]
-    r = np.log(ys["tput_per_gpu"][near] / m[near])
-    shift, spread = float(np.mean(r)), float(np.std(r, ddof=1)) if r.size > 1 else 0.0
-    v = model_ans["tput_per_gpu"]
-    lo = model_ans.get("tput_per_gpu_low") or v
-    hi = model_ans.get("tput_per_gpu_high") or v
-    lo_w = float(np.hypot(np.log(v / lo), spread)) if lo > 0 else spread
-    hi_w = float(np.hypot(np.log(hi / v), spread)) if v > 0 else spread
-    lo_w, hi_w = max(lo_w, MIN_HALF_WIDTH), max(hi_w, MIN_HALF_WIDTH)
-    c = v * np.exp(shift)
-    out = model_ans.get("output_tput_per_gpu")
-    return {"tput_per_gpu": c, "tput_per_gpu_low": c * np.exp(-lo_w),
-            "tput_per_gpu_high": c * np.exp(hi_w),
-            "output_tput_per_gpu": out * np.exp(shift) if out is not None else None,
-            "blend_points": int(near.size), "blend_log_shift": shift}
 
 
 def _price(row: dict, price: float) -> None:

@@ -158,10 +158,9 @@ def run_compare(store: Store, cfg: Any) -> str:
 
 
 def _serving() -> Kind:
-    from toolkit.cost.compare import DEFAULT_ENGINES, CompareConfig
+    from toolkit.cost.compare import DEFAULT_ENGINES, CompareConfig, check_engine
     from toolkit.hardware import get_hardware
     from toolkit.models import get_model
-    from toolkit.serving.points import ENGINES
 
     def check(cfg: Any) -> Any:
         get_model(cfg.model)
@@ -169,10 +168,8 @@ def _serving() -> Kind:
             raise ValueError("hardware: give at least one accelerator")
         for hw in cfg.hardware:
             get_hardware(hw).price_usd_per_gpu_hour(cfg.price_tier)
-            engine = cfg.engines.get(hw, DEFAULT_ENGINES.get(hw, "sglang"))
-            if engine not in ENGINES:
-                raise ValueError(f"engines: unknown engine {engine!r} for {hw}; known: "
-                                 f"{', '.join(sorted(ENGINES))}")
+            check_engine(hw, cfg.engines.get(hw, DEFAULT_ENGINES.get(hw, "sglang")),
+                         "engines")
         if not cfg.interactivity:
             raise ValueError("interactivity: give at least one target")
         return cfg
