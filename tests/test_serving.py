@@ -276,14 +276,16 @@ class TestCli:
         in benchmarks/serving_speed_bench.py, not here)."""
         res = runner.invoke(app, ["cost", "compare", "--model", "glm-5.2", "--hardware",
                                   "gb200,gb300,mi355x", "--interactivity", "100,150",
-                                  "--max-p90-ttft-s", "2", "--json"])
+                                  "--max-p90-ttft-s", "10", "--json"])
         assert res.exit_code == 0, res.output
         out = json.loads(res.output)
         rows = out["rows"]
         assert [r["hardware"] for r in rows] == ["gb200"] * 2 + ["gb300"] * 2 + ["mi355x"] * 2
-        assert all(r["p90_ttft_s"] <= 2 for r in rows if r["reachable"])
+        # the bound holds on the band's upper end (--ttft-confidence 0.8), so the point does too
+        assert all(r["p90_ttft_s"] <= 10 for r in rows if r["reachable"])
         assert all(r["usd_per_mtok_total"] is None for r in rows if not r["reachable"])
         first = [r for r in rows if r["hardware"] == "gb200"]
+        assert first and all(r["reachable"] for r in first)
         assert all(r["cost_ratio_total_vs_first"] == 1.0 for r in first)
         gb300 = next(r for r in rows if r["hardware"] == "gb300")
         assert gb300["cost_ratio_total_vs_first"] != pytest.approx(2.31 / 1.86, rel=0.01)
