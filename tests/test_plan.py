@@ -40,11 +40,13 @@ SMOLLM2 = ROOT / "traces" / "smollm2"
 SMALL = dict(trace="conv", model="glm-5.2", hardware=("mi355x",), host_dram_gb=(0.0, 512.0),
              ssd_gb=(0.0, 4096.0), hisparse_multiples=(2,), top=3, prefix_reserve=(0.0,))
 
-# Replay figures of the small plan (tier replay of `conv` on mi355x at 4 closed-loop users,
-# LRU, SGLang's default device pool; 512 GB host, 4096 GB SSD per 8-GPU instance).
-GOLDEN_GPU_HIT = 0.15182791326671444
-GOLDEN_HOST_HIT_512 = 0.13730176873636385
-GOLDEN_STORAGE_HIT_512_4096 = 0.08411231741564003
+# Replay figures of the small plan (tier replay of `conv` on mi355x: the front point is TP4
+# EP1 at 2 users, so one TP4 instance's pool of 1,524,121 tokens at 2 closed-loop users, LRU;
+# 512 GB host and 4096 GB SSD per 8 GPUs, so 256 GB and 2048 GB for the 4-GPU instance).
+GOLDEN_GPU_HIT = 0.06756354516587355
+GOLDEN_HOST_HIT_512 = 0.13880105921369312
+GOLDEN_STORAGE_HIT_512_4096 = 0.16183143392795146
+TP4_POOL_MI355X = 1_524_121  # (298.012 GB x 0.9 - 744 GB / 4) // 53,940 B per token
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +265,7 @@ def test_prefix_reserve_searched_and_replayed(pstore) -> None:
     at mean ISL + OSL (SGLang's --max-running-requests) and reports R x the pool as the
     prefix cache; each plan's named replay carries that cap and reproduces its shares;
     the default search finds the exhaustive search's best."""
-    from toolkit.serving.tier_service import default_device_tokens
+    from toolkit.plan.pool import prefix_pool
 
     cfg = PlanConfig(**{**SPLIT, "prefix_reserve": (0.0, 0.5)})
     r = plan(pstore, cfg, progress=False, save=False)
@@ -271,18 +273,18 @@ def test_prefix_reserve_searched_and_replayed(pstore) -> None:
                                       "exhaustive": True}), progress=False, save=False)
     assert r.searched == full.searched == 2 and full.evaluated_exactly == 2
     assert full.plans[0] == r.plans[0]
-    pool = default_device_tokens(get_hardware("mi355x"), get_model("glm-5.2"),
-                                 ServiceAssumptions())
     shape = pstore.query("SELECT avg(input_tokens) i, avg(output_tokens) o FROM requests "
                          "WHERE trace = 'conv'")
     isl, osl = round(shape["i"][0]), round(shape["o"][0])
     by = {e["candidate"].reserve: e for e in full.evaluated}
     shared, half = by[0.0]["plan"], by[0.5]["plan"]
-    assert (shared["device_prefix_tokens"], shared["max_running"]) == (pool, 0)
+    assert shared["layout"].startswith("TP4 ")  # one 4-GPU instance's pool, not TP8's
+    assert (shared["device_prefix_tokens"], shared["max_running"]) == (TP4_POOL_MI355X, 0)
+    pool = prefix_pool(half["device_pool_layout"], "mi355x", "glm-5.2").tokens_per_rank
     assert half["device_prefix_tokens"] == round(0.5 * pool)
     assert half["max_running"] == int(0.5 * pool // (isl + osl))
     tcfg = by[0.5]["tier"]["cfg"]
-    assert (tcfg.max_running, tcfg.device_tokens) == (half["max_running"], None)
+    assert (tcfg.max_running, tcfg.device_tokens) == (half["max_running"], pool)
     again = run_tiers(pstore, tcfg, save=False).summary
     assert (again["gpu_hit_rate"], again["host_hit_rate"]) == (
         half["gpu_hit_share"], half["host_hit_share"])

@@ -44,6 +44,7 @@ from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
 from toolkit.plan.config import PlanConfig
+from toolkit.plan.pool import PrefixPool, prefix_pool
 from toolkit.replay.tiers import TierReplayConfig, page_stream
 from toolkit.replay.tiers.config import ServiceAssumptions
 from toolkit.serving.tier_service import kv_bytes_per_token
@@ -131,6 +132,7 @@ class _Context:
                                          kv_dtype=cfg.kv_dtype,
                                          weight_precision=cfg.precision)
         self.tiers: dict[TierReplayConfig, dict] = {}
+        self.pools: dict[tuple, PrefixPool] = {}
         self.serve_cache: dict[tuple, dict] = {}
         self.serve_s = 0.0
         self.selections: dict[int, dict] = {}
@@ -195,13 +197,18 @@ class _Context:
         self.engrams[key] = out
         return out
 
-    def device_pool(self, hw: str, engram_hbm_bytes: float) -> int:
-        """The instance's device KV pool in tokens (the tier replay's engine default), less
-        the Engram rows a GPU holds in HBM."""
-        from toolkit.serving.tier_service import default_device_tokens
-
-        return int(default_device_tokens(get_hardware(hw), self.model, self.assume)
-                   - engram_hbm_bytes // self.kvb)
+    def pool(self, hw: str, layout: str | None, engram_hbm_bytes: float) -> PrefixPool:
+        """The prefix pool of ``layout`` on ``hw`` (:mod:`toolkit.plan.pool`); without a
+        layout (no front point yet), one ``gpus_per_replica``-GPU TP instance's."""
+        key = (hw, layout, float(engram_hbm_bytes))
+        if key not in self.pools:
+            text = layout or f"TP{self.cfg.gpus_per_replica} EP{self.cfg.gpus_per_replica}"
+            self.pools[key] = prefix_pool(text, hw, self.cfg.model,
+                                          precision=self.cfg.precision,
+                                          kv_dtype=self.cfg.kv_dtype,
+                                          mem_fraction=self.assume.mem_fraction,
+                                          engram_hbm_bytes=engram_hbm_bytes)
+        return self.pools[key]
 
     def _load_selections(self) -> None:
         from toolkit.replay.selections import load_rows
@@ -304,9 +311,17 @@ def _usd(price_per_gpu_hour: float, tput: float | None) -> float | None:
 
 
 def _users(cfg: PlanConfig, ans: dict) -> int:
-    """Users of one ``gpus_per_replica``-GPU instance at the front point ``ans`` runs: the
-    deployment's concurrency spread evenly over its GPUs (assumed)."""
+    """Users of ``gpus_per_replica`` GPUs at the front point ``ans`` runs: the deployment's
+    concurrency spread evenly over its GPUs (what HiSparse's host pool holds per host)."""
     return max(1, round(ans["conc"] * cfg.gpus_per_replica / ans["gpus"]))
+
+
+def _seed(ans: dict) -> tuple[str | None, int]:
+    """What an exact evaluation starts from: the bound's front point (layout, concurrency),
+    or no layout when the bound found none (the first round then uses TP8's pool)."""
+    if not ans.get("reachable") or not ans.get("layout"):
+        return None, 1
+    return str(ans["layout"]), int(ans["conc"])
 
 
 def _space(ctx: _Context) -> list[Candidate]:
@@ -347,8 +362,13 @@ def _bound(ctx: _Context, c: Candidate, best_share: float) -> tuple[float, dict]
     return _usd(price + dram + ssd, ans["tput_per_gpu"]) or math.inf, ans
 
 
-def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
-    """The exact plan of ``c``: replays and the serving front, iterated on the users."""
+def _evaluate(ctx: _Context, c: Candidate, seed: tuple[str | None, int]) -> dict:
+    """The exact plan of ``c``: replays and the serving front, iterated on the front point.
+
+    Each round replays one prefix cache of the layout the previous round's front point runs
+    (:mod:`toolkit.plan.pool`: that layout's HBM, one cache per DPA rank) at its share of the
+    deployment's users, then asks the front with the hit shares; it stops when the front
+    point's layout and users repeat (``converged``) or after :data:`MAX_ROUNDS`."""
     cfg = ctx.cfg
     out: dict[str, Any] = {"candidate": c, "feasible": False}
     if c.ssd_gb > 0 and c.host_dram_gb == 0:
@@ -360,52 +380,61 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
     eng = ctx.engram(c.hardware, c.engram_gb) if c.engram_gb is not None else None
     out["engram"] = eng
     eng_dram = eng["dram_gb"] if eng else 0.0
-    # the device pool: the engine default (None) unless Engram rows take part of it
-    device = ctx.device_pool(c.hardware, eng["hbm_bytes"]) if eng else None
-    pool_tokens = device if device is not None else (
-        ctx.device_pool(c.hardware, 0.0) if c.reserve else 0)
-    if device is not None and device <= 0:
-        out["why"] = (f"Engram's {eng['hbm_bytes'] / 1e9:g} GB per GPU leave no device KV "
-                      f"pool on {c.hardware}")
-        return out
-    # a reserve caps running requests to the rest of the pool (--max-running-requests)
-    max_running = (max(1, int((1.0 - c.reserve) * pool_tokens // (ctx.isl + ctx.osl)))
-                   if c.reserve else 0)
-    users, seen, ans, tier = seed_users, set(), None, None
+    eng_hbm = eng["hbm_bytes"] if eng else 0.0
+    (layout, conc), seen, ans, tier = seed, set(), None, None
     converged = False
+    users = host_users = 1
+    pool = ctx.pool(c.hardware, layout, eng_hbm)
+    max_running = 0
     for _ in range(MAX_ROUNDS):
-        pool = ctx.host_pool_gb(users) if c.buffer else 0.0
-        if pool + eng_dram > c.host_dram_gb:
+        pool = ctx.pool(c.hardware, layout, eng_hbm)
+        if pool.tokens_per_rank <= 0:
+            why = (f"Engram's {eng_hbm / 1e9:g} GB per GPU and the weights" if eng_hbm
+                   else "the weights")
+            out.update(why=f"{why} leave no device KV pool on {c.hardware} "
+                       f"({pool.layout.text})", answer=ans)
+            return out
+        users = pool.users_per_rank(conc)
+        # users of gpus_per_replica GPUs: HiSparse's host pool is per host
+        host_users = max(1, round(conc * cfg.gpus_per_replica / pool.layout.gpus))
+        # a reserve caps running requests to the rest of the pool (--max-running-requests)
+        max_running = (max(1, int((1.0 - c.reserve) * pool.tokens_per_rank
+                                  // (ctx.isl + ctx.osl))) if c.reserve else 0)
+        hs_pool = ctx.host_pool_gb(host_users) if c.buffer else 0.0
+        if hs_pool + eng_dram > c.host_dram_gb:
             need = " and ".join(x for x in (
-                f"HiSparse's host pool {pool:.0f} GB at {users} users per instance"
-                if c.buffer else "", f"the Engram table {eng_dram:g} GB" if eng_dram else "")
-                if x)
-            out["why"] = (f"host DRAM needs {pool + eng_dram:.0f} GB ({need}); "
+                f"HiSparse's host pool {hs_pool:.0f} GB at {host_users} users per "
+                f"{cfg.gpus_per_replica} GPUs" if c.buffer else "",
+                f"the Engram table {eng_dram:g} GB" if eng_dram else "") if x)
+            out["why"] = (f"host DRAM needs {hs_pool + eng_dram:.0f} GB ({need}); "
                           f"{c.host_dram_gb:g} GB allowed")
             out["users"] = users
             return out
-        host_tokens = ctx.tokens(c.host_dram_gb - pool - eng_dram)
+        # one cache's share of the host DRAM and SSD (options are per gpus_per_replica GPUs)
+        share = pool.layout.cache_gpus / cfg.gpus_per_replica / pool.ranks
+        host_tokens = ctx.tokens((c.host_dram_gb - hs_pool - eng_dram) * share)
+        storage_tokens = ctx.tokens(c.ssd_gb * share)
         if c.ssd_gb > 0 and host_tokens <= 0:
             out["why"] = ("an SSD tier needs a host tier; the host DRAM left after HiSparse's "
                           "pool and the Engram table holds no KV")
             out["users"] = users
             return out
-        tier = ctx.tier(c.hardware, c.policy, users, host_tokens, ctx.tokens(c.ssd_gb),
-                        device_tokens=device, max_running=max_running)
+        tier = ctx.tier(c.hardware, c.policy, users, host_tokens, storage_tokens,
+                        device_tokens=pool.tokens_per_rank, max_running=max_running)
         g, h, s = tier["gpu_hit_rate"], tier["host_hit_rate"], tier["storage_hit_rate"]
         ans = ctx.serve(c.hardware, c.engine, g + h + s, h + s, miss, buf_model,
                         reserve=c.reserve, engram=eng)
         if not ans["reachable"]:
             out.update(why=_miss_reason(ctx, ans), users=users, tier=tier, answer=ans)
             return out
-        seen.add(users)
-        nxt = _users(cfg, ans)
-        if nxt == users:
+        seen.add((layout, conc))
+        nxt = (str(ans["layout"]), int(ans["conc"]))
+        if nxt == (layout, conc):
             converged = True
             break
         if nxt in seen:
             break
-        users = nxt
+        layout, conc = nxt
     assert ans is not None and tier is not None
     price = get_hardware(c.hardware).price_usd_per_gpu_hour(cfg.price_tier)
     dram, ssd = _memory_usd_per_gpu_hour(cfg, c)
@@ -415,7 +444,7 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
     all_in = price + dram + ssd
     run_ids = ([tier["run_id"]] + ([sel["run_id"]] if sel else [])
                + ([eng["run"]["run_id"]] if eng and eng["run"] else []))
-    prefix = (round(c.reserve * pool_tokens) if c.reserve
+    prefix = (round(c.reserve * pool.tokens_per_rank) if c.reserve
               else int(tier["device_capacity_tokens"]))
     out.update(feasible=True, users=users, converged=converged, tier=tier, answer=ans,
                sel=sel, plan={
@@ -435,7 +464,7 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
                    "usd_breakdown": usd, "run_ids": run_ids,
                    # beyond the contract: how the figures were reached
                    "users_per_instance": users, "converged": converged,
-                   "host_pool_gb": ctx.host_pool_gb(users) if c.buffer else 0.0,
+                   "host_pool_gb": ctx.host_pool_gb(host_users) if c.buffer else 0.0,
                    "hisparse_misses_per_layer": miss,
                    "host_tier_tokens": int(tier["host_capacity_tokens"]),
                    "storage_tier_tokens": int(tier["storage_capacity_tokens"]),
@@ -444,6 +473,8 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
                    "usd_per_gpu_hour": price,
                    "prefix_reserve_fraction": c.reserve, "max_running": max_running,
                    "device_pool_tokens": int(tier["device_capacity_tokens"]),
+                   "device_pool_ranks": pool.ranks,
+                   "device_pool_layout": pool.layout.text,
                    "engram_in_hbm": bool(eng["in_hbm"]) if eng else None,
                    "engram_hit_ratio": eng["hit_ratio"] if eng else None,
                    "engram_dram_gb": eng_dram,
@@ -471,12 +502,20 @@ def assumptions(ctx: _Context) -> list[str]:
         "prefix hits skip prefill; host and storage hits are loaded over the host link "
         "(the serving model's host_prefix_fraction; SSD reads are assumed no slower than "
         "the host link, an assumption)",
-        f"one tier replay instance = {cfg.gpus_per_replica} GPUs; its closed-loop users = the "
-        "front point's concurrency x GPUs per instance / the deployment's GPUs (assumed)",
-        "device prefix pool: SGLang's, the HBM left after weights at mem_fraction "
-        f"{ctx.assume.mem_fraction} (shared by running requests and the radix cache)",
-        f"host DRAM and SSD options are per {cfg.gpus_per_replica}-GPU instance; priced per "
-        "GPU as capacity x $/GB-hour / GPUs per instance",
+        "device prefix pool: the layout's, per cache: HBM usable x mem_fraction "
+        f"{ctx.assume.mem_fraction} less one GPU's weights (dense / (1 with DPA, else the "
+        "instance's GPUs) + experts / GPUs) less Engram HBM; one cache per DPA rank (SGLang: "
+        "a radix tree per DP rank), else one per instance; a disaggregated layout's cache is "
+        "its prefill instance's (DPA ranks; SGLang's PD decode side keeps no radix cache); "
+        "shared by running requests and the radix cache",
+        "the tier replay replays one cache at the front point's concurrency / its caches "
+        "(sessions stay on one cache, as a cache-aware router keeps them: assumed); running "
+        "requests hold their KV on it until they finish (on a disaggregated prefill rank "
+        "they leave after prefill: the replay understates that pool's room)",
+        f"host DRAM and SSD options are per {cfg.gpus_per_replica} GPUs; a cache's host and "
+        f"SSD tiers are its instance's GPUs / {cfg.gpus_per_replica} of the option, split "
+        "evenly over its DPA ranks; priced per GPU as capacity x $/GB-hour / "
+        f"{cfg.gpus_per_replica}",
     ]
     for tier in ("dram", "ssd"):
         p = MEMORY_PRICES[tier]
@@ -594,7 +633,7 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
                     if (batch and not cfg.exhaustive and not math.isfinite(lb)) or (
                             not batch and stop_at(lb, ans) is not None):
                         break
-                    batch.append((c, _users(cfg, ans) if ans["reachable"] else 1))
+                    batch.append((c, _seed(ans)))
                 results = runner.evaluate(batch) if batch else []
                 stop = None
                 for k in range(max(len(results), 1)):
@@ -672,7 +711,7 @@ class _Runner:
                 self._started = True
             self._remote = ray.remote(num_cpus=1, max_retries=0)(_remote_evaluate)
 
-    def evaluate(self, batch: list[tuple[Candidate, int]]) -> list[dict]:
+    def evaluate(self, batch: list[tuple[Candidate, tuple[str | None, int]]]) -> list[dict]:
         ctx = self.ctx
         if self.executor == "ray":
             root = str(ctx.store.root)
@@ -691,7 +730,8 @@ class _Runner:
 _WORKER_CONTEXTS: dict[tuple[str, str], _Context] = {}
 
 
-def _remote_evaluate(root: str, cfg: PlanConfig, c: Candidate, seed: int) -> dict:
+def _remote_evaluate(root: str, cfg: PlanConfig, c: Candidate,
+                     seed: tuple[str | None, int]) -> dict:
     """One exact evaluation in a Ray worker: its own store handle and context (the trace,
     selections and Engram lookups read once per worker and plan)."""
     from toolkit.config import fingerprint
