@@ -268,6 +268,79 @@ TIER_REQUESTS = pa.schema([
     pa.field("host_used_tokens", pa.int64(), nullable=False),
 ])
 
+#: One row per cluster replay (N instances behind a router; ``toolkit replay cluster``).
+#: The first sixteen columns are the issue's interface, in its order.
+CLUSTER_RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("instances", pa.int64(), nullable=False),
+    pa.field("router", pa.string(), nullable=False),
+    pa.field("users", pa.int64(), nullable=True),  # closed-loop users; null: open loop
+    pa.field("rate_rps", pa.float64(), nullable=False),  # open: offered; closed: achieved
+    pa.field("device_hit_tokens", pa.int64(), nullable=False),
+    pa.field("host_hit_tokens", pa.int64(), nullable=False),
+    pa.field("storage_hit_tokens", pa.int64(), nullable=False),
+    pa.field("gpu_hit_share", pa.float64(), nullable=False),  # of prompt tokens
+    pa.field("host_hit_share", pa.float64(), nullable=False),
+    pa.field("storage_hit_share", pa.float64(), nullable=False),
+    pa.field("p50_ttft_s", pa.float64(), nullable=False),
+    pa.field("p90_ttft_s", pa.float64(), nullable=False),
+    pa.field("median_tpot_s", pa.float64(), nullable=True),  # null: no request decodes >1
+    pa.field("tput_per_gpu", pa.float64(), nullable=False),  # (prompt+output) tok/s/GPU
+    pa.field("gpus", pa.int64(), nullable=False),
+    pa.field("trace", pa.string(), nullable=False),
+    pa.field("hardware", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("engine_semantics", pa.string(), nullable=False),
+    pa.field("gpus_per_instance", pa.int64(), nullable=False),
+    pa.field("arrivals", pa.string(), nullable=False),  # closed | trace | scaled:F | rate:R
+    pa.field("requests", pa.int64(), nullable=False),
+    pa.field("prompt_tokens", pa.int64(), nullable=False),
+    pa.field("output_tokens", pa.int64(), nullable=False),
+    pa.field("computed_tokens", pa.int64(), nullable=False),
+    pa.field("overall_hit_share", pa.float64(), nullable=False),
+    pa.field("p99_ttft_s", pa.float64(), nullable=False),
+    pa.field("p90_tpot_s", pa.float64(), nullable=True),
+    pa.field("mean_queue_wait_s", pa.float64(), nullable=False),
+    pa.field("makespan_s", pa.float64(), nullable=False),
+    pa.field("output_tokens_per_s_per_gpu", pa.float64(), nullable=False),
+    pa.field("device_capacity_tokens", pa.int64(), nullable=False),  # per instance; -1 unbounded
+    pa.field("host_capacity_tokens", pa.int64(), nullable=False),
+    pa.field("storage_capacity_tokens", pa.int64(), nullable=False),
+    pa.field("page_tokens", pa.int64(), nullable=False),
+    pa.field("max_instance_share", pa.float64(), nullable=False),  # busiest instance's requests
+    pa.field("usd_per_gpu_hour", pa.float64(), nullable=True),
+    pa.field("usd_per_hour_total", pa.float64(), nullable=True),
+    pa.field("usd_per_million_total_tokens", pa.float64(), nullable=True),
+    pa.field("usd_per_million_output_tokens", pa.float64(), nullable=True),
+    *[pa.field(c, pa.int64(), nullable=False) for c in TIER_COUNTERS],
+    pa.field("elapsed_s", pa.float64(), nullable=False),
+    pa.field("config_json", pa.string(), nullable=False),
+    pa.field("toolkit_version", pa.string(), nullable=False),
+])
+
+#: One row per request of a cluster replay: where the router sent it and what it found.
+CLUSTER_REQUESTS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("request_id", pa.int64(), nullable=False),
+    pa.field("session_id", pa.int64(), nullable=True),
+    pa.field("turn", pa.int32(), nullable=True),
+    pa.field("instance", pa.int32(), nullable=False),
+    pa.field("arrival_s", pa.float64(), nullable=False),
+    pa.field("admit_s", pa.float64(), nullable=False),
+    pa.field("first_token_s", pa.float64(), nullable=False),
+    pa.field("finish_s", pa.float64(), nullable=False),
+    pa.field("prompt_tokens", pa.int64(), nullable=False),
+    pa.field("output_tokens", pa.int64(), nullable=False),
+    pa.field("device_hit_tokens", pa.int64(), nullable=False),
+    pa.field("host_hit_tokens", pa.int64(), nullable=False),
+    pa.field("storage_hit_tokens", pa.int64(), nullable=False),
+    pa.field("computed_tokens", pa.int64(), nullable=False),
+    pa.field("queue_wait_s", pa.float64(), nullable=False),  # admit - arrival
+    pa.field("ttft_s", pa.float64(), nullable=False),
+    pa.field("tpot_s", pa.float64(), nullable=True),  # null when output_tokens <= 1
+    pa.field("running_at_admit", pa.int32(), nullable=False),  # on its instance
+])
+
 #: One row per token position x Engram layer x n-gram order x hash head: the table row read.
 ENGRAM_LOOKUPS = pa.schema([
     pa.field("trace", pa.string(), nullable=False),
@@ -523,6 +596,8 @@ TABLES: dict[str, pa.Schema] = {
     "miss_curves": MISS_CURVES,
     "tier_runs": TIER_RUNS,
     "tier_requests": TIER_REQUESTS,
+    "cluster_runs": CLUSTER_RUNS,
+    "cluster_requests": CLUSTER_REQUESTS,
     "engram_lookups": ENGRAM_LOOKUPS,
     "engram_traces": ENGRAM_TRACES,
     "engram_runs": ENGRAM_RUNS,

@@ -188,6 +188,32 @@ class Workspace:
 
         return run_tiers(self.store, TierReplayConfig(trace, **config), save=save)
 
+    def replay_cluster(self, trace: str, *, instances: int = 1, router: str = "round-robin",
+                       rate_rps: float | None = None, save: bool = True,
+                       progress: bool | None = False, **config: Any) -> Any:
+        """Replay a request timeline over ``instances`` serving instances behind ``router``
+        (round-robin, least-load, cache-aware, kv-router), each with its own device/host/
+        storage tiers, timed by the serving model and priced.
+
+        ``config``: the fields of :class:`toolkit.replay.tiers.TierReplayConfig` (per
+        instance: ``device_tokens``, ``host_tokens``, ``storage_tokens``; ``concurrency`` =
+        closed-loop users over the cluster) and the router knobs of
+        :class:`toolkit.replay.tiers.ClusterReplayConfig`; see
+        :func:`toolkit.cost.from_replay.run_cluster`. Returns its result (``.summary`` is
+        the ``cluster_runs`` row, ``.requests`` the ``cluster_requests`` rows).
+        """
+        from dataclasses import fields
+
+        from toolkit.cost.from_replay import run_cluster
+        from toolkit.replay.tiers.config import ClusterReplayConfig, TierReplayConfig
+
+        knobs = {f.name for f in fields(ClusterReplayConfig)} - {"tiers", "instances",
+                                                                  "router", "rate_rps"}
+        extra = {k: config.pop(k) for k in list(config) if k in knobs}
+        cfg = ClusterReplayConfig(TierReplayConfig(trace, **config), instances=instances,
+                                  router=router, rate_rps=rate_rps, **extra)
+        return run_cluster(self.store, cfg, save=save, progress=progress)
+
     def replay_engram(self, trace: str, hbm_cache_bytes: float, *, save: bool = True,
                       **config: Any) -> dict[str, Any]:
         """Replay an Engram lookup trace through an HBM cache of its table and price the

@@ -21,6 +21,7 @@ Labelled assumptions on top:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -30,6 +31,7 @@ from toolkit.errors import ToolkitError
 from toolkit.hardware import HardwareSpec, get_hardware
 from toolkit.models import ModelSpec, get_model
 from toolkit.replay.tiers import (
+    ClusterReplayConfig,
     PageStream,
     TierReplayConfig,
     TierReplayResult,
@@ -185,4 +187,29 @@ def run_tiers(store: Store, cfg: TierReplayConfig, *, stream: PageStream | None 
     result = price_tier_run(result, hw, cfg.price_tier)
     if save:
         save_result(store, result)
+    return result
+
+
+def run_cluster(store: Store, cfg: ClusterReplayConfig, *, stream: PageStream | None = None,
+                save: bool = True, progress: bool | None = False) -> Any:
+    """Replay ``cfg`` (N instances behind a router) with the serving model's per-instance
+    times, price it at ``cfg.tiers.price_tier``; with ``save`` write ``cluster_runs`` and
+    ``cluster_requests``. Returns a
+    :class:`~toolkit.replay.tiers.cluster.ClusterReplayResult` whose ``summary`` starts
+    with the issue's keys (:data:`toolkit.replay.tiers.cluster.RUN_KEYS`).
+
+    The place a cluster run's spec names are looked up, beside :func:`run_tiers`. Pass
+    ``stream`` (:func:`toolkit.replay.tiers.cluster.stream_for`) to reuse one flattened
+    trace across an instance search; ``progress=None`` shows a bar on a terminal.
+    """
+    from toolkit.replay.tiers.cluster import replay_cluster, save_cluster, with_price
+
+    t = cfg.tiers
+    hw, model = get_hardware(t.hardware), get_model(t.model)
+    result = replay_cluster(store, cfg, TierServiceModel(hw, model, t.assumptions),
+                            stream=stream, progress=progress)
+    result = with_price(result, hw.price_usd_per_gpu_hour(t.price_tier),
+                        usd_per_million_tokens)
+    if save:
+        save_cluster(store, result)
     return result

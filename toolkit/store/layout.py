@@ -33,7 +33,8 @@ DAMAGED_DIR = ".damaged"
 #: Tables whose keys are runs; compaction merges them. Input tables (traces) stay one
 #: file per key, since replays read those files directly.
 COMPACTABLE = ("replay_runs", "selection_runs", "selection_replay", "tier_runs",
-               "tier_requests", "engram_runs", "sweeps", "compare_runs")
+               "tier_requests", "cluster_runs", "cluster_requests", "engram_runs", "sweeps",
+               "compare_runs")
 #: Tables whose rows declare other tables' rows complete (a sweep cell's ``done`` row
 #: names its run): a committed write moves its files into them last, so a move that
 #: fails (a directory made read-only or immutable) never leaves such a row without

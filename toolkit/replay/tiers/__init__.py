@@ -45,8 +45,10 @@ assumptions are in :mod:`toolkit.serving.tier_service`; the caller passes them i
 from typing import Any
 
 from toolkit.replay.tiers.config import (
+    ROUTERS,
     SEMANTICS,
     UNBOUNDED,
+    ClusterReplayConfig,
     ServiceAssumptions,
     ServiceTimes,
     TierReplayConfig,
@@ -57,7 +59,9 @@ from toolkit.replay.tiers.config import (
 # numba, NumPy or Arrow.
 _RUN = ("SUMMARY_KEYS", "TOKEN_KEYS", "PageStream", "TierReplayResult", "block_stream",
         "capacities", "page_stream", "replay_tiers", "run_kernel", "save_result", "summary_json")
-_SCHEMA = ("TIER_REQUESTS", "TIER_RUNS")
+_SCHEMA = ("TIER_REQUESTS", "TIER_RUNS", "CLUSTER_REQUESTS", "CLUSTER_RUNS")
+_CLUSTER = ("ClusterReplayResult", "RUN_KEYS", "cluster_json", "replay_cluster",
+            "save_cluster", "stream_for")
 
 
 def __getattr__(name: str) -> Any:
@@ -65,6 +69,10 @@ def __getattr__(name: str) -> Any:
         from toolkit.replay.tiers import run
 
         return getattr(run, name)
+    if name in _CLUSTER:
+        from toolkit.replay.tiers import cluster
+
+        return getattr(cluster, name)
     if name in _SCHEMA:
         from toolkit import schema
 
@@ -73,6 +81,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "CLUSTER_REQUESTS", "CLUSTER_RUNS", "ROUTERS", "RUN_KEYS", "ClusterReplayConfig",
+    "ClusterReplayResult", "cluster_json", "replay_cluster", "save_cluster", "stream_for",
     "SEMANTICS", "SUMMARY_KEYS", "TIER_REQUESTS", "TIER_RUNS", "TOKEN_KEYS", "UNBOUNDED",
     "PageStream", "ServiceAssumptions", "ServiceTimes", "TierReplayConfig",
     "TierReplayResult", "TierService", "block_stream", "capacities", "page_stream", "replay_tiers",

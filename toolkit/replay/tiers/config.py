@@ -209,3 +209,87 @@ class TierReplayConfig:
         load = f"c{self.concurrency}" if self.concurrency else self.arrivals.replace(":", "")
         load = "seq" if self.sequential else load
         return bounded_key(f"tiers-{self.trace}-{self.hardware}-{load}-{fingerprint(self)[:8]}")
+
+
+# --router: round-robin; least-load (fewest outstanding requests); cache-aware (SGLang's
+# router, sgl-model-gateway's cache_aware policy); kv-router (Dynamo's KV router). Values
+# are the loop's codes (toolkit.replay.tiers.loop.R_*).
+ROUTERS = {"round-robin": 0, "least-load": 1, "cache-aware": 2, "kv-router": 3}
+# SGLang router (sgl-model-gateway) cache_aware defaults, from its CLI defaults in
+# sgl-project/sglang ``sgl-router/src/main.rs`` (CliArgs: cache_threshold 0.3,
+# balance_abs_threshold 64, balance_rel_threshold 1.5; the same in
+# ``sgl-router/src/config/types.rs`` PolicyConfig::CacheAware)
+SGLANG_CACHE_THRESHOLD = 0.3
+SGLANG_BALANCE_ABS_THRESHOLD = 64
+SGLANG_BALANCE_REL_THRESHOLD = 1.5
+# Dynamo KV router defaults, ai-dynamo/dynamo ``lib/llm/src/kv_router/config.rs``
+# (KvRouterConfig::default: overlap_score_weight 1.0, router_temperature 0.0 = always the
+# lowest-cost worker); the cost is ``lib/llm/src/kv_router/scheduler.rs``'s
+# ``overlap_weight * prefill_blocks + decode_blocks``
+DYNAMO_OVERLAP_SCORE_WEIGHT = 1.0
+
+
+@dataclass(frozen=True)
+class ClusterReplayConfig:
+    """N instances of one serving layout behind a router: a cluster replay.
+
+    Every instance is the tier replay of ``tiers`` (its own device/host/storage caches,
+    service times, running cap); what the tier config means for the cluster:
+
+    * ``tiers.concurrency``: closed-loop users over the whole cluster (sessions with their
+      think times); None replays open-loop arrivals from the trace's timestamps
+      (``tiers.arrivals``: ``scaled:F`` multiplies the rate by F, i.e. ``--rate-scale``);
+    * ``tiers.device_tokens`` / ``host_tokens`` / ``storage_tokens``: per instance;
+    * ``tiers.assumptions.gpus_per_replica``: GPUs per instance (the layout's width).
+
+    Attributes:
+        tiers: the per-instance tier replay (trace, hardware, model, tiers, load).
+        instances: serving instances behind the router.
+        router: round-robin | least-load | cache-aware (SGLang) | kv-router (Dynamo).
+        rate_rps: open loop: rescale the trace's arrival times to a mean of this many
+            requests per second (replaces ``tiers.arrivals``); None keeps them.
+        cache_threshold, balance_abs_threshold, balance_rel_threshold: SGLang router's
+            cache_aware knobs (defaults: its published defaults).
+        overlap_score_weight: Dynamo KV router's weight on prefill blocks (default 1.0).
+    """
+
+    tiers: TierReplayConfig
+    instances: int = 1
+    router: str = "round-robin"
+    rate_rps: float | None = None
+    cache_threshold: float = SGLANG_CACHE_THRESHOLD
+    balance_abs_threshold: float = SGLANG_BALANCE_ABS_THRESHOLD
+    balance_rel_threshold: float = SGLANG_BALANCE_REL_THRESHOLD
+    overlap_score_weight: float = DYNAMO_OVERLAP_SCORE_WEIGHT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tiers, TierReplayConfig):
+            raise ValueError("tiers must be a TierReplayConfig")
+        check_number("instances", self.instances, lo=1, hi=1 << 16)
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {', '.join(ROUTERS)}; got {self.router!r}")
+        if self.tiers.sequential:
+            raise ValueError("a cluster replay cannot be sequential (one request at a time)")
+        if self.rate_rps is not None:
+            check_number("rate_rps", self.rate_rps, lo=0.0, hi=1e9, lo_open=True)
+            if self.tiers.concurrency is not None:
+                raise ValueError("give either users (concurrency, closed loop) or rate_rps "
+                                 "(open loop), not both")
+        check_number("cache_threshold", self.cache_threshold, lo=0.0, hi=1.0)
+        check_number("balance_abs_threshold", self.balance_abs_threshold, lo=0.0, hi=1e9)
+        check_number("balance_rel_threshold", self.balance_rel_threshold, lo=0.0, hi=1e9)
+        check_number("overlap_score_weight", self.overlap_score_weight, lo=0.0, hi=1e9)
+
+    @property
+    def gpus(self) -> int:
+        return self.instances * self.tiers.assumptions.gpus_per_replica
+
+    @property
+    def run_id(self) -> str:
+        from toolkit.store import bounded_key  # here: the store loads Arrow
+
+        t = self.tiers
+        load = f"u{t.concurrency}" if t.concurrency else (
+            f"r{self.rate_rps:g}" if self.rate_rps else t.arrivals.replace(":", ""))
+        return bounded_key(f"cluster-{t.trace}-{t.hardware}-x{self.instances}-{self.router}-"
+                           f"{load}-{fingerprint(self)[:8]}")

@@ -7,6 +7,12 @@ run this loop; what differs is passed in as two jitted hooks:
   cache state ``c`` (a tuple); False, with no side effect, when it must wait for a
   finish; ``res`` gets its (device, host, storage) hit tokens.
 * ``release(c, r)``: unlock a finished request's pages.
+* ``peek(c, r) -> int``: the device-prefix tokens request ``r`` would hit in ``c`` now, no
+  side effect (what Dynamo's KV router learns from KV events).
+
+N instances behind a router (the cluster replay) are this same loop: ``cs`` holds one state
+tuple per instance in a numba typed list (one type, so one compiled loop), each with its
+own wait queue, prefill lane and running count; one instance is the single-instance replay.
 
 Why hooks and not a copy per cache: numba types a jitted function passed as an argument
 by its identity, so :func:`event_loop` is compiled once per cache with direct calls, and
@@ -23,6 +29,9 @@ replay counts, it does not model hardware.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +53,9 @@ SZ_DEV, SZ_HOST = 0, 2
 CF_TOK, CF_CTX, CF_HOST_FIXED, CF_HOST_TOK, CF_STO_FIXED, CF_STO_TOK = range(6)
 # indices into ``lim``, the cache's integer settings
 L_KEYS, L_DEV, L_HOST, L_STO, L_POLICY, L_WRITE, L_SEL = range(7)
+# router codes (``ClusterReplayConfig.router``) and indices into the router's ``rp``
+R_RR, R_LEAST, R_SGLANG, R_DYNAMO = 0, 1, 2, 3
+RP_CACHE_THR, RP_ABS, RP_REL, RP_OVERLAP_W, RP_BLOCK = range(5)
 
 
 # -- circular doubly linked lists, sentinel at index n (nxt runs MRU -> LRU) -------------
@@ -105,18 +117,118 @@ def _hpop(ht, hi, n):  # pragma: no cover - compiled
     return n
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, cnt,
-               areas):  # pragma: no cover - compiled
-    """Replay every request; fill ``out``, the counters and the time integrals.
+@dataclass(frozen=True)
+class ClusterRoute:
+    """What the loop needs to run ``instances`` instances behind a router (Python side).
 
-    ``sched`` = (closed, t_open, conc, sess_req, sess_start, sess_len, gap, max_running):
-    ``closed`` runs ``conc`` users over the sessions in ``sess_req`` order; otherwise
-    requests arrive at ``t_open`` (sorted). ``out`` = (tok_dev, tok_host, tok_sto, t_arr,
-    t_adm, t_first, t_fin, batch, host_used). Returns the makespan in seconds.
+    ``router`` is a code (``R_*``), ``params`` the router's numbers indexed by ``RP_*``;
+    ``prog[0]`` is the count of finished requests, written by the running kernel.
+    """
+
+    instances: int = 1
+    router: int = R_RR
+    params: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 1.0)
+    prog: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+
+    def kernel_args(self, ps: Any) -> tuple:
+        """The loop's ``route`` tuple over page stream ``ps`` (keys, starts, lengths and
+        tokens per key occurrence: what the router's own view of the caches is kept in)."""
+        return (np.int64(self.router), np.asarray(self.params, np.float64), ps.keys,
+                ps.starts, ps.lengths, np.ascontiguousarray(ps.tokens, np.int64),
+                np.int64(ps.n_keys), self.prog)
+
+    def heap_requests(self, requests: int) -> int:
+        """Requests one instance's lazy heaps are sized for: any instance may get all."""
+        return requests
+
+
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _route(router, rp, rseen, rtree, rkeys, rstart, rlen, rtok, n_keys, peek, cs, szs, r,
+           prompt_r, k_arr, outst, act_blk, pend_tok):  # pragma: no cover - compiled
+    """Pick the instance of request ``r`` (see :mod:`toolkit.replay.tiers.cluster`)."""
+    n_inst = outst.shape[0]
+    if n_inst == 1:
+        return 0
+    if router == R_RR:
+        return k_arr % n_inst
+    if router == R_LEAST:
+        best = 0
+        for i in range(1, n_inst):
+            if outst[i] < outst[best]:
+                best = i
+        return best
+    b0 = rstart[r]
+    m = rlen[r]
+    if router == R_SGLANG:
+        lo = 0
+        hi = 0
+        for i in range(1, n_inst):
+            if outst[i] < outst[lo]:
+                lo = i
+            if outst[i] > outst[hi]:
+                hi = i
+        if outst[hi] - outst[lo] > rp[RP_ABS] and outst[hi] > rp[RP_REL] * outst[lo]:
+            return lo
+        best = 0
+        best_tok = -1
+        for i in range(n_inst):
+            base = i * n_keys
+            t = 0
+            j = 0
+            while j < m and rseen[base + rkeys[b0 + j]]:
+                t += rtok[b0 + j]
+                j += 1
+            if t > best_tok:
+                best_tok = t
+                best = i
+        if prompt_r > 0 and best_tok / prompt_r > rp[RP_CACHE_THR]:
+            return best
+        small = 0
+        for i in range(1, n_inst):
+            if rtree[i] < rtree[small]:
+                small = i
+        return small
+    # R_DYNAMO: logit = w * prefill blocks + decode blocks, lowest wins
+    bs = rp[RP_BLOCK]
+    req_blk = -(-prompt_r // np.int64(bs))
+    best = 0
+    best_cost = np.inf
+    best_used = 0
+    for i in range(n_inst):
+        ov = peek(cs[i], r)
+        pre = (prompt_r - ov + pend_tok[i]) / bs
+        new_blk = req_blk - ov // np.int64(bs)
+        cost = rp[RP_OVERLAP_W] * pre + (act_blk[i] + new_blk)
+        used = szs[i][SZ_DEV]
+        if cost < best_cost or (cost == best_cost and used < best_used):
+            best_cost = cost
+            best = i
+            best_used = used
+    return best
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef, tpot_b, out,
+               cnt, areas):  # pragma: no cover - compiled
+    """Replay every request over ``len(cs)`` instances; fill ``out``, the counters and the
+    time integrals.
+
+    ``cs`` holds each instance's cache state (a typed list of the cache's tuple), ``szs``
+    each instance's size vector. ``sched`` = (closed, t_open, conc, sess_req, sess_start,
+    sess_len, gap, max_running): ``closed`` runs ``conc`` users over the sessions in
+    ``sess_req`` order; otherwise requests arrive at ``t_open`` (sorted). ``route`` =
+    (router, rp, rkeys, rstart, rlen, rtok, n_keys, prog): the router's code and numbers
+    and the request key stream its own view of the caches is kept in; ``prog[0]`` counts
+    finished requests (read by a progress bar while this runs without the GIL). ``out`` =
+    (tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used, inst).
+    ``max_running`` and the prefill lane are per instance. With one instance this is the
+    single-instance replay, event for event. Returns the makespan in seconds.
     """
     closed, t_open, conc, sess_req, sess_start, sess_len, gap, max_running = sched
-    tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used = out
+    tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used, inst = out
+    router, rp, rkeys, rstart, rlen, rtok, n_keys, prog = route
     c_tok = coef[CF_TOK]
     c_ctx = coef[CF_CTX]
     lh_fixed = coef[CF_HOST_FIXED]
@@ -124,6 +236,7 @@ def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, 
     ls_fixed = coef[CF_STO_FIXED]
     ls_tok = coef[CF_STO_TOK]
     R = prompt.shape[0]
+    n_inst = len(cs)
     res = np.zeros(3, np.int64)
     ah_t = np.empty(R, np.float64)
     ah_i = np.empty(R, np.int64)
@@ -131,10 +244,27 @@ def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, 
     rh_t = np.empty(R, np.float64)
     rh_i = np.empty(R, np.int64)
     rh_n = 0
-    wq = np.empty(R, np.int64)
-    wq_h = 0
-    wq_t = 0
+    # per-instance FIFO wait queues as one linked list (a request waits at one instance)
+    q_next = np.full(R, -1, np.int64)
+    q_head = np.full(n_inst, -1, np.int64)
+    q_tail = np.full(n_inst, -1, np.int64)
+    running = np.zeros(n_inst, np.int64)
+    pf_free = np.zeros(n_inst, np.float64)
+    outst = np.zeros(n_inst, np.int64)  # routed, not finished (the router's load)
+    act_blk = np.zeros(n_inst, np.int64)  # prompt blocks of those (Dynamo's active blocks)
+    pend_tok = np.zeros(n_inst, np.int64)  # uncached tokens routed, not yet admitted
+    pend_r = np.zeros(R, np.int64)
+    use_seen = router == R_SGLANG and n_inst > 1
+    rseen = np.zeros(n_inst * n_keys if use_seen else 1, np.uint8)
+    rtree = np.zeros(n_inst, np.int64)
+    bs = np.int64(rp[RP_BLOCK]) if rp[RP_BLOCK] >= 1 else np.int64(1)
+    tot_dev = 0
+    tot_host = 0
+    for i in range(n_inst):
+        tot_dev += szs[i][SZ_DEV]
+        tot_host += szs[i][SZ_HOST]
     open_ptr = 0
+    k_arr = 0
     req_sess = np.full(R, -1, np.int64)
     req_turn = np.zeros(R, np.int64)
     next_sess = 0
@@ -149,11 +279,9 @@ def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, 
             if sess_len[next_sess] > 0:
                 ah_n = _hpush(ah_t, ah_i, ah_n, 0.0, sess_req[sess_start[next_sess]])
             next_sess += 1
-    running = 0
     done = 0
     now = 0.0
     last_t = 0.0
-    pf_free = 0.0
     inf = np.inf
     n_tpot = tpot_b.shape[0]
     while done < R:
@@ -167,16 +295,25 @@ def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, 
         if ta == inf and tf == inf:
             break  # nothing can progress (should not happen)
         ev_t = tf if tf <= ta else ta
-        areas[0] += sz[SZ_HOST] * (ev_t - last_t)
-        areas[1] += sz[SZ_DEV] * (ev_t - last_t)
+        areas[0] += tot_host * (ev_t - last_t)
+        areas[1] += tot_dev * (ev_t - last_t)
         last_t = ev_t
         now = ev_t
         if tf <= ta:
             r = rh_i[0]
             rh_n = _hpop(rh_t, rh_i, rh_n)
-            running -= 1
+            gi = inst[r]
+            running[gi] -= 1
+            outst[gi] -= 1
+            act_blk[gi] -= -(-prompt[r] // bs)
             done += 1
-            release(c, r)
+            prog[0] = done
+            sz = szs[gi]
+            tot_dev -= sz[SZ_DEV]
+            tot_host -= sz[SZ_HOST]
+            release(cs[gi], r)
+            tot_dev += sz[SZ_DEV]
+            tot_host += sz[SZ_HOST]
             if closed:
                 s = req_sess[r]
                 j = req_turn[r] + 1
@@ -196,16 +333,45 @@ def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, 
                 r = open_ptr
                 open_ptr += 1
             t_arr[r] = now
-            wq[wq_t] = r
-            wq_t += 1
-        # admit FCFS while the head fits
-        while wq_h < wq_t:
-            if max_running > 0 and running >= max_running:
+            gi = _route(router, rp, rseen, rtree, rkeys, rstart, rlen, rtok, n_keys, peek, cs,
+                        szs, r, prompt[r], k_arr, outst, act_blk, pend_tok)
+            k_arr += 1
+            inst[r] = gi
+            outst[gi] += 1
+            act_blk[gi] += -(-prompt[r] // bs)
+            if router == R_DYNAMO and n_inst > 1:
+                pend_r[r] = prompt[r] - peek(cs[gi], r)
+                pend_tok[gi] += pend_r[r]
+            if use_seen:  # the router's own tree: every prompt it sent there
+                base = gi * n_keys
+                for j in range(rlen[r]):
+                    k = rkeys[rstart[r] + j]
+                    if rseen[base + k] == 0:
+                        rseen[base + k] = 1
+                        rtree[gi] += rtok[rstart[r] + j]
+            if q_tail[gi] >= 0:
+                q_next[q_tail[gi]] = r
+            else:
+                q_head[gi] = r
+            q_tail[gi] = r
+        # admit FCFS at that instance while its head fits
+        c = cs[gi]
+        sz = szs[gi]
+        while q_head[gi] >= 0:
+            if max_running > 0 and running[gi] >= max_running:
                 break
-            r = wq[wq_h]
-            if not admit(c, r, res, cnt):
+            r = q_head[gi]
+            tot_dev -= sz[SZ_DEV]
+            tot_host -= sz[SZ_HOST]
+            ok = admit(c, r, res, cnt)
+            tot_dev += sz[SZ_DEV]
+            tot_host += sz[SZ_HOST]
+            if not ok:
                 break  # head-of-line: wait for a finish
-            wq_h += 1
+            q_head[gi] = q_next[r]
+            if q_head[gi] < 0:
+                q_tail[gi] = -1
+            pend_tok[gi] -= pend_r[r]
             td = res[0]
             th = res[1]
             ts = res[2]
@@ -214,8 +380,8 @@ def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, 
             tok_sto[r] = ts
             host_used[r] = sz[SZ_HOST]
             t_adm[r] = now
-            running += 1
-            batch[r] = running
+            running[gi] += 1
+            batch[r] = running[gi]
             computed = prompt[r] - td - th - ts
             if computed < 0:
                 computed = 0
@@ -223,11 +389,11 @@ def event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, 
             t_comp = c_tok * computed + c_ctx * computed * 0.5 * (cached + prompt[r])
             t_lh = lh_fixed + lh_tok * th if th > 0 else 0.0
             t_ls = ls_fixed + ls_tok * ts if ts > 0 else 0.0
-            start = now if now > pf_free else pf_free
+            start = now if now > pf_free[gi] else pf_free[gi]
             first = start + (t_comp if t_comp > t_lh else t_lh) + t_ls
-            pf_free = first
+            pf_free[gi] = first
             t_first[r] = first
-            bi = running if running < n_tpot else n_tpot - 1
+            bi = running[gi] if running[gi] < n_tpot else n_tpot - 1
             steps = outtok[r] - 1 if outtok[r] > 1 else 0
             t_fin[r] = first + tpot_b[bi] * steps
             rh_n = _hpush(rh_t, rh_i, rh_n, t_fin[r], r)

@@ -302,17 +302,26 @@ def release(c, r):  # pragma: no cover - compiled
         sz[SZ_DEV] -= dpages[r]
 
 
-@nb.njit(cache=True, nogil=True)
-def simulate_page(keys, pstart, plen, ptok, dpages, prompt, outtok, lim, sched, coef,
-                  tpot_b, out, cnt, areas):  # pragma: no cover - compiled
-    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over the page cache.
+@nb.njit(cache=True, nogil=True, inline="always")
+def peek(c, r):  # pragma: no cover - compiled
+    """Device-prefix tokens request ``r`` would hit now (the cluster router's view)."""
+    keys, pstart, plen, ptok, dpages, lim, on_dev = c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+    b0 = pstart[r]
+    if plen[r] + dpages[r] > lim[L_DEV]:
+        return 0
+    t = 0
+    d = 0
+    while d < plen[r] and on_dev[keys[b0 + d]]:
+        t += ptok[b0 + d]
+        d += 1
+    return t
 
-    Capacities in ``lim`` are pages (storage 0 disables it); ``dpages`` are each
-    request's decode pages. Returns the makespan in seconds.
-    """
+
+@nb.njit(cache=True, nogil=True)
+def _state(keys, pstart, plen, ptok, dpages, lim, R):  # pragma: no cover - compiled
+    """One instance's empty page cache: the state tuple the hooks unpack."""
     n = lim[L_KEYS]
     policy = lim[L_POLICY]
-    R = prompt.shape[0]
     on_dev = np.zeros(n, np.uint8)
     on_host = np.zeros(n, np.uint8)
     on_sto = np.zeros(n, np.uint8)
@@ -338,7 +347,25 @@ def simulate_page(keys, pstart, plen, ptok, dpages, prompt, outtok, lim, sched, 
     sp[n] = n
     sz = np.zeros(6, np.int64)
     sz[SZ_MINF] = 1
-    c = (keys, pstart, plen, ptok, dpages, lim, on_dev, on_host, on_sto, ref, freq, hitc,
-         dn, dp, bn, bp, bh, bt, hn, hp, sn, sp, sz)
-    return event_loop(admit, release, c, sz, prompt, outtok, sched, coef, tpot_b, out, cnt,
-                      areas)
+    return (keys, pstart, plen, ptok, dpages, lim, on_dev, on_host, on_sto, ref, freq, hitc,
+            dn, dp, bn, bp, bh, bt, hn, hp, sn, sp, sz)
+
+
+@nb.njit(cache=True, nogil=True)
+def simulate_page(keys, pstart, plen, ptok, dpages, prompt, outtok, lim, sched, coef,
+                  tpot_b, out, cnt, areas, route, n_inst):  # pragma: no cover - compiled
+    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over ``n_inst`` page caches.
+
+    Capacities in ``lim`` are pages (storage 0 disables it); ``dpages`` are each
+    request's decode pages. Returns the makespan in seconds.
+    """
+    R = prompt.shape[0]
+    c0 = _state(keys, pstart, plen, ptok, dpages, lim, R)
+    cs = [c0]
+    szs = [c0[22]]
+    for _ in range(1, n_inst):
+        c = _state(keys, pstart, plen, ptok, dpages, lim, R)
+        cs.append(c)
+        szs.append(c[22])
+    return event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef,
+                      tpot_b, out, cnt, areas)

@@ -602,16 +602,23 @@ def release(c, r):  # pragma: no cover - compiled
              stamp, hits, lock, nchild, hk, hs, hid, st)
 
 
-@nb.njit(cache=True, nogil=True)
-def simulate_radix(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sched, coef,
-                   tpot_b, out, cnt, areas):  # pragma: no cover - compiled
-    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over the radix device tier.
+@nb.njit(cache=True, nogil=True, inline="always")
+def peek(c, r):  # pragma: no cover - compiled
+    """Device-prefix tokens request ``r`` would hit now (the cluster router's view)."""
+    keys, pstart, plen, ktok, on_dev = c[0], c[1], c[2], c[3], c[7]
+    b0 = pstart[r]
+    t = 0
+    d = 0
+    while d < plen[r] and on_dev[keys[b0 + d]]:
+        t += ktok[keys[b0 + d]]
+        d += 1
+    return t
 
-    Capacities in ``lim`` are tokens (storage 0 disables it); ``trans`` is each
-    request's slots outside the tree (partial page, decode). Returns the makespan.
-    """
+
+@nb.njit(cache=True, nogil=True)
+def _state(keys, pstart, plen, ktok, par, trans, lim, R):  # pragma: no cover - compiled
+    """One instance's empty cache: the state tuple the hooks unpack."""
     n = lim[L_KEYS]
-    R = prompt.shape[0]
     on_dev = np.zeros(n, np.uint8)
     is_tail = np.zeros(n, np.uint8)
     down = np.full(n, -1, np.int32)
@@ -646,8 +653,27 @@ def simulate_radix(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sc
     gid = np.empty(gcap, np.int32)
     scratch = np.empty(n + 1, np.int32)
     st = np.zeros(8, np.int64)
-    c = (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok, stamp,
-         hits, lock, nchild, kids, hk, hs, hid, gk, gs, gid, on_host, on_sto, hn, hp, sn, sp,
-         scratch, st)
-    return event_loop(admit, release, c, st, prompt, outtok, sched, coef, tpot_b, out, cnt,
-                      areas)
+    return (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok,
+            stamp, hits, lock, nchild, kids, hk, hs, hid, gk, gs, gid, on_host, on_sto, hn, hp,
+            sn, sp, scratch, st)
+
+
+@nb.njit(cache=True, nogil=True)
+def simulate_radix(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sched, coef,
+                   tpot_b, out, cnt, areas, route, n_inst, heap_r):  # pragma: no cover
+    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over ``n_inst`` radix device tiers.
+
+    Capacities in ``lim`` are tokens (storage 0 disables it); ``trans`` is each
+    request's slots outside the tree (partial page, decode); ``heap_r`` the requests one
+    instance's lazy heaps are sized for (all of them for one instance). Returns the
+    makespan.
+    """
+    c0 = _state(keys, pstart, plen, ktok, par, trans, lim, heap_r)
+    cs = [c0]
+    szs = [c0[30]]
+    for _ in range(1, n_inst):
+        c = _state(keys, pstart, plen, ktok, par, trans, lim, heap_r)
+        cs.append(c)
+        szs.append(c[30])
+    return event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef,
+                      tpot_b, out, cnt, areas)

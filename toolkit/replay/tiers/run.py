@@ -21,7 +21,7 @@ from toolkit.replay.tiers.config import (
     TierReplayConfig,
     TierService,
 )
-from toolkit.replay.tiers.loop import C_OVER, COUNTERS
+from toolkit.replay.tiers.loop import C_OVER, COUNTERS, ClusterRoute
 from toolkit.replay.tiers.page import simulate_page
 from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
 from toolkit.replay.tiers.radix import simulate_radix
@@ -217,15 +217,22 @@ def _schedule(cfg: TierReplayConfig, ps: PageStream) -> tuple[np.ndarray, ...]:
 
 
 def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
-               caps: tuple[int, int, int], t_open: np.ndarray) -> dict[str, Any]:
-    """Call the compiled loop; returns its per-request arrays, counters and integrals."""
+               caps: tuple[int, int, int], t_open: np.ndarray,
+               cluster: ClusterRoute | None = None) -> dict[str, Any]:
+    """Call the compiled loop; returns its per-request arrays, counters and integrals.
+
+    ``cluster`` runs that many instances behind its router (the same loop; ``None`` is
+    one instance, today's tier replay). ``out["inst"]`` holds each request's instance.
+    """
     r = ps.prompt.size
+    cl = cluster or ClusterRoute()
     page = ps.page_tokens
     closed = cfg.concurrency is not None or cfg.sequential
     sess_req, sess_start, sess_len, gap = _schedule(cfg, ps)
     out = {k: np.zeros(r, np.int64) for k in ("dev", "host", "sto", "host_pages")}
     out |= {k: np.full(r, -1.0) for k in ("arr", "adm", "first", "fin")}
     out["batch"] = np.zeros(r, np.int32)
+    out["inst"] = np.zeros(r, np.int32)
     cnt = np.zeros(len(COUNTERS), np.int64)
     areas = np.zeros(2)
     conc = 1 if cfg.sequential else int(cfg.concurrency or 0)
@@ -234,7 +241,9 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
                      svc.host_fixed_s, svc.host_s_per_token, svc.storage_fixed_s,
                      svc.storage_s_per_token], np.float64)
     arrays = tuple(out[k] for k in ("dev", "host", "sto", "arr", "adm", "first", "fin",
-                                    "batch", "host_pages"))
+                                    "batch", "host_pages", "inst"))
+    route = cl.kernel_args(ps)
+    n_inst = int(cl.instances)
     rules = (POLICY_CODES[cfg.policy], WRITE_CODES[cfg.write_policy],
              cfg.write_through_threshold)
     t0 = time.perf_counter()
@@ -252,7 +261,7 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
                         OFFLOAD_CODES.get(cfg.offload_policy, 0), 0], np.int64)
         makespan = simulate_vllm(
             ps.keys, ps.starts, hitcap, ps.lengths, nblocks, ps.prompt, ps.output, lim,
-            sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas,
+            sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas, route, n_inst,
         )
         over = cnt[C_OVER]
         cnt //= page
@@ -268,7 +277,8 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
         makespan = simulate_radix(
             ps.keys, ps.starts, ps.lengths, ps.key_tokens, ps.parent, trans, ps.prompt,
-            ps.output, lim, sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas,
+            ps.output, lim, sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas, route,
+            n_inst, r if n_inst == 1 else cl.heap_requests(r),
         )
         # the radix kernel counts tokens; report pages like the page kernel
         over = cnt[C_OVER]
@@ -283,7 +293,7 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
         makespan = simulate_page(
             ps.keys, ps.starts, ps.lengths, ps.tokens, dpages, ps.prompt, ps.output, lim,
-            sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas,
+            sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas, route, n_inst,
         )
     out["elapsed_s"] = time.perf_counter() - t0
     out["makespan_s"] = float(makespan)

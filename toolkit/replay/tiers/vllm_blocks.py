@@ -511,18 +511,24 @@ def _release(r, nblocks, rb_start, bt, usable, bkey, bref, ln, lp, anon, rblk,
     st[S_USED] = (usable - st[S_ANON] - st[S_LRU]) * bt
 
 
-@nb.njit(cache=True, nogil=True)
-def simulate_vllm(keys, pstart, hitcap, nfull, nblocks, prompt, outtok, lim, sched, coef,
-                  tpot_b, out, cnt, areas):  # pragma: no cover - compiled
-    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over vLLM's block pool.
+@nb.njit(cache=True, nogil=True, inline="always")
+def peek(c, r):  # pragma: no cover - compiled
+    """Device-prefix tokens request ``r`` would hit now (the cluster router's view)."""
+    keys, pstart, hitcap, lim, kfirst = c[0], c[1], c[2], c[6], c[9]
+    b0 = pstart[r]
+    d = 0
+    while d < hitcap[r] and kfirst[keys[b0 + d]] >= 0:
+        d += 1
+    return d * lim[L_BT]
 
-    ``lim[L_DEV]`` is the usable blocks (the pool less the null block), ``lim[L_BT]`` the
-    block size, ``lim[L_HOST]`` the CPU tier in blocks (0: none), ``lim[L_HPOL]`` its
-    policy; ``keys`` the full blocks' dense hash ids, ``nfull`` how many per request,
-    ``nblocks`` the blocks each request holds while it runs. Returns the makespan.
-    """
+
+@nb.njit(cache=True, nogil=True)
+def _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen, rfail,
+           cnt):  # pragma: no cover - compiled
+    """One instance's empty block pool (and CPU tier). Arrays indexed by request or by
+    a request's key positions (``rb_start``/``rblk``, ``kflag``, ``rseen``, ``rfail``) are
+    shared by all instances: a request runs on one."""
     usable = lim[L_DEV]
-    R = prompt.shape[0]
     bkey = np.full(usable + 1, -1, np.int64)
     bref = np.zeros(usable + 1, np.int32)
     kfirst = np.full(lim[L_KEYS] + 1, -1, np.int64)
@@ -536,13 +542,6 @@ def simulate_vllm(keys, pstart, hitcap, nfull, nblocks, prompt, outtok, lim, sch
         anon[i] = usable - i
     st = np.zeros(8, np.int64)
     st[S_ANON] = usable
-    rb_start = np.zeros(R, np.int64)
-    tot = 0
-    for r in range(R):
-        rb_start[r] = tot
-        if nblocks[r] <= usable:
-            tot += nblocks[r]
-    rblk = np.empty(tot + 1, np.int64)
     # the CPU offloading tier (empty arrays when lim[L_HOST] == 0)
     nk = lim[L_KEYS] if lim[L_HOST] > 0 else 0
     cap = lim[L_HOST]
@@ -562,14 +561,45 @@ def simulate_vllm(keys, pstart, hitcap, nfull, nblocks, prompt, outtok, lim, sch
         an[nk + t] = nk + t
         ap[nk + t] = nk + t
     tgt = np.zeros(1, np.float64)
-    kflag = np.zeros(keys.shape[0] if nk > 0 else 0, np.uint8)
     prot = np.zeros(nk, np.int64)
-    rseen = np.zeros(R, np.int64)
-    rfail = np.zeros(R, np.uint8)
     scratch = np.empty(nk + 1, np.int64)
     off = (tag, rank, hk, hid, hs, plist, ppos, an, ap, tgt, kflag, prot, rseen, rfail,
            scratch, cnt)
-    c = (keys, pstart, hitcap, nfull, nblocks, rb_start, lim, bkey, bref, kfirst, bnext, ln,
-         lp, anon, rblk, st, off)
-    return event_loop(admit, release, c, st, prompt, outtok, sched, coef, tpot_b, out, cnt,
-                      areas)
+    return (keys, pstart, hitcap, nfull, nblocks, rb_start, lim, bkey, bref, kfirst, bnext, ln,
+            lp, anon, rblk, st, off)
+
+
+@nb.njit(cache=True, nogil=True)
+def simulate_vllm(keys, pstart, hitcap, nfull, nblocks, prompt, outtok, lim, sched, coef,
+                  tpot_b, out, cnt, areas, route, n_inst):  # pragma: no cover - compiled
+    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over ``n_inst`` vLLM block pools.
+
+    ``lim[L_DEV]`` is the usable blocks (the pool less the null block), ``lim[L_BT]`` the
+    block size, ``lim[L_HOST]`` the CPU tier in blocks (0: none), ``lim[L_HPOL]`` its
+    policy; ``keys`` the full blocks' dense hash ids, ``nfull`` how many per request,
+    ``nblocks`` the blocks each request holds while it runs. Returns the makespan.
+    """
+    usable = lim[L_DEV]
+    R = prompt.shape[0]
+    rb_start = np.zeros(R, np.int64)
+    tot = 0
+    for r in range(R):
+        rb_start[r] = tot
+        if nblocks[r] <= usable:
+            tot += nblocks[r]
+    rblk = np.empty(tot + 1, np.int64)
+    nk = lim[L_KEYS] if lim[L_HOST] > 0 else 0
+    kflag = np.zeros(keys.shape[0] if nk > 0 else 0, np.uint8)
+    rseen = np.zeros(R, np.int64)
+    rfail = np.zeros(R, np.uint8)
+    c0 = _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
+                rfail, cnt)
+    cs = [c0]
+    szs = [c0[15]]
+    for _ in range(1, n_inst):
+        c = _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
+                   rfail, cnt)
+        cs.append(c)
+        szs.append(c[15])
+    return event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef,
+                      tpot_b, out, cnt, areas)
