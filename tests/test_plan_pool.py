@@ -82,13 +82,16 @@ def test_plan_replays_its_layouts_pool(store) -> None:
     for hw in ("mi355x", "gb200"):
         r = plan(store, PlanConfig(trace="conv", model="glm-5.2", hardware=(hw,),
                                    host_dram_gb=(0.0,), ssd_gb=(0.0,), prefix_reserve=(0.0,),
-                                   top=1), progress=False, save=False)
-        p = r.plans[0]
+                                   top=1, users=8, load_candidates=1),
+                 progress=False, save=False)
+        p = r.evaluated[0]["plan"]  # the plan at the front (the tier replay's figures)
+        assert r.plans[0]["layout"] == p["layout"]
         pool = prefix_pool(p["device_pool_layout"], hw, "glm-5.2")
         assert p["converged"] and p["device_pool_layout"] == p["layout"]
         assert p["device_pool_tokens"] == p["device_prefix_tokens"] == pool.tokens_per_rank
         assert p["device_pool_ranks"] == pool.ranks
         assert p["users_per_instance"] == pool.users_per_rank(p["concurrency"])
+        assert r.plans[0]["gpus_total"] == r.plans[0]["instances"] * p["gpus"]
         tcfg = r.evaluated[0]["tier"]["cfg"]
         assert (tcfg.device_tokens, tcfg.concurrency) == (pool.tokens_per_rank,
                                                           p["users_per_instance"])

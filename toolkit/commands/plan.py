@@ -64,6 +64,24 @@ def plan_cmd(
     ] = ",".join(f"{v:g}" for v in _d("prefix_reserve")),
     max_p90_ttft_s: Annotated[float | None, typer.Option(
         "--max-p90-ttft-s", help="p90 TTFT bound in seconds.")] = _d("max_p90_ttft_s"),
+    users: Annotated[int | None, typer.Option(
+        "--users", help="Plan for N closed-loop users over the cluster (default: the trace "
+        "as recorded).")] = _d("users"),
+    rate: Annotated[float | None, typer.Option(
+        "--rate", help="Plan for the trace's arrivals rescaled to R requests/s.")
+    ] = _d("rate_rps"),
+    rate_scale: Annotated[float | None, typer.Option(
+        "--rate-scale", help="Plan for the trace's arrivals at X times its recorded rate.")
+    ] = _d("rate_scale"),
+    router: Annotated[str, typer.Option(
+        "--router", help="Router in front of the instances: round-robin, least-load, "
+        "cache-aware, ...")] = _d("router"),
+    max_instances: Annotated[int, typer.Option(
+        "--max-instances", help="Instance search ceiling per accelerator.")
+    ] = _d("max_instances"),
+    load_candidates: Annotated[int, typer.Option(
+        "--load-candidates", help="Plans per accelerator (its best at the front) sized for "
+        "the load.")] = _d("load_candidates"),
     price_tier: Annotated[str, typer.Option(
         "--price-tier", help="hyperscaler, neocloud or rental.")] = _d("price_tier"),
     host_dram_gb: Annotated[str, typer.Option(
@@ -95,6 +113,7 @@ def plan_cmd(
     if engine not in ("local", "ray"):
         fail(f"--engine {engine!r}: local or ray")
     from toolkit.plan import search
+    from toolkit.plan.load import load_text
 
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
@@ -104,28 +123,46 @@ def plan_cmd(
                 engram_hbm_gb=_floats(engram_hbm_gb, "--engram-hbm-gb"),
                 engram_table_gb=engram_table_gb,
                 prefix_reserve=_floats(prefix_reserve, "--prefix-reserve"),
-                exhaustive=exhaustive, top=top)
+                exhaustive=exhaustive, top=top, users=users, rate_rps=rate,
+                rate_scale=rate_scale, router=router, max_instances=max_instances,
+                load_candidates=load_candidates)
     with cli_store(store) as s:
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
     if as_json:
         typer.echo(json.dumps(res.to_json(), default=str))
         return
     typer.echo(f"plan {res.plan_id}: {res.searched} candidates, {res.evaluated_exactly} "
-               f"evaluated exactly, {res.feasible} feasible, {res.elapsed_s:.1f} s")
+               f"evaluated exactly, {res.feasible} feasible, {res.cluster_replays} cluster "
+               f"replays, {res.elapsed_s:.1f} s")
+    typer.echo(f"at {load_text(cfg)}, {cfg.router} router, {cfg.interactivity:g} tok/s/user, "
+               f"p90 TTFT <= {cfg.max_p90_ttft_s} s: best per accelerator")
+    for h in res.by_hardware:
+        margin = ("" if h["next_hardware"] is None else
+                  f"; {h['ratio_to_next']:.2f}x cheaper than {h['next_hardware']} "
+                  + ("(beyond the band)" if h["beyond_band"] else "(within the band: a tie)"))
+        typer.echo(
+            f"  {h['hardware']:<8} {h['instances']} x {h['layout']} = {h['gpus_total']} GPUs, "
+            f"host DRAM {h['host_dram_gb_total']:g} GB, SSD {h['ssd_gb_total']:g} GB: "
+            f"${h['usd_per_hour_total']:.2f}/h, ${h['usd_per_mtok_total']:.4f}/M "
+            f"[{h['usd_per_mtok_total_low']:.4f}-{h['usd_per_mtok_total_high']:.4f}], "
+            f"p90 TTFT {h['p90_ttft_s']:.2f} s; binds: {h['binding']}{margin}")
+    typer.echo("ranked plans:")
     for p in res.plans:
         hs = (f"HiSparse {p['hisparse_buffer_tokens']} tok/req/layer"
               if p["hisparse_buffer_tokens"] else "no HiSparse")
         if p["engram_hbm_gb"]:
             hs += f", Engram {p['engram_hbm_gb']:g} GB/GPU"
         typer.echo(
-            f"#{p['rank']} {p['hardware']} {p['engine']} {p['layout']} ({p['gpus']} GPUs): "
-            f"${p['usd_per_mtok_total']:.4f}/M total "
+            f"#{p['rank']} {p['hardware']} {p['engine']} {p['instances']} x {p['layout']} "
+            f"({p['gpus_total']} GPUs): ${p['usd_per_mtok_total']:.4f}/M total "
             f"[{p['usd_per_mtok_total_low']:.4f}-{p['usd_per_mtok_total_high']:.4f}], "
-            f"{p['tput_per_gpu']:.0f} tok/s/GPU, p90 TTFT {p['p90_ttft_s']:.2f} s; "
-            f"device prefix {p['device_prefix_tokens']:,} tok, {hs}, host "
-            f"{p['host_dram_gb']:g} GB, SSD {p['ssd_gb']:g} GB, {p['policy']}; hits GPU "
+            f"${p['usd_per_hour_total']:.2f}/h, {p['tput_per_gpu']:.0f} tok/s/GPU, p90 TTFT "
+            f"{p['p90_ttft_s']:.2f} s; device prefix {p['device_prefix_tokens']:,} tok x "
+            f"{p['device_pool_ranks']}, {hs}, host {p['host_dram_gb']:g} GB, SSD "
+            f"{p['ssd_gb']:g} GB per 8 GPUs, {p['policy']}; hits GPU "
             f"{p['gpu_hit_share']:.3f} host {p['host_hit_share']:.3f} SSD "
-            f"{p['storage_hit_share']:.3f}; runs {', '.join(p['run_ids'])}")
+            f"{p['storage_hit_share']:.3f}; binds: {p['binding']}; runs "
+            f"{', '.join(p['run_ids'])}")
     typer.echo("assumptions:")
     for a in res.assumptions:
         typer.echo(f"  - {a}")

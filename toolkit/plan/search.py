@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,7 @@ from toolkit.cost.price import MEMORY_PRICES, usd_per_million_tokens
 from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
-from toolkit.plan.config import PlanConfig
+from toolkit.plan.config import PLAN_KEYS, PlanConfig
 from toolkit.plan.pool import PrefixPool, prefix_pool
 from toolkit.replay.tiers import TierReplayConfig, page_stream
 from toolkit.replay.tiers.config import ServiceAssumptions
@@ -52,13 +52,6 @@ from toolkit.store import Store
 
 MAX_ROUNDS = 4
 
-PLAN_KEYS = (
-    "rank", "hardware", "engine", "layout", "gpus", "concurrency", "device_prefix_tokens",
-    "hisparse_buffer_tokens", "engram_hbm_gb", "host_dram_gb", "ssd_gb", "policy",
-    "gpu_hit_share", "host_hit_share", "storage_hit_share", "interactivity", "p90_ttft_s",
-    "tput_per_gpu", "usd_per_mtok_total", "usd_per_mtok_total_low", "usd_per_mtok_total_high",
-    "usd_breakdown", "run_ids")
-"""The keys of each plan, in order (the issue's contract); extra keys follow them."""
 
 
 class PlanError(ToolkitError):
@@ -103,12 +96,15 @@ class PlanResult:
     elapsed_s: float
     assumptions: list[str]
     plan_id: str
+    by_hardware: list[dict[str, Any]] = field(default_factory=list)
+    cluster_replays: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"plans": self.plans, "searched": self.searched,
                 "evaluated_exactly": self.evaluated_exactly, "feasible": self.feasible,
                 "elapsed_s": self.elapsed_s, "plan_id": self.plan_id,
-                "assumptions": self.assumptions}
+                "assumptions": self.assumptions, "by_hardware": self.by_hardware,
+                "cluster_replays": self.cluster_replays}
 
 
 class _Context:
@@ -133,6 +129,16 @@ class _Context:
                                          weight_precision=cfg.precision)
         self.tiers: dict[TierReplayConfig, dict] = {}
         self.pools: dict[tuple, PrefixPool] = {}
+        # the front picks layout and memory split at the target interactivity; the p90 TTFT
+        # bound is judged by the cluster replay at the load (toolkit.plan.load), so a looser
+        # bound can only let fewer instances pass, never change which plans are sized
+        self.front_bound: float | None = None
+        self.clusters: dict[Any, Any] = {}
+        self.cluster_stream: Any = None
+        self.cluster_s = 0.0
+        arr = req["arrival_s"].to_numpy()
+        span = float(arr.max() - arr.min()) if arr.size > 1 else 0.0
+        self._recorded_rps = (arr.size - 1) / span if span > 0 else math.inf
         self.serve_cache: dict[tuple, dict] = {}
         self.serve_s = 0.0
         self.selections: dict[int, dict] = {}
@@ -210,6 +216,26 @@ class _Context:
                                           engram_hbm_bytes=engram_hbm_bytes)
         return self.pools[key]
 
+    def cluster(self, ccfg: Any) -> Any:
+        """The cluster replay of ``ccfg`` (:func:`toolkit.cost.from_replay.run_cluster`),
+        once per config; the trace's stream is flattened once per search."""
+        if ccfg not in self.clusters:
+            from toolkit.cost.from_replay import run_cluster
+            from toolkit.replay.tiers.cluster import stream_for
+
+            if self.cluster_stream is None:
+                self.cluster_stream = stream_for(self.store, ccfg)
+            t0 = time.perf_counter()
+            self.clusters[ccfg] = run_cluster(self.store, ccfg, stream=self.cluster_stream,
+                                              save=False)
+            self.cluster_s += time.perf_counter() - t0
+        return self.clusters[ccfg]
+
+    @property
+    def recorded_rps(self) -> float:
+        """The trace's recorded arrival rate: requests after the first over its span."""
+        return self._recorded_rps
+
     def _load_selections(self) -> None:
         from toolkit.replay.selections import load_rows
 
@@ -260,7 +286,7 @@ class _Context:
               engram: dict | None = None) -> dict:
         """``cost compare``'s answer for ``hw`` at the target with these shares (and the
         HBM split: the prefix reserve and the Engram rows and misses, when asked)."""
-        bound = self.cfg.max_p90_ttft_s if ttft is True else ttft
+        bound = self.front_bound if ttft is True else ttft
         eng_hbm = engram["hbm_bytes"] if engram else 0.0
         eng_miss = engram["miss_bytes"] if engram else 0.0
         key = (hw, engine, cached, host, miss, buffer_model, bound, reserve, eng_hbm, eng_miss)
@@ -487,7 +513,8 @@ def _miss_reason(ctx: _Context, ans: dict) -> str:
     if ans.get("front_max_interactivity") is None:
         return str(ans.get("note") or "no serving point meets the p90 TTFT bound")
     return (f"front ends at {ans['front_max_interactivity']:.1f} tok/s/user < target "
-            f"{target:g} within p90 TTFT <= {ctx.cfg.max_p90_ttft_s} s")
+            f"{target:g}" + (f" within p90 TTFT <= {ctx.front_bound} s"
+                             if ctx.front_bound is not None else ""))
 
 
 def assumptions(ctx: _Context) -> list[str]:
@@ -498,7 +525,8 @@ def assumptions(ctx: _Context) -> list[str]:
         "model's shape); hit shares are token-weighted over every request of the trace",
         "serving: cost compare's front (serving model fitted on InferenceX points; modelled, "
         "not measured: the bundled measured points are fixed-shape benchmarks, not this "
-        f"trace), p90 TTFT <= {cfg.max_p90_ttft_s} s, target {cfg.interactivity:g} tok/s/user",
+        f"trace) at the target {cfg.interactivity:g} tok/s/user, without the p90 TTFT bound "
+        f"(the cluster replay judges p90 TTFT <= {cfg.max_p90_ttft_s} s at the load)",
         "prefix hits skip prefill; host and storage hits are loaded over the host link "
         "(the serving model's host_prefix_fraction; SSD reads are assumed no slower than "
         "the host link, an assumption)",
@@ -612,50 +640,56 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     feasible: list[dict] = []
     pruned: list[dict] = []
 
-    def stop_at(lb: float, ans: dict) -> str | None:
+    keep = cfg.top  # exact plans kept per accelerator: each needs its own best for the load
+
+    def stop_at(lb: float, ans: dict, hw: str) -> str | None:
+        """Why a candidate is pruned, given the plans found so far (``None``: evaluate it).
+        Per accelerator: a plan for a load needs every accelerator's best, so one
+        accelerator's cheap plans never prune another's."""
         if not math.isfinite(lb) and not cfg.exhaustive:
             return "pruned: " + _miss_reason(ctx, ans) + " even at the largest hit share"
-        if not cfg.exhaustive and len(feasible) >= cfg.top:
-            worst = sorted(p["plan"]["usd_per_mtok_total"] for p in feasible)[cfg.top - 1]
-            if lb > worst:
-                return f"pruned: its lower bound ${lb:.4f}/M exceeds plan #{cfg.top}'s"
+        mine = [p["plan"]["usd_per_mtok_total"] for p in feasible
+                if p["candidate"].hardware == hw]
+        if not cfg.exhaustive and len(mine) >= keep and lb > sorted(mine)[keep - 1]:
+            return f"pruned: its lower bound ${lb:.4f}/M exceeds {hw}'s plan #{keep}"
         return None
+
+    def prune(lb: float, c: Candidate, why: str) -> None:
+        pruned.append({"candidate": c, "feasible": False, "pruned": True, "bound": lb,
+                       "why": why})
 
     runner = _Runner(ctx, executor, n_workers)
     try:
         with bar(len(space), "plan exact", progress, unit="cand") as b:
             i = 0
             while i < len(bounds):
-                # the next candidates in bound order, as many as there are workers; none
-                # that the plans found so far (or an infinite bound) already prune
-                batch = []
-                for lb, c, ans in bounds[i:i + n_workers]:
-                    if (batch and not cfg.exhaustive and not math.isfinite(lb)) or (
-                            not batch and stop_at(lb, ans) is not None):
-                        break
-                    batch.append((c, _seed(ans)))
-                results = runner.evaluate(batch) if batch else []
-                stop = None
-                for k in range(max(len(results), 1)):
-                    lb, c, ans = bounds[i]
-                    stop = stop_at(lb, ans)
-                    if stop is not None:
-                        break
-                    ev = results[k]
-                    ev["bound"] = lb
-                    done.append(ev)
-                    if ev["feasible"]:
-                        feasible.append(ev)
+                # the next candidates in bound order that the plans found so far do not
+                # prune, as many as there are workers (pruning only grows with more plans,
+                # so a candidate pruned now would be pruned in one process's order too)
+                batch: list[int] = []
+                j = i
+                while j < len(bounds) and len(batch) < n_workers:
+                    lb, c, ans = bounds[j]
+                    if stop_at(lb, ans, c.hardware) is None:
+                        batch.append(j)
+                    j += 1
+                results = dict(zip(batch, runner.evaluate(
+                    [(bounds[k][1], _seed(bounds[k][2])) for k in batch]), strict=True))
+                # apply in bound order exactly as one process would: an evaluation that the
+                # plans before it in this batch prune is discarded
+                for k in range(i, j):
+                    lb, c, ans = bounds[k]
+                    why = stop_at(lb, ans, c.hardware)
+                    if why is not None or k not in results:
+                        prune(lb, c, why or "pruned")
+                    else:
+                        ev = results[k]
+                        ev["bound"] = lb
+                        done.append(ev)
+                        if ev["feasible"]:
+                            feasible.append(ev)
                     b.update(1)
-                    i += 1
-                if stop is not None:
-                    pruned = [{"candidate": c2, "feasible": False, "pruned": True,
-                               "bound": lb2, "why": stop if j == 0 else (
-                                   f"pruned: lower bound ${lb2:.4f}/M" if math.isfinite(lb2)
-                                   else "pruned: " + _miss_reason(ctx, a2)
-                                   + " even at the largest hit share")}
-                              for j, (lb2, c2, a2) in enumerate(bounds[i:])]
-                    break
+                i = j
     finally:
         runner.close()
     elapsed = time.perf_counter() - t0
@@ -663,10 +697,23 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     if not feasible:
         raise PlanError(_closest_miss(ctx, done or [{"candidate": c, "why": "bound",
                                                      "answer": a} for _, c, a in bounds]))
+    from toolkit.plan.load import plan_for_load
+
+    for ev in done:  # the front's figures, before the load replaces them
+        if ev["feasible"]:
+            ev["plan"]["tput_per_gpu_low"] = ev["answer"]["tput_per_gpu_low"]
+            ev["plan"]["tput_per_gpu_high"] = ev["answer"]["tput_per_gpu_high"]
+    # the load: each accelerator's best plans, sized by cluster replays, ranked at the load
+    at_load, failed = plan_for_load(ctx, feasible, progress)
+    if not at_load:
+        from toolkit.plan.load import closest_miss
+
+        raise PlanError(closest_miss(cfg, failed))
+    elapsed = time.perf_counter() - t0
     plans = []
-    for rank, ev in enumerate(feasible[:cfg.top], start=1):
-        ev["plan"]["rank"] = rank
-        plans.append(ev["plan"])
+    for rank, ev in enumerate(at_load[:cfg.top], start=1):
+        ev["load"]["plan"]["rank"] = rank
+        plans.append(ev["load"]["plan"])
     from toolkit.plan.record import plan_id as make_id
     pid = make_id(cfg, ctx)
     for ev in done + pruned:
@@ -676,9 +723,13 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
         if eng is None and ev["candidate"].engram_gb is not None:
             eng = ctx.engram(ev["candidate"].hardware, ev["candidate"].engram_gb)
         ev["engram_hbm_gb"] = eng["hbm_bytes"] / 1e9 if eng else 0.0
+    from toolkit.plan import load
+
     result = PlanResult(plans=plans, evaluated=done + pruned, searched=len(space),
                         evaluated_exactly=len(done), feasible=len(feasible),
-                        elapsed_s=elapsed, assumptions=assumptions(ctx), plan_id=pid)
+                        elapsed_s=elapsed, assumptions=assumptions(ctx) + load.assumptions(ctx),
+                        plan_id=pid, by_hardware=load.by_hardware(at_load),
+                        cluster_replays=len(ctx.clusters))
     if save:
         from toolkit.plan.record import save_plan
 
