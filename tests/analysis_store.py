@@ -41,6 +41,14 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
         sweep_prefix(s, "mc", [1_000, 10_000, None])
         for hw, users in TIER_RUNS:
             run_tiers(s, TierReplayConfig("mc", hw, "glm-5.2", concurrency=users))
+        # issue 48: cluster replays, two routers at two loads over 2 instances
+        from toolkit.cost.from_replay import run_cluster
+        from toolkit.replay.tiers import ClusterReplayConfig
+
+        for router in ("round-robin", "cache-aware"):
+            for users in (8, 16):
+                run_cluster(s, ClusterReplayConfig(TierReplayConfig("mc", concurrency=users),
+                                                   instances=2, router=router))
         ingest_file(s, "bundle", ROOT / "traces/smollm2", "smollm2", select="smollm2-softmax-sum")
         rows = load_rows(s, "smollm2")
         ids: dict[tuple[str, int], str] = {}

@@ -188,3 +188,32 @@ class TestMoreBuilders:
         spec = ch.metric_by_layer(loc, ["frac_recent", "pos0_rate"], "t").to_dict()
         values = {r["metric"] for r in spec["datasets"][spec["data"]["name"]]}
         assert values == {"in the recency window", "selections holding position 0"}
+
+
+class TestCluster:
+    def test_hit_shares_with_reference(self, analysis_store):
+        """GPU/host shares against users per instance, dashed by router, published points
+        as hollow marks; the recomputed share is not a line."""
+        shares = run_query(analysis_store, "cluster_hit_shares", trace="mc")
+        assert set(shares["users_per_instance"].to_list()) == {4.0, 8.0}
+        ref = pl.DataFrame({"users_per_instance": [8.0, 16.0], "source": ["GPU (L1)"] * 2,
+                            "share": [0.903, 0.548], "label": ["AgentX"] * 2})
+        spec = ch.cluster_hit_shares(shares, ref).to_dict()
+        assert len(spec["layer"]) == 2
+        line = spec["layer"][0]["encoding"]
+        assert line["strokeDash"]["field"] == "router"
+        data = spec["datasets"][spec["layer"][0]["data"]["name"]]
+        assert {r["source"] for r in data} == {"GPU (L1)", "host (L2)", "storage (L3)"}
+
+    def test_ttft_cdf_per_router_and_load(self, analysis_store):
+        cdf = run_query(analysis_store, "cluster_ttft_cdf", trace="mc")
+        assert cdf["run_id"].n_unique() == 4 and cdf.height == 4 * 101
+        spec = ch.cluster_ttft_cdf(cdf).to_dict()
+        assert spec["encoding"]["color"]["field"] == "router"
+        assert spec["encoding"]["x"]["scale"]["type"] == "log"
+
+    def test_instance_load_sums_to_one(self, analysis_store):
+        load = run_query(analysis_store, "cluster_instance_load")
+        sums = load.group_by("run_id").agg(pl.col("request_share").sum())["request_share"]
+        assert sums.to_list() == pytest.approx([1.0] * 4)
+        assert ch.cluster_instance_load(load).to_dict()["facet"]["column"]["field"] == "router"

@@ -599,3 +599,70 @@ def front_band(compare: pl.DataFrame, measured: pl.DataFrame, title: str) -> alt
         x=x, y=alt.Y("tput_per_gpu:Q", scale=yscale), color=color,
         tooltip=["hardware", "framework", alt.Tooltip("tput_per_gpu:Q", format=".0f")])
     return (band + line + pts).properties(title=title, width=520, height=320)
+
+
+def cluster_hit_shares(shares: pl.DataFrame, reference: pl.DataFrame | None = None,
+                       title: str | None = None) -> alt.LayerChart:
+    """Share of prompt tokens served from GPU and host against users per instance, one
+    line per (tier, router) (the ``cluster_hit_shares`` query). ``reference``: published
+    points beside them (columns ``users_per_instance``, ``source`` as in the query, e.g.
+    ``GPU (L1)``, ``share``, ``label``), drawn as large hollow marks."""
+    df = shares.filter(pl.col("source").is_in(["GPU (L1)", "host (L2)", "storage (L3)"])
+                       & pl.col("users_per_instance").is_not_null())
+    color = alt.Color("source:N", title="served from",
+                      sort=["GPU (L1)", "host (L2)", "storage (L3)"])
+    y = alt.Y("share:Q", title="share of prompt tokens", scale=alt.Scale(domain=[0, 1]),
+              axis=alt.Axis(format="%"))
+    x = alt.X("users_per_instance:Q", title="users per instance",
+              scale=alt.Scale(type="log", base=2))
+    lines = alt.Chart(df).mark_line(point=True).encode(
+        x=x, y=y, color=color, strokeDash=alt.StrokeDash("router:N", title="router"),
+        tooltip=["router", "instances", "users", "source",
+                 alt.Tooltip("share:Q", format=".1%"), "run_id"])
+    layers = [lines]
+    if reference is not None and reference.height:
+        layers.append(alt.Chart(reference).mark_point(size=160, filled=False,
+                                                      strokeWidth=2).encode(
+            x=x, y=y, color=color, shape=alt.Shape("label:N", title="published"),
+            tooltip=["label", "source", alt.Tooltip("share:Q", format=".1%")]))
+    return alt.layer(*layers).properties(
+        title=title or "Where prompt tokens come from, by users per instance",
+        width=420, height=260)
+
+
+def cluster_ttft_cdf(cdf: pl.DataFrame, title: str | None = None) -> alt.Chart:
+    """TTFT CDF per cluster run, one colour per router (log x; the ``cluster_ttft_cdf``
+    query); runs of the same router at other loads or sizes are told apart by dash."""
+    df = cdf.with_columns(
+        pl.col("ttft_s").clip(lower_bound=1e-4),
+        pl.format("x{} {}", "instances",
+                  pl.when(pl.col("users").is_null()).then(pl.lit("open loop"))
+                  .otherwise(pl.format("{} users", "users"))).alias("setup"))
+    return alt.Chart(df).mark_line().encode(
+        x=alt.X("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (s)"),
+        y=alt.Y("fraction:Q", title="fraction of requests"),
+        color=alt.Color("router:N", title="router"),
+        strokeDash=alt.StrokeDash("setup:N", title="instances, load"),
+        detail="run_id:N",
+        tooltip=["router", "setup", alt.Tooltip("ttft_s:Q", format=".3f"), "fraction"],
+    ).properties(title=title or "TTFT CDF per router", width=520, height=280)
+
+
+def cluster_instance_load(load: pl.DataFrame, title: str | None = None) -> alt.FacetChart:
+    """Requests per instance (share of the run's), one panel per router (the
+    ``cluster_instance_load`` query); a balanced router sits at 1/instances."""
+    df = load.with_columns(
+        pl.format("x{} {}", "instances",
+                  pl.when(pl.col("users").is_null()).then(pl.lit("open"))
+                  .otherwise(pl.format("{}u", "users"))).alias("setup"))
+    return alt.Chart(df).mark_bar().encode(
+        x=alt.X("instance:O", title="instance"),
+        y=alt.Y("request_share:Q", title="share of requests", axis=alt.Axis(format="%")),
+        color=alt.Color("setup:N", title="instances, users"),
+        xOffset="setup:N",
+        tooltip=["router", "setup", "instance", "requests",
+                 alt.Tooltip("request_share:Q", format=".1%"),
+                 alt.Tooltip("p90_ttft_s:Q", format=".2f")],
+    ).properties(width=260, height=200).facet(
+        column=alt.Column("router:N", title=None)).properties(
+        title=title or "Load per instance")

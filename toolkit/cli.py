@@ -604,6 +604,7 @@ LAZY: dict[str, dict[str, tuple[str, str] | Callable[[], Any]]] = {
         "selections": ("selections", "replay_selections_cmd"),
         "mrc": ("selections", "replay_mrc_cmd"),
         "tiers": ("tiers", "tiers_cmd"),
+        "cluster": ("cluster", "cluster_cmd"),
         "engram": ("engram", "replay_engram_cmd"),
     },
     "synth": {

@@ -17,9 +17,10 @@ export_app = typer.Typer(help="Export a run's timeline (Perfetto) or a whole sto
 @export_app.command("perfetto")
 def export_perfetto_cmd(
     store: StoreOpt,
-    run: Annotated[str, typer.Option("--run", help="run_id of a tier replay (tier_runs), or a "
-                                     "plan's PLAN_ID or PLAN_ID/RANK (plan_runs): the tier replay "
-                                     "that plan was evaluated by.")],
+    run: Annotated[str, typer.Option("--run", help="run_id of a tier replay (tier_runs) or a "
+                                     "cluster replay (cluster_runs: one process per instance), "
+                                     "or a plan's PLAN_ID or PLAN_ID/RANK (plan_runs): the tier "
+                                     "replay that plan was evaluated by.")],
     out: Annotated[Path, typer.Option("--out", help="Trace-event JSON file (.json, or "
                                       ".json.gz) for ui.perfetto.dev / chrome://tracing.")],
 ) -> None:

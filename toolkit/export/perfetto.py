@@ -11,7 +11,8 @@ load``), and checked against the stored times (a run whose service times cannot 
 e.g. after a spec changed, falls back to one "prefill" slice from admission to first token
 and says so in the trace's metadata).
 
-Tracks of the trace (one serving instance, ``pid`` 1):
+Tracks of the trace (one serving instance, ``pid`` 1; a cluster replay's run gives one
+process per instance, ``pid`` = instance + 1, each with these tracks):
 
 * ``GPU prefill`` (tid 1): ``prefill`` slices, one per request, serial as the replay's one
   prefill lane is;
@@ -81,6 +82,9 @@ def plan_tier_run(store: Store, plan: str) -> str | None:
 
 
 def _read_run(store: Store, run_id: str) -> tuple[dict, pa.Table]:
+    if "tier_runs" not in store.tables():
+        raise StoreError(f"no tier or cluster replay {run_id!r} in {store.root}; run "
+                         "`toolkit replay tiers` or `toolkit replay cluster` first")
     planned = plan_tier_run(store, run_id) if run_id not in store.keys("tier_runs") else None
     run_id = planned or run_id
     if run_id not in store.keys("tier_runs"):
@@ -116,16 +120,19 @@ def service_coefficients(run: dict, mean_prompt_tokens: int) -> dict[str, float]
             "storage_fixed_s": t.storage_fixed_s, "storage_s_per_token": t.storage_s_per_token}
 
 
-def phases(run: dict, reqs: pa.Table) -> tuple[Phases, dict[str, float] | None]:
-    """Rebuild each request's phases (see the module docstring)."""
+def phases(run: dict, reqs: pa.Table, coef: dict[str, float] | None = None
+           ) -> tuple[Phases, dict[str, float] | None]:
+    """Rebuild each request's phases (see the module docstring); ``coef``: the run's
+    service coefficients when the caller has them (a cluster run's instances share them)."""
     col = {c: reqs.column(c).to_numpy().astype(np.float64) for c in (
         "arrival_s", "admit_s", "first_token_s", "finish_s", "prompt_tokens",
         "device_tokens", "host_tokens", "storage_tokens")}
     prompt = col["prompt_tokens"]
-    try:
-        coef = service_coefficients(run, int(prompt.mean()))
-    except (ToolkitError, ValueError, KeyError, TypeError):
-        coef = None
+    if coef is None:
+        try:
+            coef = service_coefficients(run, int(prompt.mean()))
+        except (ToolkitError, ValueError, KeyError, TypeError):
+            coef = None
     first, admit = col["first_token_s"], col["admit_s"]
     if coef is not None:
         host, sto = col["host_tokens"], col["storage_tokens"]
@@ -151,42 +158,38 @@ def phases(run: dict, reqs: pa.Table) -> tuple[Phases, dict[str, float] | None]:
                   False), coef
 
 
-def _complete(name: str, tid: int, t0: float, t1: float, args: dict) -> dict:
-    return {"name": name, "cat": "tiers", "ph": "X", "pid": PID, "tid": tid,
+def _complete(name: str, tid: int, t0: float, t1: float, args: dict, pid: int = PID) -> dict:
+    return {"name": name, "cat": "tiers", "ph": "X", "pid": pid, "tid": tid,
             "ts": t0 * US, "dur": (t1 - t0) * US, "args": args}
 
 
-def _async(name: str, rid: int, t0: float, t1: float, args: dict) -> list[dict]:
-    common = {"name": name, "cat": name, "pid": PID, "tid": 0, "id": f"0x{rid:x}"}
+def _async(name: str, rid: int, t0: float, t1: float, args: dict, pid: int = PID
+           ) -> list[dict]:
+    common = {"name": name, "cat": name, "pid": pid, "tid": 0, "id": f"0x{rid:x}"}
     return [{**common, "ph": "b", "ts": t0 * US, "args": args},
             {**common, "ph": "e", "ts": t1 * US}]
 
 
-def _counter(name: str, times: np.ndarray, values: np.ndarray) -> list[dict]:
+def _counter(name: str, times: np.ndarray, values: np.ndarray, pid: int = PID) -> list[dict]:
     """One ``C`` event per distinct time, holding the value after all changes at it."""
     if times.size == 0:
         return []
     order = np.argsort(times, kind="stable")
     t, v = times[order], values[order]
     last = np.append(t[1:] != t[:-1], True)
-    return [{"name": name, "ph": "C", "pid": PID, "tid": 0, "ts": a * US, "args": {"value": b}}
+    return [{"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": a * US, "args": {"value": b}}
             for a, b in zip(t[last].tolist(), v[last].astype(np.float64).tolist(), strict=True)]
 
 
-def tier_trace(store: Store, run_id: str) -> dict[str, Any]:
-    """The trace-event JSON object of tier replay ``run_id`` (see the module docstring)."""
-    run, reqs = _read_run(store, run_id)
-    ph, coef = phases(run, reqs)
+def _instance_events(pid: int, name: str, reqs: pa.Table, ph: Phases) -> list[dict]:
+    """One serving instance's tracks (process ``pid``), slices and counters."""
     rid = reqs.column("request_id").to_numpy()
     tokens = {c: reqs.column(c).to_numpy() for c in (
         "prompt_tokens", "output_tokens", "device_tokens", "host_tokens", "storage_tokens",
         "computed_tokens")}
-    cfg = json.loads(run["config_json"])
-    gpus = cfg.get("assumptions", {}).get("gpus_per_replica", "?")
     events: list[dict] = [
-        {"name": "process_name", "ph": "M", "pid": PID, "tid": 0, "args": {
-            "name": f"instance 0: {run['hardware']} x{gpus}, {run['model']}"}},
-        *({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": n}}
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}},
+        *({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": n}}
           for tid, n in TRACKS.items()),
     ]
     for i in range(rid.size):
@@ -196,32 +199,51 @@ def tier_trace(store: Store, run_id: str) -> dict[str, Any]:
             if ph.ssd_end[i] > ph.start[i]:
                 events.append(_complete("SSD load", 3, ph.start[i], ph.ssd_end[i],
                                         {"request_id": r,
-                                         "storage_tokens": int(tokens["storage_tokens"][i])}))
+                                         "storage_tokens": int(tokens["storage_tokens"][i])},
+                                        pid))
             if ph.host_end[i] > ph.ssd_end[i]:
                 events.append(_complete("host load", 2, ph.ssd_end[i], ph.host_end[i],
                                         {"request_id": r,
-                                         "host_tokens": int(tokens["host_tokens"][i])}))
-            events.append(_complete("prefill", 1, ph.ssd_end[i], ph.first[i], args))
+                                         "host_tokens": int(tokens["host_tokens"][i])}, pid))
+            events.append(_complete("prefill", 1, ph.ssd_end[i], ph.first[i], args, pid))
         else:
-            events.append(_complete("prefill", 1, ph.admit[i], ph.first[i], args))
+            events.append(_complete("prefill", 1, ph.admit[i], ph.first[i], args, pid))
         if ph.admit[i] > ph.arrival[i]:
-            events += _async("queue", r, ph.arrival[i], ph.admit[i], {"request_id": r})
+            events += _async("queue", r, ph.arrival[i], ph.admit[i], {"request_id": r}, pid)
         if ph.start[i] > ph.admit[i]:
-            events += _async("prefill wait", r, ph.admit[i], ph.start[i], {"request_id": r})
+            events += _async("prefill wait", r, ph.admit[i], ph.start[i], {"request_id": r},
+                             pid)
         if ph.finish[i] > ph.first[i]:
             events += _async("decode", r, ph.first[i], ph.finish[i],
-                             {"request_id": r, "output_tokens": int(tokens["output_tokens"][i])})
+                             {"request_id": r, "output_tokens": int(tokens["output_tokens"][i])},
+                             pid)
     n = rid.size
     ones = np.ones(n)
     t = np.concatenate([ph.admit, ph.finish])
     d = np.concatenate([ones, -ones])
     order = np.lexsort((d, t))  # at equal times finishes (-1) count before admissions
-    events += _counter("running requests", t[order], np.cumsum(d[order]))
+    events += _counter("running requests", t[order], np.cumsum(d[order]), pid)
     t = np.concatenate([ph.arrival, ph.admit])
     order = np.lexsort((-d, t))  # arrivals before admissions at equal times
-    events += _counter("waiting requests", t[order], np.cumsum(d[order]))
-    events += _counter("host tier used (tokens)", ph.admit,
-                       reqs.column("host_used_tokens").to_numpy().astype(np.float64))
+    events += _counter("waiting requests", t[order], np.cumsum(d[order]), pid)
+    if "host_used_tokens" in reqs.column_names:
+        events += _counter("host tier used (tokens)", ph.admit,
+                           reqs.column("host_used_tokens").to_numpy().astype(np.float64), pid)
+    return events
+
+
+def tier_trace(store: Store, run_id: str) -> dict[str, Any]:
+    """The trace-event JSON object of tier replay ``run_id`` (see the module docstring);
+    a cluster replay's id (``cluster_runs``) gives one process per instance
+    (:func:`cluster_trace`)."""
+    if "cluster_runs" in store.tables() and run_id in store.keys("cluster_runs"):
+        return cluster_trace(store, run_id)
+    run, reqs = _read_run(store, run_id)
+    ph, coef = phases(run, reqs)
+    cfg = json.loads(run["config_json"])
+    gpus = cfg.get("assumptions", {}).get("gpus_per_replica", "?")
+    events = _instance_events(PID, f"instance 0: {run['hardware']} x{gpus}, {run['model']}",
+                              reqs, ph)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -229,8 +251,53 @@ def tier_trace(store: Store, run_id: str) -> dict[str, Any]:
             "producer": f"toolkit {__version__} (tier replay: modelled, not measured)",
             "run_id": run.get("run_id", run_id), "trace": run["trace"],
             "hardware": run["hardware"],
-            "model": run["model"], "requests": int(n),
+            "model": run["model"], "requests": int(reqs.num_rows),
             "phases": "rebuilt from the run's service times" if ph.rebuilt else
+            "admission -> first token as one prefill slice (service times not rebuilt)",
+            "service_times_s": coef or {},
+        },
+    }
+
+
+def cluster_trace(store: Store, run_id: str) -> dict[str, Any]:
+    """A cluster replay's timeline: one process per instance (``pid`` = instance + 1), each
+    with the tracks, slices and counters a tier replay's one instance has (no host-tier
+    counter: ``cluster_requests`` does not record it)."""
+    run = store.read("cluster_runs", run_id).to_pylist()[0]
+    reqs = store.read("cluster_requests", run_id).rename_columns(
+        {"device_hit_tokens": "device_tokens", "host_hit_tokens": "host_tokens",
+         "storage_hit_tokens": "storage_tokens"})
+    cfg = json.loads(run["config_json"])
+    tiers = dict(cfg.get("tiers", {}))
+    prompt = reqs.column("prompt_tokens").to_numpy()
+    try:
+        coef = service_coefficients({"config_json": json.dumps(tiers)}, int(prompt.mean()))
+    except (ToolkitError, ValueError, KeyError, TypeError):
+        coef = None
+    inst = reqs.column("instance").to_numpy()
+    events: list[dict] = []
+    rebuilt = True
+    for i in range(int(run["instances"])):
+        part = reqs.filter(pa.array(inst == i)).sort_by(
+            [("first_token_s", "ascending"), ("admit_s", "ascending"),
+             ("request_id", "ascending")])
+        if part.num_rows == 0:
+            continue
+        ph, _ = phases(run, part, coef) if coef is not None else phases(
+            {"config_json": "{}"}, part, None)
+        rebuilt &= ph.rebuilt
+        events += _instance_events(
+            i + 1, f"instance {i}: {run['hardware']} x{run['gpus_per_instance']}, "
+                   f"{run['model']} ({run['router']})", part, ph)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "producer": f"toolkit {__version__} (cluster replay: modelled, not measured)",
+            "run_id": run_id, "trace": run["trace"], "hardware": run["hardware"],
+            "model": run["model"], "instances": int(run["instances"]),
+            "router": run["router"], "requests": int(reqs.num_rows),
+            "phases": "rebuilt from the run's service times" if rebuilt else
             "admission -> first token as one prefill slice (service times not rebuilt)",
             "service_times_s": coef or {},
         },

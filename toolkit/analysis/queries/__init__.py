@@ -7,8 +7,8 @@ hardware name becomes its link figures, a model name its KV bytes per token), so
 never sees a name it has to trust. Run one with :func:`run_query`, ``toolkit sql --query
 NAME --param k=v``, or ``store.query(*QUERIES[NAME].bind(store, **params))``.
 
-The queries live by area, one module each (prefix, selections, tiers, cost, serving,
-engram, runs, sweep); this module is the registry over all of them.
+The queries live by area, one module each (prefix, selections, tiers, cluster, cost,
+serving, engram, runs, sweep); this module is the registry over all of them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from toolkit.analysis.queries import (
+    cluster,
     cost,
     engram,
     prefix,
@@ -33,7 +34,7 @@ from toolkit.store import Store
 
 __all__ = ["QUERIES", "NamedQuery", "Param", "QueryError", "get_query", "run_query"]
 
-_AREAS = (prefix, selections, tiers, cost, serving, engram, runs, sweep)
+_AREAS = (prefix, selections, tiers, cluster, cost, serving, engram, runs, sweep)
 
 #: Every named query by name.
 QUERIES: Mapping[str, NamedQuery] = {q.name: q for area in _AREAS for q in area.NAMED}

@@ -7,8 +7,10 @@ run this loop; what differs is passed in as two jitted hooks:
   cache state ``c`` (a tuple); False, with no side effect, when it must wait for a
   finish; ``res`` gets its (device, host, storage) hit tokens.
 * ``release(c, r)``: unlock a finished request's pages.
-* ``peek(c, r) -> int``: the device-prefix tokens request ``r`` would hit in ``c`` now, no
-  side effect (what Dynamo's KV router learns from KV events).
+* ``peek(c, r, lids, m) -> int``: the device-prefix tokens request ``r``, whose first
+  ``m`` keys are the local ids ``lids``, would hit in ``c`` now, no side effect (what Dynamo's KV
+  router learns from KV events);
+* ``fresh(c, k, tokens, parent)``: initialise the cache's entries of local key ``k``.
 
 N instances behind a router (the cluster replay) are this same loop: ``cs`` holds one state
 tuple per instance in a numba typed list (one type, so one compiled loop), each with its
@@ -132,10 +134,12 @@ class ClusterRoute:
 
     def kernel_args(self, ps: Any) -> tuple:
         """The loop's ``route`` tuple over page stream ``ps`` (keys, starts, lengths and
-        tokens per key occurrence: what the router's own view of the caches is kept in)."""
+        tokens per key occurrence) and the key array the caches read: the stream's own
+        with one instance, else a fresh one the loop fills with each instance's local ids."""
+        lkeys = ps.keys if self.instances == 1 else np.empty_like(ps.keys)
         return (np.int64(self.router), np.asarray(self.params, np.float64), ps.keys,
                 ps.starts, ps.lengths, np.ascontiguousarray(ps.tokens, np.int64),
-                np.int64(ps.n_keys), self.prog)
+                np.int64(ps.n_keys), self.prog, lkeys)
 
     def heap_requests(self, requests: int) -> int:
         """Requests one instance's lazy heaps are sized for: any instance may get all."""
@@ -144,9 +148,59 @@ class ClusterRoute:
 
 
 
+_MIX = np.int64(-7046029254386353131)  # 0x9E3779B97F4A7C15, Fibonacci hashing
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
-def _route(router, rp, rseen, rtree, rkeys, rstart, rlen, rtok, n_keys, peek, cs, szs, r,
-           prompt_r, k_arr, outst, act_blk, pend_tok):  # pragma: no cover - compiled
+def _mget(hk, hv, g):  # pragma: no cover - compiled
+    """Local id of global key ``g`` in one instance's open-addressing map, or -1."""
+    mask = hk.shape[0] - 1
+    h = (g * _MIX) & mask
+    while hk[h] != -1:
+        if hk[h] == g:
+            return hv[h]
+        h = (h + 1) & mask
+    return np.int64(-1)
+
+
+@nb.njit(cache=True, nogil=True)
+def _mput(hk, hv, g, v):  # pragma: no cover - compiled
+    mask = hk.shape[0] - 1
+    h = (g * _MIX) & mask
+    while hk[h] != -1:
+        h = (h + 1) & mask
+    hk[h] = g
+    hv[h] = v
+
+
+@nb.njit(cache=True, nogil=True)
+def _mgrow(hk, hv):  # pragma: no cover - compiled
+    """The map at twice the size (rehashed)."""
+    nk = np.full(hk.shape[0] * 2, -1, np.int64)
+    nv = np.empty(hk.shape[0] * 2, np.int64)
+    for h in range(hk.shape[0]):
+        if hk[h] != -1:
+            _mput(nk, nv, hk[h], hv[h])
+    return nk, nv
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _overlap(peek, c, r, mk, mv, gkeys, b0, m, tmp):  # pragma: no cover - compiled
+    """Device-prefix tokens of a request on one instance: its keys translated to the
+    instance's local ids up to the first one the instance never saw, then ``peek``."""
+    j = 0
+    while j < m:
+        lid = _mget(mk, mv, gkeys[b0 + j])
+        if lid < 0:
+            break
+        tmp[j] = lid
+        j += 1
+    return peek(c, r, tmp, j)
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _route(router, rp, mks, mvs, rtree, gkeys, rstart, rlen, rtok, peek, cs, szs, r,
+           prompt_r, k_arr, outst, act_blk, pend_tok, tmp):  # pragma: no cover - compiled
     """Pick the instance of request ``r`` (see :mod:`toolkit.replay.tiers.cluster`)."""
     n_inst = outst.shape[0]
     if n_inst == 1:
@@ -174,10 +228,13 @@ def _route(router, rp, rseen, rtree, rkeys, rstart, rlen, rtok, n_keys, peek, cs
         best = 0
         best_tok = -1
         for i in range(n_inst):
-            base = i * n_keys
+            # the router's own tree of instance i: every key it ever sent there (the
+            # instance's key map, which never forgets)
+            mk = mks[i]
+            mv = mvs[i]
             t = 0
             j = 0
-            while j < m and rseen[base + rkeys[b0 + j]]:
+            while j < m and _mget(mk, mv, gkeys[b0 + j]) >= 0:
                 t += rtok[b0 + j]
                 j += 1
             if t > best_tok:
@@ -197,7 +254,7 @@ def _route(router, rp, rseen, rtree, rkeys, rstart, rlen, rtok, n_keys, peek, cs
     best_cost = np.inf
     best_used = 0
     for i in range(n_inst):
-        ov = peek(cs[i], r)
+        ov = _overlap(peek, cs[i], r, mks[i], mvs[i], gkeys, b0, m, tmp)
         pre = (prompt_r - ov + pend_tok[i]) / bs
         new_blk = req_blk - ov // np.int64(bs)
         cost = rp[RP_OVERLAP_W] * pre + (act_blk[i] + new_blk)
@@ -210,25 +267,30 @@ def _route(router, rp, rseen, rtree, rkeys, rstart, rlen, rtok, n_keys, peek, cs
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef, tpot_b, out,
-               cnt, areas):  # pragma: no cover - compiled
+def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,
+               tpot_b, out, cnt, areas):  # pragma: no cover - compiled
     """Replay every request over ``len(cs)`` instances; fill ``out``, the counters and the
     time integrals.
 
-    ``cs`` holds each instance's cache state (a typed list of the cache's tuple), ``szs``
-    each instance's size vector. ``sched`` = (closed, t_open, conc, sess_req, sess_start,
-    sess_len, gap, max_running): ``closed`` runs ``conc`` users over the sessions in
-    ``sess_req`` order; otherwise requests arrive at ``t_open`` (sorted). ``route`` =
-    (router, rp, rkeys, rstart, rlen, rtok, n_keys, prog): the router's code and numbers
-    and the request key stream its own view of the caches is kept in; ``prog[0]`` counts
-    finished requests (read by a progress bar while this runs without the GIL). ``out`` =
+    ``cs`` holds each instance's cache state (a list of the cache's tuple, one type),
+    ``szs`` each instance's size vector. ``sched`` = (closed, t_open, conc, sess_req,
+    sess_start, sess_len, gap, max_running): ``closed`` runs ``conc`` users over the
+    sessions in ``sess_req`` order; otherwise requests arrive at ``t_open`` (sorted).
+    ``route`` = (router, rp, gkeys, rstart, rlen, rtok, n_keys, prog, lkeys): the router's
+    code and numbers, the requests' global keys (and tokens per key), ``prog[0]`` counting
+    finished requests (read by a progress bar while this runs without the GIL), and the
+    key array the caches read. With more than one instance each instance numbers the keys
+    it is sent from 0 (a map per instance; ``fresh(c, k, tokens, parent)`` initialises
+    local key ``k``), written into ``lkeys`` when a request is routed, so an instance's
+    per-key arrays are touched only as far as the keys it saw (allocated, not written: the
+    operating system maps their pages on first touch). ``out`` =
     (tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used, inst).
     ``max_running`` and the prefill lane are per instance. With one instance this is the
     single-instance replay, event for event. Returns the makespan in seconds.
     """
     closed, t_open, conc, sess_req, sess_start, sess_len, gap, max_running = sched
     tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used, inst = out
-    router, rp, rkeys, rstart, rlen, rtok, n_keys, prog = route
+    router, rp, gkeys, rstart, rlen, rtok, n_keys, prog, lkeys = route
     c_tok = coef[CF_TOK]
     c_ctx = coef[CF_CTX]
     lh_fixed = coef[CF_HOST_FIXED]
@@ -254,9 +316,16 @@ def event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef
     act_blk = np.zeros(n_inst, np.int64)  # prompt blocks of those (Dynamo's active blocks)
     pend_tok = np.zeros(n_inst, np.int64)  # uncached tokens routed, not yet admitted
     pend_r = np.zeros(R, np.int64)
-    use_seen = router == R_SGLANG and n_inst > 1
-    rseen = np.zeros(n_inst * n_keys if use_seen else 1, np.uint8)
+    local = n_inst > 1
+    mks = [np.full(1024 if local else 1, -1, np.int64) for _ in range(n_inst)]
+    mvs = [np.empty(1024 if local else 1, np.int64) for _ in range(n_inst)]
+    mcnt = np.zeros(n_inst, np.int64)
     rtree = np.zeros(n_inst, np.int64)
+    m_max = 1
+    for r in range(R):
+        if rlen[r] > m_max:
+            m_max = rlen[r]
+    tmp = np.empty(m_max, np.int64)
     bs = np.int64(rp[RP_BLOCK]) if rp[RP_BLOCK] >= 1 else np.int64(1)
     tot_dev = 0
     tot_host = 0
@@ -333,22 +402,33 @@ def event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef
                 r = open_ptr
                 open_ptr += 1
             t_arr[r] = now
-            gi = _route(router, rp, rseen, rtree, rkeys, rstart, rlen, rtok, n_keys, peek, cs,
-                        szs, r, prompt[r], k_arr, outst, act_blk, pend_tok)
+            gi = _route(router, rp, mks, mvs, rtree, gkeys, rstart, rlen, rtok, peek, cs, szs,
+                        r, prompt[r], k_arr, outst, act_blk, pend_tok, tmp)
             k_arr += 1
             inst[r] = gi
             outst[gi] += 1
             act_blk[gi] += -(-prompt[r] // bs)
-            if router == R_DYNAMO and n_inst > 1:
-                pend_r[r] = prompt[r] - peek(cs[gi], r)
+            if router == R_DYNAMO and local:
+                pend_r[r] = prompt[r] - _overlap(peek, cs[gi], r, mks[gi], mvs[gi], gkeys,
+                                                 rstart[r], rlen[r], tmp)
                 pend_tok[gi] += pend_r[r]
-            if use_seen:  # the router's own tree: every prompt it sent there
-                base = gi * n_keys
+            if local:  # the request's keys in the instance's own numbering
+                parent = np.int64(-1)
                 for j in range(rlen[r]):
-                    k = rkeys[rstart[r] + j]
-                    if rseen[base + k] == 0:
-                        rseen[base + k] = 1
+                    g = gkeys[rstart[r] + j]
+                    lid = _mget(mks[gi], mvs[gi], g)
+                    if lid < 0:
+                        lid = mcnt[gi]
+                        mcnt[gi] += 1
+                        if 2 * mcnt[gi] > mks[gi].shape[0]:
+                            nk, nv = _mgrow(mks[gi], mvs[gi])
+                            mks[gi] = nk
+                            mvs[gi] = nv
+                        _mput(mks[gi], mvs[gi], g, lid)
+                        fresh(cs[gi], lid, rtok[rstart[r] + j], parent)
                         rtree[gi] += rtok[rstart[r] + j]
+                    lkeys[rstart[r] + j] = lid
+                    parent = lid
             if q_tail[gi] >= 0:
                 q_next[q_tail[gi]] = r
             else:

@@ -303,46 +303,81 @@ def release(c, r):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def peek(c, r):  # pragma: no cover - compiled
-    """Device-prefix tokens request ``r`` would hit now (the cluster router's view)."""
-    keys, pstart, plen, ptok, dpages, lim, on_dev = c[0], c[1], c[2], c[3], c[4], c[5], c[6]
-    b0 = pstart[r]
+def peek(c, r, lids, m):  # pragma: no cover - compiled
+    """Device-prefix tokens of request ``r`` (first ``m`` keys ``lids``) now."""
+    pstart, plen, ptok, dpages, lim, on_dev = c[1], c[2], c[3], c[4], c[5], c[6]
     if plen[r] + dpages[r] > lim[L_DEV]:
         return 0
+    b0 = pstart[r]
     t = 0
     d = 0
-    while d < plen[r] and on_dev[keys[b0 + d]]:
+    while d < m and on_dev[lids[d]]:
         t += ptok[b0 + d]
         d += 1
     return t
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def fresh(c, k, tok, parent):  # pragma: no cover - compiled
+    """Initialise local page ``k`` of an instance (its arrays are allocated unwritten)."""
+    (keys, pstart, plen, ptok, dpages, lim, on_dev, on_host, on_sto, ref, freq, hitc,
+     dn, dp, bn, bp, bh, bt, hn, hp, sn, sp, sz) = c
+    on_dev[k] = 0
+    on_host[k] = 0
+    on_sto[k] = 0
+    ref[k] = 0
+    freq[k] = 0
+    hitc[k] = 0
+    dp[k] = -1
+    hp[k] = -1
+    sp[k] = -1
+    if lim[L_POLICY] >= 1:
+        bn[k] = -1
+        bp[k] = -1
+
+
 @nb.njit(cache=True, nogil=True)
-def _state(keys, pstart, plen, ptok, dpages, lim, R):  # pragma: no cover - compiled
-    """One instance's empty page cache: the state tuple the hooks unpack."""
+def _state(keys, pstart, plen, ptok, dpages, lim, R, local):  # pragma: no cover - compiled
+    """One instance's empty page cache: the state tuple the hooks unpack. ``local``: its
+    pages are numbered per instance and initialised by :func:`fresh` when first seen, so
+    the per-page arrays are allocated unwritten."""
     n = lim[L_KEYS]
     policy = lim[L_POLICY]
-    on_dev = np.zeros(n, np.uint8)
-    on_host = np.zeros(n, np.uint8)
-    on_sto = np.zeros(n, np.uint8)
-    ref = np.zeros(n, np.int32)
-    freq = np.zeros(n, np.int32)
-    hitc = np.zeros(n, np.int32)
+    nb_ = n if policy >= 1 else 1
+    if local:
+        on_dev = np.empty(n, np.uint8)
+        on_host = np.empty(n, np.uint8)
+        on_sto = np.empty(n, np.uint8)
+        ref = np.empty(n, np.int32)
+        freq = np.empty(n, np.int32)
+        hitc = np.empty(n, np.int32)
+        dp = np.empty(n + 1, np.int32)
+        bn = np.empty(nb_, np.int32)
+        bp = np.empty(nb_, np.int32)
+        hp = np.empty(n + 1, np.int32)
+        sp = np.empty(n + 1, np.int32)
+    else:
+        on_dev = np.zeros(n, np.uint8)
+        on_host = np.zeros(n, np.uint8)
+        on_sto = np.zeros(n, np.uint8)
+        ref = np.zeros(n, np.int32)
+        freq = np.zeros(n, np.int32)
+        hitc = np.zeros(n, np.int32)
+        dp = np.full(n + 1, -1, np.int32)
+        bn = np.full(nb_, -1, np.int32)
+        bp = np.full(nb_, -1, np.int32)
+        hp = np.full(n + 1, -1, np.int32)
+        sp = np.full(n + 1, -1, np.int32)
     dn = np.empty(n + 1, np.int32)
-    dp = np.full(n + 1, -1, np.int32)
     dn[n] = n
     dp[n] = n
     maxf = R + 2
-    bn = np.full(n if policy >= 1 else 1, -1, np.int32)
-    bp = np.full(n if policy >= 1 else 1, -1, np.int32)
     bh = np.full(maxf + 1 if policy >= 1 else 1, -1, np.int32)
     bt = np.full(maxf + 1 if policy >= 1 else 1, -1, np.int32)
     hn = np.empty(n + 1, np.int32)
-    hp = np.full(n + 1, -1, np.int32)
     hn[n] = n
     hp[n] = n
     sn = np.empty(n + 1, np.int32)
-    sp = np.full(n + 1, -1, np.int32)
     sn[n] = n
     sp[n] = n
     sz = np.zeros(6, np.int64)
@@ -357,15 +392,18 @@ def simulate_page(keys, pstart, plen, ptok, dpages, prompt, outtok, lim, sched, 
     """Run :func:`~toolkit.replay.tiers.loop.event_loop` over ``n_inst`` page caches.
 
     Capacities in ``lim`` are pages (storage 0 disables it); ``dpages`` are each
-    request's decode pages. Returns the makespan in seconds.
+    request's decode pages. With more than one instance the caches read ``route``'s local
+    key array (see the loop). Returns the makespan in seconds.
     """
     R = prompt.shape[0]
-    c0 = _state(keys, pstart, plen, ptok, dpages, lim, R)
+    local = n_inst > 1
+    lkeys = route[8]
+    c0 = _state(lkeys, pstart, plen, ptok, dpages, lim, R, local)
     cs = [c0]
     szs = [c0[22]]
     for _ in range(1, n_inst):
-        c = _state(keys, pstart, plen, ptok, dpages, lim, R)
+        c = _state(lkeys, pstart, plen, ptok, dpages, lim, R, local)
         cs.append(c)
         szs.append(c[22])
-    return event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef,
+    return event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,
                       tpot_b, out, cnt, areas)

@@ -603,40 +603,83 @@ def release(c, r):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def peek(c, r):  # pragma: no cover - compiled
-    """Device-prefix tokens request ``r`` would hit now (the cluster router's view)."""
-    keys, pstart, plen, ktok, on_dev = c[0], c[1], c[2], c[3], c[7]
-    b0 = pstart[r]
+def peek(c, r, lids, m):  # pragma: no cover - compiled
+    """Device-prefix tokens of request ``r`` (first ``m`` keys ``lids``) now."""
+    ktok, on_dev = c[3], c[7]
     t = 0
     d = 0
-    while d < plen[r] and on_dev[keys[b0 + d]]:
-        t += ktok[keys[b0 + d]]
+    while d < m and on_dev[lids[d]]:
+        t += ktok[lids[d]]
         d += 1
     return t
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def fresh(c, k, tok, parent):  # pragma: no cover - compiled
+    """Initialise local piece ``k`` of an instance (its arrays are allocated unwritten)."""
+    (keys, pstart, plen, ktok, trans, par, lim, on_dev, is_tail, down, head, ntok, stamp,
+     hits, lock, nchild, kids, hk, hs, hid, gk, gs, gid, on_host, on_sto, hn, hp, sn, sp,
+     scratch, st) = c
+    ktok[k] = tok
+    par[k] = parent
+    on_dev[k] = 0
+    is_tail[k] = 0
+    down[k] = -1
+    head[k] = -1
+    ntok[k] = 0
+    stamp[k] = 0
+    hits[k] = 0
+    lock[k] = 0
+    nchild[k] = 0
+    kids[k] = 0
+    on_host[k] = 0
+    on_sto[k] = 0
+    hp[k] = -1
+    sp[k] = -1
+
+
 @nb.njit(cache=True, nogil=True)
-def _state(keys, pstart, plen, ktok, par, trans, lim, R):  # pragma: no cover - compiled
-    """One instance's empty cache: the state tuple the hooks unpack."""
+def _state(keys, pstart, plen, ktok, par, trans, lim, R, local):  # pragma: no cover
+    """One instance's empty cache: the state tuple the hooks unpack. ``local``: its keys
+    are numbered per instance and each is initialised by :func:`fresh` when first seen, so
+    the per-key arrays are allocated unwritten (``ktok``/``par`` become its own)."""
     n = lim[L_KEYS]
-    on_dev = np.zeros(n, np.uint8)
-    is_tail = np.zeros(n, np.uint8)
-    down = np.full(n, -1, np.int32)
-    head = np.full(n, -1, np.int32)
-    ntok = np.zeros(n, np.int64)
-    stamp = np.zeros(n, np.int64)
-    hits = np.zeros(n, np.int32)
-    lock = np.zeros(n, np.int32)
-    nchild = np.zeros(n, np.int32)
-    kids = np.zeros(n, np.int32)
-    on_host = np.zeros(n, np.uint8)
-    on_sto = np.zeros(n, np.uint8)
+    if local:
+        ktok = np.empty(n, np.int64)
+        par = np.empty(n, np.int64)
+        on_dev = np.empty(n, np.uint8)
+        is_tail = np.empty(n, np.uint8)
+        down = np.empty(n, np.int32)
+        head = np.empty(n, np.int32)
+        ntok = np.empty(n, np.int64)
+        stamp = np.empty(n, np.int64)
+        hits = np.empty(n, np.int32)
+        lock = np.empty(n, np.int32)
+        nchild = np.empty(n, np.int32)
+        kids = np.empty(n, np.int32)
+        on_host = np.empty(n, np.uint8)
+        on_sto = np.empty(n, np.uint8)
+        hp = np.empty(n + 1, np.int32)
+        sp = np.empty(n + 1, np.int32)
+    else:
+        on_dev = np.zeros(n, np.uint8)
+        is_tail = np.zeros(n, np.uint8)
+        down = np.full(n, -1, np.int32)
+        head = np.full(n, -1, np.int32)
+        ntok = np.zeros(n, np.int64)
+        stamp = np.zeros(n, np.int64)
+        hits = np.zeros(n, np.int32)
+        lock = np.zeros(n, np.int32)
+        nchild = np.zeros(n, np.int32)
+        kids = np.zeros(n, np.int32)
+        on_host = np.zeros(n, np.uint8)
+        on_sto = np.zeros(n, np.uint8)
+        hp = np.full(n + 1, -1, np.int32)
+        sp = np.full(n + 1, -1, np.int32)
     hn = np.empty(n + 1, np.int32)
-    hp = np.full(n + 1, -1, np.int32)
     hn[n] = n
     hp[n] = n
     sn = np.empty(n + 1, np.int32)
-    sp = np.full(n + 1, -1, np.int32)
     sn[n] = n
     sp[n] = n
     # lazy heaps, sized by their total pushes: per request a release, a split, a match's
@@ -665,15 +708,18 @@ def simulate_radix(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sc
 
     Capacities in ``lim`` are tokens (storage 0 disables it); ``trans`` is each
     request's slots outside the tree (partial page, decode); ``heap_r`` the requests one
-    instance's lazy heaps are sized for (all of them for one instance). Returns the
-    makespan.
+    instance's lazy heaps are sized for (all of them: allocated unwritten, an instance
+    touches what it pushes). With more than one instance the caches read ``route``'s
+    local key array (see the loop). Returns the makespan.
     """
-    c0 = _state(keys, pstart, plen, ktok, par, trans, lim, heap_r)
+    local = n_inst > 1
+    lkeys = route[8]
+    c0 = _state(lkeys, pstart, plen, ktok, par, trans, lim, heap_r, local)
     cs = [c0]
     szs = [c0[30]]
     for _ in range(1, n_inst):
-        c = _state(keys, pstart, plen, ktok, par, trans, lim, heap_r)
+        c = _state(lkeys, pstart, plen, ktok, par, trans, lim, heap_r, local)
         cs.append(c)
         szs.append(c[30])
-    return event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef,
+    return event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,
                       tpot_b, out, cnt, areas)

@@ -512,26 +512,47 @@ def _release(r, nblocks, rb_start, bt, usable, bkey, bref, ln, lp, anon, rblk,
 
 
 @nb.njit(cache=True, nogil=True, inline="always")
-def peek(c, r):  # pragma: no cover - compiled
-    """Device-prefix tokens request ``r`` would hit now (the cluster router's view)."""
-    keys, pstart, hitcap, lim, kfirst = c[0], c[1], c[2], c[6], c[9]
-    b0 = pstart[r]
+def peek(c, r, lids, m):  # pragma: no cover - compiled
+    """Device-prefix tokens of request ``r`` (first ``m`` keys ``lids``) now."""
+    hitcap, lim, kfirst = c[2], c[6], c[9]
     d = 0
-    while d < hitcap[r] and kfirst[keys[b0 + d]] >= 0:
+    top = m if m < hitcap[r] else hitcap[r]
+    while d < top and kfirst[lids[d]] >= 0:
         d += 1
     return d * lim[L_BT]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def fresh(c, k, tok, parent):  # pragma: no cover - compiled
+    """Initialise local block hash ``k`` of an instance (allocated unwritten)."""
+    kfirst = c[9]
+    kfirst[k] = -1
+    if c[6][L_HOST] > 0:
+        (tag, rank, hk, hid, hs, plist, ppos, an, ap, tgt, kflag, prot, rseen, rfail,
+         scratch, cnt) = c[16]
+        tag[k] = 0
+        rank[k] = 0
+        ppos[k] = -1
+        ap[k] = -1
+        prot[k] = 0
+
+
 @nb.njit(cache=True, nogil=True)
 def _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen, rfail,
-           cnt):  # pragma: no cover - compiled
+           cnt, local):  # pragma: no cover - compiled
     """One instance's empty block pool (and CPU tier). Arrays indexed by request or by
     a request's key positions (``rb_start``/``rblk``, ``kflag``, ``rseen``, ``rfail``) are
-    shared by all instances: a request runs on one."""
+    shared by all instances: a request runs on one. ``local``: block hashes are numbered
+    per instance and initialised by :func:`fresh` when first seen (per-hash arrays
+    allocated unwritten)."""
     usable = lim[L_DEV]
     bkey = np.full(usable + 1, -1, np.int64)
     bref = np.zeros(usable + 1, np.int32)
-    kfirst = np.full(lim[L_KEYS] + 1, -1, np.int64)
+    if local:
+        kfirst = np.empty(lim[L_KEYS] + 1, np.int64)
+        kfirst[lim[L_KEYS]] = -1
+    else:
+        kfirst = np.full(lim[L_KEYS] + 1, -1, np.int64)
     bnext = np.full(usable + 1, -1, np.int64)
     ln = np.empty(usable + 2, np.int64)
     lp = np.full(usable + 2, -1, np.int64)
@@ -545,8 +566,18 @@ def _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rse
     # the CPU offloading tier (empty arrays when lim[L_HOST] == 0)
     nk = lim[L_KEYS] if lim[L_HOST] > 0 else 0
     cap = lim[L_HOST]
-    tag = np.zeros(nk, np.uint8)
-    rank = np.zeros(nk, np.int64)
+    if local:
+        tag = np.empty(nk, np.uint8)
+        rank = np.empty(nk, np.int64)
+        ppos = np.empty(nk, np.int64)
+        ap = np.empty(nk + 4, np.int64)
+        prot = np.empty(nk, np.int64)
+    else:
+        tag = np.zeros(nk, np.uint8)
+        rank = np.zeros(nk, np.int64)
+        ppos = np.full(nk, -1, np.int64)
+        ap = np.full(nk + 4, -1, np.int64)
+        prot = np.zeros(nk, np.int64)
     hsz = 0
     if nk > 0:
         hsz = 2 * min(cap, nk) + 4 * int(nfull.max()) + 64
@@ -554,14 +585,11 @@ def _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rse
     hid = np.empty(hsz, np.int64)
     hs = np.zeros(8, np.int64)
     plist = np.empty(nk, np.int64)
-    ppos = np.full(nk, -1, np.int64)
     an = np.empty(nk + 4, np.int64)
-    ap = np.full(nk + 4, -1, np.int64)
     for t in range(4):
         an[nk + t] = nk + t
         ap[nk + t] = nk + t
     tgt = np.zeros(1, np.float64)
-    prot = np.zeros(nk, np.int64)
     scratch = np.empty(nk + 1, np.int64)
     off = (tag, rank, hk, hid, hs, plist, ppos, an, ap, tgt, kflag, prot, rseen, rfail,
            scratch, cnt)
@@ -592,14 +620,16 @@ def simulate_vllm(keys, pstart, hitcap, nfull, nblocks, prompt, outtok, lim, sch
     kflag = np.zeros(keys.shape[0] if nk > 0 else 0, np.uint8)
     rseen = np.zeros(R, np.int64)
     rfail = np.zeros(R, np.uint8)
-    c0 = _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
-                rfail, cnt)
+    local = n_inst > 1
+    lkeys = route[8]
+    c0 = _state(lkeys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
+                rfail, cnt, local)
     cs = [c0]
     szs = [c0[15]]
     for _ in range(1, n_inst):
-        c = _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
-                   rfail, cnt)
+        c = _state(lkeys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
+                   rfail, cnt, local)
         cs.append(c)
         szs.append(c[15])
-    return event_loop(admit, release, peek, cs, szs, prompt, outtok, sched, route, coef,
+    return event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,
                       tpot_b, out, cnt, areas)
