@@ -58,8 +58,10 @@ def _cluster(store, p: dict, n: int, **load) -> dict:
                          host_tokens=0, storage_tokens=0, policy=p["policy"],
                          concurrency=load.get("users"),
                          arrivals=load.get("arrivals", "trace"),
-                         assumptions=ServiceAssumptions(gpus_per_replica=p["gpus"],
-                                                        engine=p["engine"]))
+                         assumptions=ServiceAssumptions(
+                             gpus_per_replica=p["gpus"], engine=p["engine"],
+                             dp_attention=" DPA" in p["layout"], mtp="+MTP" in p["layout"],
+                             expert_parallel=" EP1" not in p["layout"]))
     return run_cluster(store, ClusterReplayConfig(t, instances=n, router=p["router"]),
                        save=False).summary
 

@@ -71,21 +71,19 @@ def cluster_config(ctx: Any, ev: dict, instances: int) -> Any:
     hs_pool = p.get("host_pool_gb") or 0.0
     eng_dram = p.get("engram_dram_gb") or 0.0
     host = ctx.tokens(max(c.host_dram_gb - hs_pool - eng_dram, 0.0) * per)
-    mtp = "+MTP" in lay.text
-    fields = {"gpus_per_replica": lay.gpus, "kv_dtype": cfg.kv_dtype,
-              "weight_precision": cfg.precision, "engine": c.engine}
-    known = set(ServiceAssumptions.__dataclass_fields__)
-    for k, v in (("mtp", mtp), ("dp_attention", lay.cache_dp_attention and not lay.disagg),
-                 ("expert_parallel", _ep(lay.text) > 1)):
-        if k in known:
-            fields[k] = v
+    # the instance is timed as the layout: its GPUs, DPA (the decode side's when
+    # disaggregated), expert parallelism and MTP, the engine's fitted terms
+    assume = ServiceAssumptions(gpus_per_replica=lay.gpus, kv_dtype=cfg.kv_dtype,
+                                weight_precision=cfg.precision, engine=c.engine,
+                                dp_attention=" DPA" in lay.text,
+                                expert_parallel=_ep(lay.text) > 1, mtp="+MTP" in lay.text)
     tiers = TierReplayConfig(
         cfg.trace, c.hardware, cfg.model, concurrency=cfg.users,
         arrivals=(f"scaled:{cfg.rate_scale:g}" if cfg.rate_scale is not None else "trace"),
         device_tokens=pool.total_tokens, host_tokens=host,
         storage_tokens=ctx.tokens(c.ssd_gb * per), policy=c.policy,
         max_running=(p.get("max_running") or 0) * pool.ranks, price_tier=cfg.price_tier,
-        assumptions=ServiceAssumptions(**fields))
+        assumptions=assume)
     return ClusterReplayConfig(tiers=tiers, instances=instances, router=cfg.router,
                                rate_rps=cfg.rate_rps)
 
@@ -268,7 +266,16 @@ def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
     cfg = ctx.cfg
     chosen: list[dict] = []
     for hw in cfg.hardware:
-        chosen += [e for e in feasible if e["candidate"].hardware == hw][:cfg.load_candidates]
+        # the best at the front whose cluster replays differ (two candidates that differ
+        # only where the cluster does not look, e.g. a prefix reserve, are sized once)
+        seen: set = set()
+        for e in feasible:
+            if e["candidate"].hardware != hw or len(seen) >= cfg.load_candidates:
+                continue
+            key = cluster_config(ctx, e, 1)
+            if key not in seen:
+                seen.add(key)
+                chosen.append(e)
     out, failed = [], []
     with bar(len(chosen), f"instance search at {load_text(cfg)}", progress,
              unit="plan") as b:
@@ -317,15 +324,7 @@ def by_hardware(sized: list[dict]) -> list[dict]:
 
 def assumptions(ctx: Any) -> list[str]:
     """What the load planning adds to the plan's assumptions."""
-    from toolkit.replay.tiers.config import ServiceAssumptions
-
     cfg = ctx.cfg
-    known = set(ServiceAssumptions.__dataclass_fields__)
-    timed = ("with its MTP, DP attention and expert parallelism"
-             if {"mtp", "dp_attention", "expert_parallel"} <= known
-             else "as tensor-parallel SGLang-style steps without MTP (the cluster replay's "
-             "service model does not take the layout's MTP or DP attention: interactivity "
-             "at the load is judged without MTP's speed-up, conservative)")
     return [
         f"load: {load_text(cfg)}; recorded rate {ctx.recorded_rps:.4g} requests/s "
         f"({cfg.trace!r}); router {cfg.router!r} in front of the instances",
@@ -338,7 +337,10 @@ def assumptions(ctx: Any) -> list[str]:
         f"each accelerator's best {cfg.load_candidates} plan(s) at the front (layout, memory "
         "split) are sized; the layout is the front's at the target, so a load below one "
         "instance of it still pays a whole instance (binding 'one instance')",
-        f"cluster instance: the layout's GPUs, timed by the serving model {timed}; its device "
+        "cluster instance: the layout's GPUs, timed by the serving model as that layout (DP "
+        "attention, expert parallelism, MTP; a disaggregated layout as one instance of all "
+        "its GPUs with its decode side's DPA: prefill and decode pools are not separated); "
+        "its device "
         "pool = the layout's prefix caches summed (DPA ranks' pools added into one cache per "
         "instance: an upper bound on the hits of per-rank trees), host DRAM and SSD = the "
         "options x the cache-holding GPUs / 8",
