@@ -7,9 +7,9 @@ trace over 64 instances.
   compiles the kernel.
 * SYNTHETIC (labelled so): the same trace tiled ``--copies`` times (84 -> 1,010,604
   requests) with fresh hashes per copy (no sharing between copies) and copy ``k``'s
-  arrivals shifted by ``k / copies`` of the trace's span, so the 1M requests arrive over the
-  trace's hour at 84x its rate (~3.5 requests/s per instance over 64 instances, as the real
-  trace's rate on one).
+  arrivals shifted by ``k x span / rate_multiple`` (``rate_multiple`` = big instances /
+  instances = 4 by default), so the 64 instances see the per-instance load the 16 see on
+  the real trace (4 x the trace's 3.4 requests/s over 4 x the instances, ~21 hours).
 
 Run: ``.venv/bin/python benchmarks/cluster_bench.py`` (``--copies 8 --big-instances 8`` for
 a quick run). Prints seconds and peak RSS; the figures go to benchmarks/RESULTS.md.
@@ -41,15 +41,15 @@ MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
 ROUTERS = ("round-robin", "least-load", "cache-aware", "kv-router")
 
 
-def interleaved(copies: int) -> pa.Table:
-    """SYNTHETIC: ``copies`` disjoint-hash copies of Mooncake, copy k shifted by k/copies
-    of the span (all within the trace's hour)."""
+def interleaved(copies: int, rate_multiple: float) -> pa.Table:
+    """SYNTHETIC: ``copies`` disjoint-hash copies of Mooncake, copy k shifted by
+    ``k x span / rate_multiple`` (so the whole arrives at ``rate_multiple`` x the rate)."""
     t = tiled(copies)
     n = t.num_rows // copies
     arr = t.column("arrival_s").to_numpy()
     base = arr[:n]
     span = float(base.max() - base.min())
-    shifted = np.concatenate([base + span * k / copies for k in range(copies)])
+    shifted = np.concatenate([base + span * k / rate_multiple for k in range(copies)])
     t = t.set_column(t.schema.get_field_index("arrival_s"), "arrival_s", pa.array(shifted))
     return t.set_column(0, "trace", pa.array(["synthetic-1m"] * t.num_rows))
 
@@ -88,7 +88,7 @@ def main() -> None:
         if args.skip_big:
             return
         t0 = time.perf_counter()
-        big = interleaved(args.copies)
+        big = interleaved(args.copies, args.big_instances / args.instances)
         s.write("requests", "synthetic-1m", big, replace=True)
         t1 = time.perf_counter()
         cfg = ClusterReplayConfig(TierReplayConfig("synthetic-1m"),

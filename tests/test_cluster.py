@@ -177,6 +177,18 @@ def test_rate_rescales_arrivals(mooncake_store):
     assert s["arrivals"] == "rate:5"
 
 
+def test_workspace_replay_cluster(mooncake_store):
+    """``Workspace.replay_cluster`` takes the tier fields and the router knobs by name."""
+    import toolkit
+
+    ws = toolkit.open(mooncake_store.root)
+    res = ws.replay_cluster("conv", instances=2, router="cache-aware", concurrency=16,
+                            cache_threshold=0.5, save=False)
+    cfg = json.loads(res.summary["config_json"])
+    assert cfg["cache_threshold"] == 0.5 and cfg["tiers"]["concurrency"] == 16
+    assert res.summary["instances"] == 2 and res.summary["users"] == 16
+
+
 def test_bad_config():
     t = TierReplayConfig("x")
     with pytest.raises(ValueError, match="router must be one of"):
@@ -207,7 +219,8 @@ def test_cli_json_and_refusals(mooncake_store):
     before = mooncake_store.query("SELECT count(*) FROM cluster_runs").item() \
         if "cluster_runs" in mooncake_store.tables() else 0
     for bad, word in ((["--router", "random"], "router"), (["--layout", "dp8"], "--layout"),
-                      (["--users", "4", "--rate", "2"], "one of")):
+                      (["--users", "4", "--rate", "2"], "one of"),
+                      (["--rate", "0"], "--rate")):
         r = CliRunner().invoke(app, ["replay", "cluster", "--store", root, "--trace", "conv",
                                      *bad])
         assert r.exit_code != 0 and word in r.output, r.output

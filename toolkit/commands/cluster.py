@@ -111,6 +111,8 @@ def cluster_cmd(
         if sum(x is not None for x in (concurrency, rate, rate_scale)) > 1:
             raise ValueError("give one of --concurrency/--users, --rate, --rate-scale")
         arrivals = "trace"
+        if rate is not None and not rate > 0:
+            raise ValueError(f"--rate must be > 0 requests/s, got {rate}")
         if rate_scale is not None:
             if not rate_scale > 0:
                 raise ValueError(f"--rate-scale must be > 0, got {rate_scale}")
