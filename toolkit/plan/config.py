@@ -45,10 +45,11 @@ MAX_INSTANCES = 512
 """The instance search gives up (naming the closest miss) beyond this many instances of one
 accelerator: a load no cluster this size serves is a question for another layout."""
 
-LOAD_CANDIDATES = 2
-"""Plans per accelerator sized for the load: its two best at the front (by $/M there), so a
-memory split that the front ranks second but that needs fewer instances at the load (more
-hits) can win; every further one costs an instance search (a handful of cluster replays)."""
+LOAD_CANDIDATES = 1
+"""Plans sized for the load per accelerator and memory option (host DRAM, SSD): the best at
+the front of each option, so the load decides between memory splits (more hits can mean
+fewer instances) and more options never cost more; each costs an instance search (a few
+cluster replays, warm-started at the count the same layout needed with another option)."""
 
 ENGRAM_TABLE_GB = 200.0
 """All Engram tables of the planned model (GB): ``toolkit cost engram``'s assumption
@@ -86,8 +87,9 @@ class PlanConfig:
             of ``users``, ``rate_rps``, ``rate_scale``: the trace as recorded (scale 1).
         router: the router in front of the instances (the cluster replay's names).
         max_instances: the instance search's ceiling per accelerator.
-        load_candidates: plans per accelerator (its best at the front) that the instance
-            search sizes for the load.
+        load_candidates: plans per accelerator and memory option (the best at the front)
+            that the instance search sizes for the load; also the exact plans kept per
+            accelerator and memory option when pruning.
     """
 
     trace: str

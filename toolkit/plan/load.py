@@ -119,8 +119,8 @@ def start_instances(ctx: Any, ev: dict, recorded_rps: float) -> int:
     return max(1, math.ceil(rate / per_instance_rps))
 
 
-def fewest_instances(ctx: Any, ev: dict, recorded_rps: float, *, on_probe: Any = None
-                     ) -> tuple[Probe | None, list[Probe]]:
+def fewest_instances(ctx: Any, ev: dict, recorded_rps: float, *, on_probe: Any = None,
+                     start: int | None = None) -> tuple[Probe | None, list[Probe]]:
     """The fewest instances of ``ev``'s plan whose cluster replay meets the SLOs at the
     load (module docstring: the search), and every probe made; ``None`` when even
     ``max_instances`` (or a count past which the SLO stops improving) misses."""
@@ -138,7 +138,7 @@ def fewest_instances(ctx: Any, ev: dict, recorded_rps: float, *, on_probe: Any =
                 on_probe(probes[n])
         return probes[n]
 
-    n0 = min(start_instances(ctx, ev, recorded_rps), cfg.max_instances)
+    n0 = min(start or start_instances(ctx, ev, recorded_rps), cfg.max_instances)
     first = probe(n0)
     if first.ok:
         hi, step, lo = n0, 1, 0
@@ -251,9 +251,10 @@ def load_plan(ctx: Any, ev: dict, best: Probe, probes: list[Probe]) -> dict:
 
 def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
                   ) -> tuple[list[dict], list[tuple[dict, list[Probe]]]]:
-    """Each accelerator's best ``load_candidates`` plans at the front (``feasible``, sorted
-    by $/M there), each sized for the load by :func:`fewest_instances`; the load plans
-    sorted by $/M at the load (ties: hardware, then the candidate's label).
+    """For each accelerator and memory option (host DRAM, SSD), the best ``load_candidates``
+    plans at the front (``feasible``, sorted by $/M there), each sized for the load by
+    :func:`fewest_instances` (warm-started at the count the same layout needed with another
+    option); the load plans sorted by $/M at the load (ties: hardware, then label).
 
     Every sized evaluation gets ``ev["load"]``: its probes, and the load plan (``plan``) or
     why none (``why``); ``ev["plan"]`` stays the plan at the front.
@@ -265,22 +266,29 @@ def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
 
     cfg = ctx.cfg
     chosen: list[dict] = []
-    for hw in cfg.hardware:
-        # the best at the front whose cluster replays differ (two candidates that differ
-        # only where the cluster does not look, e.g. a prefix reserve, are sized once)
-        seen: set = set()
-        for e in feasible:
-            if e["candidate"].hardware != hw or len(seen) >= cfg.load_candidates:
-                continue
-            key = cluster_config(ctx, e, 1)
-            if key not in seen:
-                seen.add(key)
-                chosen.append(e)
-    out, failed = [], []
+    out: list[dict] = []
+    failed: list[tuple[dict, list[Probe]]] = []
+    # per accelerator and memory option (host DRAM, SSD), the best at the front whose
+    # cluster replays differ (candidates that differ only where the cluster does not look
+    # are sized once): more memory options only add plans to size, never drop one
+    seen: dict[tuple, set] = {}
+    for e in feasible:  # sorted by $/M at the front
+        c = e["candidate"]
+        group = seen.setdefault((c.hardware, c.host_dram_gb, c.ssd_gb), set())
+        if len(group) >= cfg.load_candidates:
+            continue
+        key = cluster_config(ctx, e, 1)
+        if key not in group:
+            group.add(key)
+            chosen.append(e)
     with bar(len(chosen), f"instance search at {load_text(cfg)}", progress,
              unit="plan") as b:
+        starts: dict[tuple, int] = {}  # a layout's answer warm-starts its other options
         for ev in chosen:
-            best, probes = fewest_instances(ctx, ev, ctx.recorded_rps)
+            lay = (ev["candidate"].hardware, ev["plan"]["layout"])
+            best, probes = fewest_instances(ctx, ev, ctx.recorded_rps, start=starts.get(lay))
+            if best is not None:
+                starts.setdefault(lay, best.instances)
             ev["load"] = {"probes": probes, "best": best}
             if best is None:
                 ev["load"]["why"] = closest_miss(cfg, [(ev, probes)])
@@ -334,9 +342,9 @@ def assumptions(ctx: Any) -> list[str]:
         "median TPOT) >= the target; searched from one instance's capacity at the front "
         "point by galloping and bisection, assuming more instances never serve a load worse; "
         f"up to {cfg.max_instances} per accelerator",
-        f"each accelerator's best {cfg.load_candidates} plan(s) at the front (layout, memory "
-        "split) are sized; the layout is the front's at the target, so a load below one "
-        "instance of it still pays a whole instance (binding 'one instance')",
+        f"per accelerator and memory option (host DRAM, SSD) the best {cfg.load_candidates} "
+        "plan(s) at the front are sized; the layout is the front's at the target, so a load "
+        "below one instance of it still pays a whole instance (binding 'one instance')",
         "cluster instance: the layout's GPUs, timed by the serving model as that layout (DP "
         "attention, expert parallelism, MTP; a disaggregated layout as one instance of all "
         "its GPUs with its decode side's DPA: prefill and decode pools are not separated); "

@@ -345,6 +345,11 @@ def _users(cfg: PlanConfig, ans: dict) -> int:
     return max(1, round(ans["conc"] * cfg.gpus_per_replica / ans["gpus"]))
 
 
+def _memory_key(c: Candidate) -> tuple[str, float, float]:
+    """The group a candidate is pruned and sized in: accelerator and memory option."""
+    return (c.hardware, c.host_dram_gb, c.ssd_gb)
+
+
 def _seed(ans: dict) -> tuple[str | None, int]:
     """What an exact evaluation starts from: the bound's front point (layout, concurrency),
     or no layout when the bound found none (the first round then uses TP8's pool)."""
@@ -645,18 +650,20 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     feasible: list[dict] = []
     pruned: list[dict] = []
 
-    keep = cfg.top  # exact plans kept per accelerator: each needs its own best for the load
+    keep = cfg.load_candidates  # exact plans kept per accelerator and memory option
 
-    def stop_at(lb: float, ans: dict, hw: str) -> str | None:
+    def stop_at(lb: float, ans: dict, c: Candidate) -> str | None:
         """Why a candidate is pruned, given the plans found so far (``None``: evaluate it).
-        Per accelerator: a plan for a load needs every accelerator's best, so one
-        accelerator's cheap plans never prune another's."""
+        Per accelerator and memory option (host DRAM, SSD): the load stage sizes each
+        option's best (:func:`toolkit.plan.load.plan_for_load`), so more options never
+        prune an option's best away (a wider question is a superset of a narrower one's)."""
         if not math.isfinite(lb) and not cfg.exhaustive:
             return "pruned: " + _miss_reason(ctx, ans) + " even at the largest hit share"
         mine = [p["plan"]["usd_per_mtok_total"] for p in feasible
-                if p["candidate"].hardware == hw]
+                if _memory_key(p["candidate"]) == _memory_key(c)]
         if not cfg.exhaustive and len(mine) >= keep and lb > sorted(mine)[keep - 1]:
-            return f"pruned: its lower bound ${lb:.4f}/M exceeds {hw}'s plan #{keep}"
+            return (f"pruned: its lower bound ${lb:.4f}/M exceeds plan #{keep} of {c.hardware} "
+                    f"with host {c.host_dram_gb:g} GB, SSD {c.ssd_gb:g} GB")
         return None
 
     def prune(lb: float, c: Candidate, why: str) -> None:
@@ -675,7 +682,7 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
                 j = i
                 while j < len(bounds) and len(batch) < n_workers:
                     lb, c, ans = bounds[j]
-                    if stop_at(lb, ans, c.hardware) is None:
+                    if stop_at(lb, ans, c) is None:
                         batch.append(j)
                     j += 1
                 results = dict(zip(batch, runner.evaluate(
@@ -684,7 +691,7 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
                 # plans before it in this batch prune is discarded
                 for k in range(i, j):
                     lb, c, ans = bounds[k]
-                    why = stop_at(lb, ans, c.hardware)
+                    why = stop_at(lb, ans, c)
                     if why is not None or k not in results:
                         prune(lb, c, why or "pruned")
                     else:
