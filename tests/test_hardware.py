@@ -21,7 +21,8 @@ from toolkit.hardware.spec import HARDWARE
 from toolkit.models import get_model, indexer_layer_ids, load_model, model_names, register_model
 from toolkit.registry import RegistryError
 
-ALL_GPUS = ["b200", "b300", "gb200", "gb300", "h100", "h200", "mi300x", "mi325x", "mi355x"]
+ALL_GPUS = ["b200", "b300", "gb200", "gb300", "h100", "h200", "mi300x", "mi325x", "mi355x",
+            "rtx6000pro"]
 
 
 def _gb200_dict() -> dict:
@@ -30,8 +31,9 @@ def _gb200_dict() -> dict:
 
 
 class TestBundledHardware:
-    def test_all_nine_present(self):
-        """Every accelerator the brief names ships as package data."""
+    def test_all_present(self):
+        """Every accelerator the brief names ships as package data (and the RTX PRO 6000
+        of sglang#33075's HiSparse run)."""
         assert hardware_names() == ALL_GPUS
 
     @pytest.mark.parametrize("name", ALL_GPUS)
@@ -58,7 +60,20 @@ class TestBundledHardware:
         assert hw.price_vintage("hyperscaler") == "2026-07"
         assert hw.price_vintage("rental") == "2026-07"
         assert hw.price_vintage("neocloud") == "intermediate"
-        assert "2025-08" in [p.survey for p in hw.price_history]
+        if name != "rtx6000pro":  # entered the registry after the Aug 2025 survey
+            assert "2025-08" in [p.survey for p in hw.price_history]
+
+    def test_rtx6000pro_sourced_figures(self):
+        """RTX PRO 6000 Server (sglang#33075's card): 96 GB GDDR7 (97,887 MiB usable), 1.792
+        TB/s, PCIe Gen5 x16 (64 GB/s) for host and GPU-to-GPU traffic, InferenceX-app's
+        prices."""
+        hw = get_hardware("rtx6000pro")
+        assert (hw.hbm_bytes, hw.hbm_usable_bytes) == (96 * 2**30, 97887 * 2**20)
+        assert hw.hbm_bandwidth_bytes_per_s == 1.792e12 and hw.host_link == "PCIe Gen5 x16"
+        assert hw.host_link_peak_bytes_per_s == hw.scaleup_bandwidth_bytes_per_s == 64e9
+        assert (hw.price_hyperscaler_usd_per_gpu_hour, hw.price_rental_usd_per_gpu_hour) == (
+            0.68, 0.52)
+        assert hw.sourced("host_mem_bytes_per_gpu").kind == "assumed"
 
     def test_gb200_headline_figures(self):
         """GB200's sourced values (InferenceX-app gpu-specs.ts, aiconfigurator)."""

@@ -179,8 +179,9 @@ GOLDEN_SEL_ROWS, GOLDEN_SEL_MISSES = 30720, 307873  # SmolLM2, k = 64, LRU, buff
 
 
 def test_hisparse_misses_golden_and_exhaustive_same_best(pstore, small) -> None:
-    """HiSparse misses are the selection replay's (SmolLM2, LRU, buffer 2k = 128) x 2048 /
-    64, its per-row table sums to the run's total; ``exhaustive`` finds the same best."""
+    """HiSparse misses are the selection replay's (SmolLM2, LRU, buffer 2k = 128) miss ratio
+    carried to k 2048 and the workload's context by the measured scaling fit, with its band;
+    the per-row table sums to the run's total; ``exhaustive`` finds the same best."""
     from toolkit.replay.selections import SelectionReplayConfig, replay_selections
 
     s = replay_selections(pstore, SelectionReplayConfig("smollm2", "lru", 128), progress=False)
@@ -197,9 +198,18 @@ def test_hisparse_misses_golden_and_exhaustive_same_best(pstore, small) -> None:
     assert full.plans[0] == small.plans[0]
     hs = [e for e in full.evaluated if e["candidate"].buffer and e["feasible"]]
     assert hs, "a HiSparse candidate with host DRAM is feasible"
-    for e in hs:
-        assert e["plan"]["hisparse_misses_per_layer"] == pytest.approx(
-            GOLDEN_SEL_MISSES / GOLDEN_SEL_ROWS * 2048 / 64, rel=1e-12)
+    from toolkit.replay.selection_scaling import scale_misses
+
+    req = pstore.query("SELECT avg(input_tokens) i, avg(output_tokens) o FROM requests "
+                       "WHERE trace = 'conv'").row(0)
+    seq = pstore.query("SELECT avg(seq_len) FROM selections WHERE trace = 'smollm2'").item()
+    want = scale_misses(GOLDEN_SEL_MISSES / s["accesses"], trace_k=64, model_k=2048,
+                        buffer_ratio=2.0, context_tokens=seq,
+                        target_context_tokens=max(1, round(req[0])) + max(2, round(req[1])) / 2)
+    for e in hs:  # the measured scaling fit carries the miss ratio to k 2048, the workload
+        assert e["plan"]["hisparse_misses_per_layer"] == pytest.approx(want.rows, rel=1e-12)
+        low, high = e["plan"]["hisparse_misses_per_layer_band"]
+        assert (low, high) == pytest.approx((want.rows_low, want.rows_high), rel=1e-12)
         assert e["plan"]["run_ids"][1] == s["run_id"]
 
 
@@ -259,6 +269,9 @@ def test_python_facade_and_cli(pstore, small) -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert len(out["plans"]) == 2 and out["plans"][0]["host_dram_gb"] == 512.0
+    from toolkit.serving.crossval import dsa_caveat
+
+    assert out["dsa_caveat"] == dsa_caveat()  # a DSA model's plan carries the caveat
     res = runner.invoke(app, ["plan", "explain", "--store", str(pstore.root), "--plan",
                               out["plan_id"], "--json"])
     assert res.exit_code == 0, res.output

@@ -315,16 +315,24 @@ def smollm2_store(tmp_path_factory):
 
 class TestReuse:
     def test_hisparse_columns_from_replay(self, smollm2_store):
-        """Misses per layer come from the stored replay, scaled from k = 64 to k = 2048."""
+        """Misses per layer come from the stored replay's miss ratio, carried from k = 64 to
+        k = 2048 (and a 33.8K-token context) by the measured scaling fit; the buffer keeps
+        buffer / k."""
         from toolkit.models import get_model
+        from toolkit.replay.selection_scaling import scale_misses
         from toolkit.serving.reuse import hisparse_columns
 
         store, run_id = smollm2_store
-        cols = hisparse_columns(store, run_id, get_model("glm-5.2"))
-        rows = store.query(f"SELECT avg(misses) AS m FROM selection_replay "
-                           f"WHERE run_id = '{run_id}'")["m"][0]
+        cols = hisparse_columns(store, run_id, get_model("glm-5.2"), 33792)
+        m, a, ctx = store.query(
+            "SELECT sum(misses)::DOUBLE, sum(accesses)::DOUBLE, avg(seq_len) "
+            f"FROM selection_replay WHERE run_id = '{run_id}'").row(0)
+        want = scale_misses(m / a, trace_k=64, model_k=2048, buffer_ratio=2.0,
+                            context_tokens=ctx, target_context_tokens=33792)
         assert cols["miss_scale"] == 32 and cols["device_buffer_tokens"] == 4096
-        assert cols["miss_rows_per_layer"] == pytest.approx(rows * 32)
+        assert cols["miss_rows_per_layer"] == pytest.approx(want.rows)
+        assert cols["miss_rows_per_layer_low"] <= want.rows <= cols["miss_rows_per_layer_high"]
+        assert "extrapolation" in want.label
 
     def test_offload_in_the_step_and_the_batch(self, smollm2_store):
         """Host fetches slow a step (less when overlapped); offload lifts the HBM batch cap."""

@@ -266,7 +266,7 @@ class TestRules:
         out = runner.invoke(app, [*base, "--radix-semantics", "vllm"])
         assert out.exit_code == 2 and "radix_semantics must be sglang or page" in out.output
         out = runner.invoke(app, [*base, "--page-tokens", "3"])
-        assert out.exit_code == 2 and "page_tokens 3 neither divides" in out.output
+        assert out.exit_code == 2 and "--page-tokens 3 neither divides" in out.output
 
     def test_not_chained_is_refused(self, store):
         """Hash 2 after 1 and after 9: sglang semantics needs chained hashes."""

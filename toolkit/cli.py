@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -92,7 +91,34 @@ def _convert(info: Any) -> Any:
                "rich_markup_mode": app.rich_markup_mode,
                "suggest_commands": getattr(app, "suggest_commands", True)}
     accepted = inspect.signature(fn).parameters  # the keywords vary across typer versions
-    return fn(info, **{k: v for k, v in options.items() if k in accepted})
+    return _bound_ints(fn(info, **{k: v for k, v in options.items() if k in accepted}))
+
+
+def _bound_ints(command: Any) -> Any:
+    """Refuse, naming the flag, an integer option beyond 2^53 (``MAX_INT``) in ``command``
+    and the subcommands built with it: ``--device-tokens 9223372036854775807`` ended in an
+    OverflowError traceback deep in a kernel. Seeds are left alone (any integer seeds)."""
+    from toolkit.config import MAX_INT
+
+    for sub in dict.values(getattr(command, "commands", None) or {}):
+        _bound_ints(sub)
+    cb = getattr(command, "callback", None)
+    flags = {p.name: (p.opts[0] if p.opts else p.name) for p in getattr(command, "params", [])
+             if "seed" not in (p.name or "")}  # values are checked: only ints can be refused
+    if cb is None or not flags or getattr(cb, "_bounded", False):
+        return command
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        for name, flag in flags.items():
+            v = kwargs.get(name)
+            for x in v if isinstance(v, list | tuple) else [v]:
+                if isinstance(x, int) and not isinstance(x, bool) and abs(x) > MAX_INT:
+                    fail(f"{flag} {x}: too large; at most 2^53 ({MAX_INT:,})")
+        return cb(*args, **kwargs)
+
+    bounded._bounded = True  # type: ignore[attr-defined]
+    command.callback = bounded
+    return command
 
 
 def _load(where: tuple[str, str] | Callable[[], Any]) -> Any:
@@ -255,7 +281,7 @@ class _IngestGroup(_LazyGroup):
         formats = typer.Typer()
         _register_ingest_commands(formats)
         for name, command in typer.main.get_group(formats).commands.items():
-            self.commands.setdefault(name, command)
+            self.commands.setdefault(name, _bound_ints(command))
 
     def list_commands(self, ctx):
         self._load_readers()
@@ -492,7 +518,9 @@ def sql_cmd(
     if store is None:
         fail("--store DIR is required")
     if query == "-":
-        query = sys.stdin.read()
+        from toolkit.runtime.files import read_stdin_text
+
+        query = guard(read_stdin_text)  # a bounded read: never /dev/zero
     if named is None and not (query or "").strip():
         fail("empty query; give a SQL statement, e.g. \"SELECT * FROM requests LIMIT 5\", "
              "or --query NAME")

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 from typing import Any
 
 
@@ -18,6 +19,27 @@ def fingerprint(cfg: Any, length: int = 12) -> str:
     """Stable hex digest of a config; same config, same run id, so re-runs are idempotent."""
     text = type(cfg).__name__ + config_json(cfg)
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+#: Largest integer any count (tokens, blocks, users, rows) may be: 2^53, beyond any machine,
+#: exact as a float64, and far inside int64 once multiplied by bytes per token. A count
+#: beyond it (e.g. 2^63 - 1) overflowed a kernel's int64 arithmetic with a traceback.
+MAX_INT = 1 << 53
+
+
+MAX_TPUT_PER_GPU = 1e7
+"""Most tokens/s per GPU a throughput may be, measured or asked about: ~600x the highest
+InferenceX reports (15,868 for DeepSeek-R1); a 1e308 throughput was priced at $0.0/M."""
+
+
+def check_count(name: str, value: Any, *, lo: int = 0) -> None:
+    """A count field: an integer in [lo, :data:`MAX_INT`], named when refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    if value > MAX_INT:
+        raise ValueError(f"{name} must be <= 2^53 ({MAX_INT:,}), got {value:,}")
 
 
 def check_number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None,

@@ -530,7 +530,10 @@ def write_report(store: Store, out_dir: str | Path, title: str = "KV-cache tieri
     """
     import vl_convert as vlc
 
+    from toolkit.store.guard import check_write_path
+
     out = Path(out_dir)
+    check_write_path(out, "--out", store=store.root)
     report = build_report(store, title)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))

@@ -126,6 +126,20 @@ SELECTION_REQUESTS = pa.schema(
     ]
 )
 
+#: One row per (request, prompt position, layer) of an engine capture that also returns the
+#: prompt's (prefill) queries (SGLang ``indexer_topk``): kept apart from ``selections``,
+#: which hold decode steps only. The query at ``position`` sees positions ``0 .. position``.
+SELECTION_PREFILL = pa.schema(
+    [
+        pa.field("trace", pa.string(), nullable=False),
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("position", pa.int32(), nullable=False),  # query position in the prompt
+        pa.field("layer", pa.int16(), nullable=False),
+        pa.field("topk", pa.list_(pa.field("element", pa.int32(), nullable=False)),
+                 nullable=False),
+    ]
+)
+
 #: One row per selection replay run (policy x buffer size x mode) with its totals.
 SELECTION_RUNS = pa.schema(
     [
@@ -604,6 +618,7 @@ TABLES: dict[str, pa.Schema] = {
     "selections": SELECTIONS,
     "selection_traces": SELECTION_TRACES,
     "selection_requests": SELECTION_REQUESTS,
+    "selection_prefill": SELECTION_PREFILL,
     "selection_runs": SELECTION_RUNS,
     "selection_replay": SELECTION_REPLAY,
     "miss_curves": MISS_CURVES,

@@ -318,12 +318,14 @@ class Workspace:
 
         return record_replay_cost(self.store, DecodeCostConfig(selection_run_id, **config))
 
-    def hisparse_columns(self, run_id: str, model: str) -> dict[str, float]:
-        """Serving-model inputs from a stored HiSparse selection replay, scaled to
-        ``model``'s k; see :func:`toolkit.serving.reuse.hisparse_columns`."""
+    def hisparse_columns(self, run_id: str, model: str,
+                         target_context_tokens: float | None = None) -> dict[str, float]:
+        """Serving-model inputs from a stored HiSparse selection replay, carried to
+        ``model``'s k (and ``target_context_tokens``); see
+        :func:`toolkit.serving.reuse.hisparse_columns`."""
         from toolkit.serving.reuse import hisparse_columns
 
-        return hisparse_columns(self.store, run_id, self.model(model))
+        return hisparse_columns(self.store, run_id, self.model(model), target_context_tokens)
 
     def prefix_columns(self, tier_run_id: str) -> dict[str, float]:
         """Serving-model inputs from a stored tier replay (cached and host-loaded prompt

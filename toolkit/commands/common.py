@@ -86,6 +86,20 @@ def cli_store(path: Path, *, create: bool = False) -> Iterator[Store]:
             shutil.rmtree(s.root, ignore_errors=True)
 
 
+def ttft_bound(text: str) -> float | None:
+    """``--max-p90-ttft-s``: a positive number of seconds, or ``none`` (no bound); the
+    same words for ``cost compare`` and ``plan``."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        fail(f"--max-p90-ttft-s {text!r}: give a positive number of seconds or 'none'")
+    return v
+
+
 def check_workers(value: int | None) -> int | None:
     """Option callback of every ``--workers``: a count beyond what this machine can run
     is one line naming the flag, before anything is allocated."""

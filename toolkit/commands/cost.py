@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands import measured as m
-from toolkit.commands.common import choices, fail, field_default
+from toolkit.commands.common import choices, cli_store, fail, field_default, guard, ttft_bound
 from toolkit.commands.output import FormatOpt, Output, OutputOpt
 from toolkit.cost.config import CompareConfig
 from toolkit.errors import ToolkitError
@@ -94,7 +94,8 @@ def hardware_show_cmd(
 
 
 _HARDWARE = typer.Option("--hardware", help=f"Accelerator: {choices('hardware')}.")
-_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, help="Throughput per GPU.")
+_TPUT = typer.Option("--tokens-per-s-per-gpu", min=0.0, max=1e7,
+                     help="Throughput per GPU (at most 1e7, beyond any measurement).")
 PriceTierOpt = Annotated[str, typer.Option("--price-tier",
                                            help="hyperscaler, neocloud or rental.")]
 SurveyOpt = Annotated[str | None, typer.Option("--survey",
@@ -217,24 +218,73 @@ def _csv_list(text: str, what: str, cast=str) -> tuple:
         fail(f"{what}: {text!r} is not a comma-separated list of numbers")
 
 
-def _ttft_bound(text: str) -> float | None:
-    if text.strip().lower() == "none":
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not v > 0 or v == float("inf"):
-        fail(f"--max-p90-ttft-s {text!r}: give a positive number of seconds or 'none'")
-    return v
+_ttft_bound = ttft_bound  # the one parser, shared with `plan`
 
 
 _DEFAULT_TTFT = field_default(CompareConfig, "max_p90_ttft_s")
 
 TABLE_COLUMNS = ("hardware", "engine", "interactivity", "source", "basis", "reachable", "edge",
                  "tput_per_gpu", "tput_per_gpu_low", "tput_per_gpu_high", "p90_ttft_s",
+                 "p90_ttft_s_low", "p90_ttft_s_high",
                  "gpus", "usd_per_mtok_total", "usd_per_mtok_total_low",
                  "usd_per_mtok_total_high", "cost_ratio_total_vs_first", "layout")
+
+
+SELECTION_COLUMNS = ("hardware", "engine", "interactivity", "usd_per_mtok_total",
+                     "usd_per_mtok_total_hisparse", "usd_per_mtok_total_misses_low",
+                     "usd_per_mtok_total_misses_high", "capacity_gain_usd_per_mtok",
+                     "fetch_cost_usd_per_mtok", "tput_per_gpu", "tput_per_gpu_hisparse",
+                     "tput_ratio_hisparse", "layout_hisparse")
+
+
+def _compare_selections(cfg, params: Path | None, store: Path, trace: str,
+                        buffer_tokens: int | None, overlap: bool, out: Output) -> None:
+    """``cost compare --selections``: the same question with and without HiSparse at the
+    trace's misses (toolkit.cost.hisparse)."""
+    import polars as pl
+
+    from toolkit.cost.hisparse import compare_with_hisparse, meta, trace_misses
+    from toolkit.models import get_model
+    from toolkit.serving.params import ServingParams, bundled_params
+
+    with cli_store(store) as s:
+        misses = guard(trace_misses, s, trace, guard(get_model, cfg.model), buffer_tokens,
+                       cfg.isl + cfg.osl / 2)
+    try:
+        p = ServingParams.load(params) if params else bundled_params()
+        df = compare_with_hisparse(cfg, p, misses, overlap=overlap)
+    except (ToolkitError, RegistryError, ValueError) as e:
+        fail(str(e))
+    info = {"model": cfg.model, "isl": cfg.isl, "osl": cfg.osl, "precision": cfg.precision,
+            "price_tier": cfg.price_tier, "max_p90_ttft_s": cfg.max_p90_ttft_s,
+            "params_kind": p.kind, **meta(misses, overlap)}
+    from toolkit.serving.crossval import dsa_caveat
+
+    info["dsa_caveat"] = dsa_caveat()
+    if out.fmt == "json" and out.path is None:
+        typer.echo(json.dumps({**info, "rows": df.to_dicts()}, default=str))
+        return
+    if out.fmt != "table" or out.path is not None:
+        out.emit(df)
+        return
+    m_ = misses
+    lines = {
+        "model": f"{cfg.model} (k = {m_.model_k}), isl {cfg.isl}, osl {cfg.osl}, "
+                 f"{cfg.precision}, {cfg.price_tier} prices, serving model only",
+        "selections": f"{m_.trace}: {m_.rows:,} rows, k = {m_.trace_k}, replayed (HiSparse, "
+                      f"LRU) at buffer {m_.trace_buffer_tokens} = {m_.buffer_tokens} at the "
+                      f"model's k; miss ratio {m_.miss_ratio:.4f}",
+        "misses_per_layer": f"{m_.miss_rows_per_layer:,.1f} host rows per request, layer and "
+                            f"step (band {m_.miss_rows_per_layer_low:,.1f}-"
+                            f"{m_.miss_rows_per_layer_high:,.1f}); {m_.scaling}",
+        "fetches": "overlapped with the layer's work" if overlap else
+                   "each decode step waits for them (no overlap)",
+        "note": info["hisparse_note"], "dsa_caveat": info["dsa_caveat"]}
+    for k, v in lines.items():
+        typer.echo(f"{k:<18}  {v}")
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=260, float_precision=3,
+                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        typer.echo(str(df.select([c for c in SELECTION_COLUMNS if c in df.columns])))
 
 
 @cost_app.command("compare")
@@ -250,6 +300,11 @@ def cost_compare_cmd(
         "--max-p90-ttft-s", help="Keep only points (measured or modelled) whose p90 TTFT meets "
         "this many seconds; 'none' keeps every point.")] = (
         "none" if _DEFAULT_TTFT is None else f"{_DEFAULT_TTFT:g}"),
+    ttft_confidence: Annotated[float, typer.Option(
+        "--ttft-confidence", help="Confidence at which a modelled point meets the p90 TTFT "
+        "bound: 0.5, 0.8 or 0.9 (the upper end of the predicted p90 TTFT's central band at "
+        "that confidence; 0.8: the 80% band's upper end).")] = field_default(
+        CompareConfig, "ttft_confidence"),
     price_tier: Annotated[str, typer.Option("--price-tier", help="hyperscaler, neocloud or "
                                             "rental.")] = field_default(CompareConfig,
                                                                         "price_tier"),
@@ -304,6 +359,16 @@ def cost_compare_cmd(
     params: Annotated[Path | None, typer.Option(
         "--params", help="Fitted parameters (toolkit serving fit); default: the bundled "
         "fit on InferenceX DeepSeek-R1 points.")] = None,
+    selections: Annotated[str | None, typer.Option(
+        "--selections", help="Selection trace in --store: price the DSA model with HiSparse "
+        "at the trace's replayed misses, beside the answer without it (capacity gain and "
+        "fetch cost in $/M; model-only).")] = None,
+    buffer_tokens: Annotated[int | None, typer.Option(
+        "--buffer-tokens", min=1, help="With --selections: HiSparse device buffer per request "
+        "per layer at the model's k (default 2 x k).")] = None,
+    overlap: Annotated[bool, typer.Option(
+        "--overlap", help="With --selections: host fetches overlap the layer's work "
+        "(plan-then-IO); default: each step waits for them.")] = False,
     fmt: FormatOpt = None,
     as_json: JsonOpt = False,
     output: OutputOpt = None,
@@ -319,10 +384,15 @@ def cost_compare_cmd(
 
     out = Output.from_options(fmt, as_json, output)
     engines, versions = {}, {}
+    asked = {h.lower() for h in _csv_list(hardware, "--hardware")}
     for item in engine or []:
         hw, sep, eng = item.partition("=")
-        if not sep or not eng.strip():
+        if not sep or not eng.strip() or not hw.strip():
             fail(f"--engine {item!r}: expected HW=ENGINE[@VERSION], e.g. gb300=dynamo-trt")
+        if hw.strip().lower() not in asked:  # it was silently ignored
+            fail(f"--engine {item!r}: {hw.strip()} is not among --hardware {hardware}")
+        if hw.strip().lower() in engines:
+            fail(f"--engine {item!r}: {hw.strip()} is given an engine twice")
         eng, _, version = eng.partition("@")
         from toolkit.serving.points import FRAMEWORK_ALIASES
 
@@ -333,8 +403,9 @@ def cost_compare_cmd(
     if mtp not in ("on", "off"):
         fail(f"--mtp {mtp!r}: give on or off")
     ttft = _ttft_bound(max_p90_ttft_s)
-    src = m.measurement_source(
-        measurements, store, measured_points, file_flag="--measurements",
+    src = m.measurement_source(  # --store alone holds the --selections trace
+        measurements, None if selections and measured_points is None else store,
+        measured_points, file_flag="--measurements",
         prefix="--measured-", hardware=measured_hardware, framework=measured_framework,
         model=measured_model, precision=measured_precision, gpus=measured_gpus,
         tp=measured_tp, ep=measured_ep, dp_attention=measured_dp_attention,
@@ -349,9 +420,16 @@ def cost_compare_cmd(
             kv_dtype=kv_dtype, engine_versions=versions, all_engines=all_engines,
             measured=measured, measurements=(
                 src.path if src is not None and src.path and not src.layout.given()
-                else src))
+                else src), ttft_confidence=ttft_confidence)
     except (ToolkitError, RegistryError, ValueError) as e:
         fail(str(e))
+    if selections is None and (buffer_tokens is not None or overlap):
+        fail("--buffer-tokens and --overlap apply to --selections TRACE")
+    if selections is not None:
+        if store is None:
+            fail("--selections needs --store (the store holding the selection trace)")
+        _compare_selections(cfg, params, store, selections, buffer_tokens, overlap, out)
+        return
     if src is not None:  # refuse a bad file before the sweep; show what was assumed
         from toolkit.serving.measurements import load_measurements
 
@@ -368,12 +446,18 @@ def cost_compare_cmd(
         fail(str(e))
     meta = {"model": model, "isl": isl, "osl": osl, "precision": precision,
             "cached_prefix_fraction": cached_prefix_fraction, "price_tier": price_tier,
-            "max_p90_ttft_s": ttft, "mtp": mtp, "kv_dtype": kv_dtype,
+            "max_p90_ttft_s": ttft, "ttft_confidence": ttft_confidence, "mtp": mtp,
+            "kv_dtype": kv_dtype,
             "params_kind": p.kind, "params_fitted_on": p.fitted_on,
             "note": "source=measured rows come from measured points (SemiAnalysis InferenceX, "
-                    "Apache-2.0, or --measurements); source=model rows from the serving model "
-                    "fitted on InferenceX DeepSeek-R1 points, with bands from cross-validated "
-                    "residuals; reachable=false: the target lies beyond the front (no price)"}
+                    "Apache-2.0, or --measurements) that bracket the target within 25% "
+                    "interactivity with 3+ points; source=blended rows: the model's front "
+                    "corrected by the nearest measured points' residuals; source=model rows "
+                    "from the serving model fitted on InferenceX DeepSeek-R1 points; every "
+                    "_low/_high is an 80% central band calibrated on cross-validated "
+                    "residuals; the p90 TTFT bound applies to the upper end of the p90 TTFT "
+                    "band at --ttft-confidence; reachable=false: the target lies beyond the "
+                    "front (no price)"}
     from toolkit.models import get_model
 
     if get_model(model).index_topk > 0:
@@ -388,6 +472,6 @@ def cost_compare_cmd(
         return
     for k, v in meta.items():
         typer.echo(f"{k:<24}  {v}")
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=260, float_precision=3,
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=320, float_precision=3,
                    tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
         typer.echo(str(df.select([c for c in TABLE_COLUMNS if c in df.columns])))

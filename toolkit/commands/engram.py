@@ -20,6 +20,7 @@ from toolkit.commands.common import (
 )
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.replay.config import EngramReplayConfig
+from toolkit.runtime.files import file_problem
 
 
 class DefaultSelectionsGroup(TyperGroup):
@@ -83,8 +84,8 @@ def record_engram_cmd(
         if not text:
             fail("give --text FILE (no bundled texts under ./traces/smollm2/texts)")
     for path in text:
-        if not path.is_file():
-            fail(f"{path}: not a file (give a UTF-8 text file)")
+        if (problem := file_problem(path)) is not None:
+            fail(f"{path}: {problem}")
     quiet = False if out.quiet else None
     with cli_store(store, create=True) as s, compile_notice(quiet), \
             status(f"record engram {name}", quiet):

@@ -23,6 +23,8 @@ def export_perfetto_cmd(
                                      "replay that plan was evaluated by.")],
     out: Annotated[Path, typer.Option("--out", help="Trace-event JSON file (.json, or "
                                       ".json.gz) for ui.perfetto.dev / chrome://tracing.")],
+    replace: Annotated[bool, typer.Option("--replace", help="Overwrite an existing "
+                                          "file.")] = False,
 ) -> None:
     """A tier replay's per-request timeline as Chrome trace-event JSON: tracks for the GPU's
     prefill lane, host and storage tier loads; queue, prefill-wait and decode slices per
@@ -30,7 +32,7 @@ def export_perfetto_cmd(
     from toolkit.export import write_perfetto
 
     with cli_store(store) as s:
-        res = guard(write_perfetto, s, run, out)
+        res = guard(write_perfetto, s, run, out, replace=replace)
     slices = ", ".join(f"{n:,} {k}" for k, n in res["slices"].items())
     typer.echo(f"wrote {res['events']:,} events ({slices}) of {run} to {res['path']}")
 
@@ -40,8 +42,9 @@ def export_store_cmd(
     store: StoreOpt,
     out: Annotated[Path, typer.Option("--out", help="Directory to write (<table>.parquet "
                                       "and README.md).")],
-    replace: Annotated[bool, typer.Option("--replace", help="Overwrite a non-empty "
-                                          "directory.")] = False,
+    replace: Annotated[bool, typer.Option("--replace", help="Overwrite an earlier export "
+                                          "(a directory of .parquet files and README.md "
+                                          "only).")] = False,
 ) -> None:
     """Every table of a store as one Parquet file each, with a README.md of the schemas
     (types, units, meanings), for anyone with only DuckDB."""

@@ -16,10 +16,17 @@ PolicyOpt = Annotated[str, typer.Option(
     "caches otherwise); --sample-rate 1 replays every size exactly.")]
 SampleRateOpt = Annotated[float | None, typer.Option(
     "--sample-rate", min=0.0, max=1.0, help="Keep this share of the keys (fixed-rate "
-    "SHARDS), e.g. 0.01; 1 = exact per-size replays.")]
+    "SHARDS), e.g. 0.01; 1 = exact per-size replays; at least 1e-6.")]
 SampleKeysOpt = Annotated[int | None, typer.Option(
     "--sample-keys", min=1, help="Keep this many distinct keys (fixed-size SHARDS; default "
     "65536 when neither sampling option is given).")]
+
+
+MIN_SAMPLE_RATE = 1e-6
+"""Smallest ``--sample-rate``: SHARDS is accurate from ~0.001 (Waldspurger et al., FAST
+'15); far below it a trace keeps (almost) no key and every miss ratio read 0, capacity 0
+included. (Kept here, not in ``toolkit.replay.shards``: that module is a source of the
+ahead-of-time kernels, whose build any edit invalidates.)"""
 
 
 def policy_curve_rows(store, trace: str, kind: str, sizes: list[int], policy: str,
@@ -30,8 +37,8 @@ def policy_curve_rows(store, trace: str, kind: str, sizes: list[int], policy: st
 
     if sample_rate is not None and sample_keys is not None:
         fail("give --sample-rate or --sample-keys, not both")
-    if sample_rate is not None and sample_rate <= 0:
-        fail("--sample-rate must lie in (0, 1]")
+    if sample_rate is not None and not MIN_SAMPLE_RATE <= sample_rate <= 1:
+        fail(f"--sample-rate must lie in [{MIN_SAMPLE_RATE:g}, 1], got {sample_rate:g}")
     if kind == "selections" and trace not in store.keys("selections"):
         known = ", ".join(store.keys("selections")) or "none"
         fail(f"no selection trace {trace!r} in {store.root}; known: {known}")

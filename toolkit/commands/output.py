@@ -128,7 +128,8 @@ class Output:
 
 def check_output_file(path: Path, option: str, suffixes: tuple[str, ...]) -> None:
     """Refuse, before any work, a file a command could not write: wrong extension, a
-    directory, or a missing parent directory (one line, exit 2)."""
+    directory, a missing parent directory, or a path inside a store (one line, exit 2;
+    :mod:`toolkit.store.guard`)."""
     if path.suffix.lower() not in suffixes:
         fail(f"{option} {path}: the extension must be one of {', '.join(suffixes)}, "
              f"got {path.suffix or 'none'!r}")
@@ -136,6 +137,12 @@ def check_output_file(path: Path, option: str, suffixes: tuple[str, ...]) -> Non
         fail(f"{option} {path}: is a directory; give a file name")
     if not path.parent.is_dir():
         fail(f"{option} {path}: directory {path.parent} does not exist")
+    from toolkit.store.guard import UnsafePath, check_write_path
+
+    try:
+        check_write_path(path, option)
+    except UnsafePath as e:
+        fail(str(e))
 
 
 def _check_flat(df: Any, what: str) -> None:

@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import cli_store, fail, field_default, guard
+from toolkit.commands.common import (
+    check_workers,
+    cli_store,
+    fail,
+    field_default,
+    guard,
+    ttft_bound,
+)
 from toolkit.plan.config import PlanConfig
 
 plan_app = typer.Typer(
@@ -62,8 +69,13 @@ def plan_cmd(
         "--prefix-reserve", help="Shares of each GPU's KV pool kept for the prefix cache "
         "(running requests capped to the rest), comma-separated; 0 = shared pool.")
     ] = ",".join(f"{v:g}" for v in _d("prefix_reserve")),
-    max_p90_ttft_s: Annotated[float | None, typer.Option(
-        "--max-p90-ttft-s", help="p90 TTFT bound in seconds.")] = _d("max_p90_ttft_s"),
+    max_p90_ttft_s: Annotated[str, typer.Option(
+        "--max-p90-ttft-s", help="p90 TTFT bound in seconds; 'none' lifts it.")] = (
+        "none" if _d("max_p90_ttft_s") is None else f"{_d('max_p90_ttft_s'):g}"),
+    ttft_confidence: Annotated[float, typer.Option(
+        "--ttft-confidence", help="Confidence at which a plan meets the p90 TTFT bound: 0.5, "
+        "0.8 or 0.9 (the upper end of the predicted p90 TTFT's central band).")
+    ] = _d("ttft_confidence"),
     users: Annotated[int | None, typer.Option(
         "--users", help="Plan for N closed-loop users over the cluster (default: the trace "
         "as recorded).")] = _d("users"),
@@ -96,8 +108,8 @@ def plan_cmd(
     engine: Annotated[str, typer.Option(
         "--engine", help="Where exact evaluations run: local or ray.")] = "local",
     workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, help="Parallel exact evaluations (threads with local, Ray CPUs "
-        "with ray); same plans as one.")] = None,
+        "--workers", min=1, callback=check_workers, help="Parallel exact evaluations "
+        "(threads with local, Ray CPUs with ray); same plans as one.")] = None,
     exhaustive: Annotated[bool, typer.Option(
         "--exhaustive", help="Evaluate every candidate exactly (no pruning).")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans printed.")] = _d("top"),
@@ -117,7 +129,8 @@ def plan_cmd(
 
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
-                max_p90_ttft_s=max_p90_ttft_s, price_tier=price_tier,
+                max_p90_ttft_s=ttft_bound(max_p90_ttft_s), ttft_confidence=ttft_confidence,
+                price_tier=price_tier,
                 host_dram_gb=_floats(host_dram_gb, "--host-dram-gb"),
                 ssd_gb=_floats(ssd_gb, "--ssd-gb"), policy=_names(policy),
                 engram_hbm_gb=_floats(engram_hbm_gb, "--engram-hbm-gb"),
@@ -128,9 +141,17 @@ def plan_cmd(
                 load_candidates=load_candidates)
     with cli_store(store) as s:
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
+    caveat = _dsa_caveat(model)
     if as_json:
-        typer.echo(json.dumps(res.to_json(), default=str))
+        typer.echo(json.dumps(res.to_json() | ({"dsa_caveat": caveat} if caveat else {}),
+                              default=str))
         return
+    from toolkit.models import get_model
+
+    if get_model(cfg.model).index_topk > 0:
+        from toolkit.serving.crossval import dsa_caveat
+
+        typer.echo(f"({dsa_caveat()})")
     typer.echo(f"plan {res.plan_id}: {res.searched} candidates, {res.evaluated_exactly} "
                f"evaluated exactly, {res.feasible} feasible, {res.cluster_replays} cluster "
                f"replays, {res.elapsed_s:.1f} s")
@@ -157,15 +178,29 @@ def plan_cmd(
             f"({p['gpus_total']} GPUs): ${p['usd_per_mtok_total']:.4f}/M total "
             f"[{p['usd_per_mtok_total_low']:.4f}-{p['usd_per_mtok_total_high']:.4f}], "
             f"${p['usd_per_hour_total']:.2f}/h, {p['tput_per_gpu']:.0f} tok/s/GPU, p90 TTFT "
-            f"{p['p90_ttft_s']:.2f} s; device prefix {p['device_prefix_tokens']:,} tok x "
-            f"{p['device_pool_ranks']}, {hs}, host {p['host_dram_gb']:g} GB, SSD "
-            f"{p['ssd_gb']:g} GB per 8 GPUs, {p['policy']}; hits GPU "
+            f"{p['p90_ttft_s']:.2f} s"
+            f"{_band(p.get('p90_ttft_s_low'), p.get('p90_ttft_s_high'))}; "
+            f"device prefix {p['device_prefix_tokens']:,} tok x {p['device_pool_ranks']}, "
+            f"{hs}, host {p['host_dram_gb']:g} GB, SSD {p['ssd_gb']:g} GB per 8 GPUs, "
+            f"{p['policy']}; hits GPU "
             f"{p['gpu_hit_share']:.3f} host {p['host_hit_share']:.3f} SSD "
             f"{p['storage_hit_share']:.3f}; binds: {p['binding']}; runs "
             f"{', '.join(p['run_ids'])}")
     typer.echo("assumptions:")
     for a in res.assumptions:
         typer.echo(f"  - {a}")
+    if caveat:
+        typer.echo(f"dsa_caveat: {caveat}")
+
+
+def _dsa_caveat(model: str) -> str | None:
+    """What the one measured DSA check says of the serving model's answers (the same text
+    as ``cost compare``'s ``dsa_caveat``), for a sparse-attention model; None for a dense
+    one."""
+    from toolkit.models import get_model
+    from toolkit.serving.crossval import dsa_caveat
+
+    return dsa_caveat() if get_model(model).index_topk > 0 else None
 
 
 @plan_app.command("explain")
@@ -182,3 +217,8 @@ def explain_cmd(
     with cli_store(store) as s:
         out = guard(explain, s, plan)
     typer.echo(json.dumps(out, default=str) if as_json else explain_text(out))
+
+
+def _band(lo: float | None, hi: float | None) -> str:
+    """`` [lo-hi]`` of a band, or nothing without one."""
+    return f" [{lo:.2f}-{hi:.2f}]" if lo is not None and hi is not None else ""

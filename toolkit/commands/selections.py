@@ -19,15 +19,19 @@ from toolkit.commands.common import (
 from toolkit.commands.mrc import PolicyOpt, SampleKeysOpt, SampleRateOpt, policy_curve_rows
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.commands.timelines import run_ingest
+from toolkit.config import MAX_INT
 from toolkit.replay.config import SelectionReplayConfig
+from toolkit.runtime.files import file_problem
 
 
 def ingest_selections_cmd(
-    path: Annotated[Path, typer.Argument(help="Selection trace file.")],
+    path: Annotated[Path, typer.Argument(help="Selection trace file (or directory: bundle, "
+                                         "sglang-indexer-topk).")],
     store: StoreOpt,
     fmt: Annotated[
-        str, typer.Option("--format", help="Input format: dsa-jsonl, npz, parquet or bundle "
-                          "(a directory).")
+        str, typer.Option("--format", help="Input format: dsa-jsonl, npz, parquet, bundle "
+                          "(a directory) or sglang-indexer-topk (SGLang responses: a JSON/JSONL "
+                          "file or a directory of them).")
     ],
     name: Annotated[
         str | None, typer.Option("--name", help="Trace name; defaults to the file stem.")
@@ -44,6 +48,14 @@ def ingest_selections_cmd(
         str | None, typer.Option("--select", help="bundle: which of its traces to ingest.")
     ] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Overwrite a trace.")] = False,
+    indexer_layers: Annotated[
+        int | None, typer.Option("--indexer-layers", min=1, help="sglang-indexer-topk: indexer "
+                                 "layers per capture row (default: the --model spec's layers).")
+    ] = None,
+    prefill: Annotated[
+        bool, typer.Option("--prefill/--no-prefill", help="sglang-indexer-topk: keep the "
+                           "prompt's (prefill) queries in selection_prefill.")
+    ] = True,
 ) -> None:
     """Ingest recorded top-k selections (validated: positions, duplicates, k, step order)."""
     from toolkit.ingest import readers
@@ -56,6 +68,11 @@ def ingest_selections_cmd(
     meta = {"model": model, "k": k, "score": score, "order": order}
     if fmt == "bundle":  # the bundle carries its own metadata
         meta = {"select": select} | ({"k": k} if k else {})
+    elif fmt == "sglang-indexer-topk":
+        meta |= {"indexer_layers": indexer_layers, "prefill": prefill,
+                 "score": "indexer" if score == "unknown" else score}
+    elif indexer_layers is not None or not prefill:
+        fail("--indexer-layers and --no-prefill apply to --format sglang-indexer-topk")
     run_ingest(fmt, path, store, name, replace, **meta)
 
 
@@ -168,6 +185,9 @@ def replay_mrc_cmd(
             wanted = [int(x) for x in sizes.split(",") if x.strip()]
         except ValueError:
             fail(f"--sizes must be comma-separated integers, got {sizes!r}")
+        if not wanted or min(wanted) < 0 or max(wanted) > MAX_INT:
+            fail(f"--sizes must be integers in [0, 2^53], got {sizes!r}")
+        wanted = sorted(set(wanted))
     quiet = False if out.quiet else None
     if policy != "lru" or sample_rate is not None or sample_keys is not None:
         with cli_store(store) as s, compile_notice(quiet), status(f"miss curve {trace}",
@@ -191,8 +211,13 @@ def replay_mrc_cmd(
     if not sizes:
         wanted = [0] + [1 << i for i in range(stop.bit_length()) if 1 << i <= stop]
         wanted = sorted(set(wanted) | {stop})
-    df = df.filter(pl.col("capacity").is_in(wanted)).select("capacity", "accesses", "misses",
-                                                            "miss_ratio")
+    df = df.filter(pl.col("capacity").is_in([min(w, stop) for w in wanted])).select(
+        "capacity", "accesses", "misses", "miss_ratio")
+    if wanted[-1] > stop:  # the curve is flat beyond the distinct keys: repeat its last row
+        last = df.tail(1)
+        df = pl.concat([df.filter(pl.col("capacity") < stop) if stop in wanted else
+                        df.head(df.height - 1), *(last.with_columns(capacity=pl.lit(w, pl.Int64))
+                                                  for w in wanted if w >= stop)])
     out.emit(df)
 
 
@@ -231,8 +256,8 @@ def record_cmd(
             fail("give --text FILE (no bundled texts under ./traces/smollm2/texts)")
     texts = []
     for path in text:
-        if not path.is_file():
-            fail(f"{path}: no such file")
+        if (problem := file_problem(path)) is not None:
+            fail(f"{path}: {problem}")
         texts.append((str(path), path.read_text(encoding="utf-8")))
     with cli_store(store, create=True) as s:
         if name in s.keys("selections") and not replace:

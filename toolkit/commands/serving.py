@@ -153,6 +153,62 @@ def predict_cmd(
     typer.echo(f"wrote {res.height} rows to {out}", err=True)
 
 
+def _fold_count(df, scheme: str) -> int:
+    from toolkit.serving.bands import KFOLDS
+
+    if scheme == "hardware":
+        return int(df["hardware"].n_unique())
+    if scheme == "shape":
+        return int(df.select("isl", "osl").unique().height)
+    return KFOLDS if scheme == "kfold" else 2
+
+
+def _coverage(frames: dict, from_cv: Path | None, bundled: bool) -> dict:
+    """Nested band coverage of the schemes run (:func:`toolkit.serving.calibration.report`):
+    the calibration pool is this run's held-out frames plus, for the bundled points, the
+    shipped ones of the schemes not run (the method pools 5-fold, hardware and time)."""
+    from toolkit.serving import calibration as cal
+    from toolkit.serving.params import bundled_cv_dir
+
+    pool = {s: f for s, f in frames.items() if s in ("kfold", "hardware", "time")}
+    src = from_cv if from_cv is not None else (bundled_cv_dir() if bundled else None)
+    if src is not None:
+        pool = {**cal.cv_frames(src), **pool}
+    if not pool:
+        return {}
+    dsa = cal.dsa_residuals(src) if src is not None else None
+    return guard(cal.report, pool, [s for s in frames if s in pool], dsa)
+
+
+@serving_app.command("calibrate")
+def calibrate_cmd(
+    cv_dir: Annotated[Path | None, typer.Option(
+        "--cv-dir", help="Held-out predictions (heldout_kfold/hardware/time/dsa.csv from "
+        "`serving validate --out-dir`); default: the shipped toolkit/serving/fitted/cv.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Calibration file to write (default: the shipped "
+        "toolkit/serving/fitted/calibration.json).")] = None,
+) -> None:
+    """Calibrate the bands: split-conformal quantiles of cross-validated log residuals per
+    column, basis and regime (toolkit.serving.calibration), written with their provenance."""
+    from toolkit.serving import calibration as cal
+    from toolkit.serving.params import bundled_cv_dir
+
+    src = cv_dir or bundled_cv_dir()
+    frames = cal.cv_frames(src)
+    if not frames:
+        fail(f"--cv-dir {src}: no heldout_kfold/hardware/time.csv (write them with "
+             "`toolkit serving validate --scheme kfold --out-dir DIR`)")
+    table = guard(cal.build, src)
+    target = out or cal.bundled_path()
+    check_output_file(target, "--out", (".json",))
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(table, indent=1) + "\n")
+    tmp.replace(target)
+    cal.bundled_calibration.cache_clear()
+    typer.echo(f"wrote {target} (from {', '.join(table['provenance']['files'])})", err=True)
+
+
 @serving_app.command("validate")
 def validate_cmd(
     points: PointsOpt = None,
@@ -164,6 +220,10 @@ def validate_cmd(
                                           help="Cap on model evaluations per fold.")] = 100,
     out_dir: Annotated[Path | None, typer.Option(
         "--out-dir", help="Also write held-out predictions and error tables (CSV) here.")] = None,
+    from_cv: Annotated[Path | None, typer.Option(
+        "--from-cv", help="Fit nothing: score the held-out predictions already in this "
+        "directory (heldout_<scheme>.csv, e.g. the shipped toolkit/serving/fitted/cv): errors, "
+        "band coverage and the p90 TTFT checks in seconds.")] = None,
     fmt: FormatOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Same as --format json (no "
                                           "progress).")] = False,
@@ -181,27 +241,48 @@ def validate_cmd(
     spec_method: SpecOpt = None,
 ) -> None:
     """Leave-one-hardware-out and leave-one-shape-out cross-validation: median / p90 |error|
-    of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only."""
+    of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only; the
+    calibrated bands' coverage per column and (vendor, engine) group, and the p90 TTFT checks
+    (each fold's bands calibrated without it)."""
     import polars as pl
 
+    from toolkit.serving.calibration import CONFIDENCE
     from toolkit.serving.crossval import cross_validate, error_table
 
     out = Output.from_options(fmt, as_json, output)
     as_json = out.quiet
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
         fail(f"--out-dir {out_dir}: exists and is not a directory")
+    if out_dir is not None:
+        from toolkit.store.guard import check_write_path
+
+        guard(check_write_path, out_dir, "--out-dir", store=store)
     df, _ = _measured(points, store, measured_points, hardware=hardware, framework=framework,
                          model=model, precision=precision, gpus=gpus, tp=tp, ep=ep,
                          dp_attention=dp_attention, spec_method=spec_method)
     schemes = ("hardware", "shape", "time", "dsa") if scheme == "both" else (scheme,)
     result = {}
+    frames = {}
     t0 = time.perf_counter()
+    fits = sum(_fold_count(df, s) for s in schemes if s != "dsa")
+    if not as_json and from_cv is None and fits:
+        print(f"validate: {fits} fits of {df.height} rows; expect ~{fits * 35 // 60 + 1} min on "
+              "2 quiet cores (progress per fold below)", file=sys.stderr, flush=True)
     for s in schemes:
+        if from_cv is not None:
+            path = from_cv / f"heldout_{s}.csv"
+            if not path.exists():
+                fail(f"--from-cv {from_cv}: no {path.name} (write it with --out-dir)")
+            frames[s] = guard(pl.read_csv, path, infer_schema_length=None)
+            result[s] = error_table(frames[s], by="source" if s == "dsa" and "source" in
+                                    frames[s].columns else "hardware")
+            continue
         if s == "dsa":  # out-of-sample model and engine: no fit needed
             from toolkit.serving.crossval import dsa_decode_check
 
             pred = guard(dsa_decode_check)
-            result[s] = error_table(pred)
+            frames[s] = pred
+            result[s] = error_table(pred, by="source")
             if out_dir:
                 guard(out_dir.mkdir, parents=True, exist_ok=True)
                 pred.write_csv(out_dir / f"heldout_{s}.csv")
@@ -213,14 +294,27 @@ def validate_cmd(
                       file=sys.stderr, flush=True)
 
         pred = guard(cross_validate, df, s, max_nfev=max_nfev, progress=progress)
+        frames[s] = pred
         table = error_table(pred)
         result[s] = table
         if out_dir:
             guard(out_dir.mkdir, parents=True, exist_ok=True)
             pred.write_csv(out_dir / f"heldout_{s}.csv")
             table.write_csv(out_dir / f"errors_{s}.csv")
+    cov = _coverage(frames, from_cv, points is None and store is None)
+    loso = None
+    if "dsa" in frames and "source" in frames["dsa"].columns:
+        from toolkit.serving.calibration import dsa_loso
+
+        loso = guard(dsa_loso, frames["dsa"])
     if out.fmt == "json" and out.path is None:
-        typer.echo(json.dumps({s: t.to_dicts() for s, t in result.items()}))
+        typer.echo(json.dumps({s: t.to_dicts() for s, t in result.items()}
+                              | {"coverage": {s: {"table": c["coverage"].to_dicts(),
+                                                  "p90_ttft": c["p90_ttft"],
+                                                  "ttft_bound": c["ttft_bound"]}
+                                              for s, c in cov.items()}}
+                              | ({"dsa_leave_one_source_out": loso.to_dicts()}
+                                 if loso is not None else {})))
         return
     if out.fmt != "table" or out.path is not None:
         out.emit(pl.concat([t.with_columns(pl.lit(s).alias("scheme")).select("scheme", *t.columns)
@@ -228,9 +322,33 @@ def validate_cmd(
         return
     for s, t in result.items():
         title = {"time": "fit on older rows, predict newer (and the reverse)",
-                 "kfold": "5-fold", "dsa": "GLM-5 (DSA) decode on 8x H200, vLLM: never fitted"
+                 "kfold": "5-fold", "dsa": "sparse-attention (DSA) models, every measured point by "
+                 "source (GLM-5 and GLM-5.2; InferenceX and public engine docs): never fitted"
                  }.get(s, f"leave-one-{s}-out")
         typer.echo(f"{title} (held-out rows only; errors are |pred/measured - 1|)")
         with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=220, float_precision=3,
                        tbl_hide_dataframe_shape=True):
             typer.echo(str(t))
+            if s == "dsa" and loso is not None:
+                typer.echo("leave one source out (each source's bands from the others' "
+                           "residuals):")
+                typer.echo(str(loso))
+            if s in cov:
+                c = cov[s]
+                keep = ["group", "rows", *(k for k in c["coverage"].columns
+                                           if k.endswith("_coverage"))]
+                typer.echo(f"band coverage ({int(100 * CONFIDENCE)}% central bands, each "
+                           "fold calibrated on rows outside it):")
+                typer.echo(str(c["coverage"].select(keep)))
+                p = c["p90_ttft"]
+                if p.get("rows"):
+                    typer.echo(f"p90 TTFT: {p['rows']} rows, median |error| "
+                               f"{p['median_abs_err']:.1%}, median predicted/measured "
+                               f"{p['median_pred_over_measured']:.2f}, band coverage "
+                               f"{p['coverage']:.1%}")
+                for b in c["ttft_bound"]:
+                    if b["said_to_meet"]:
+                        typer.echo(f"  --ttft-confidence {b['confidence']}: p90 TTFT <= "
+                                   f"{b['bound_s']:g} s said of {b['said_to_meet']} rows, "
+                                   f"{b['measured_over']} measured over "
+                                   f"({b['share_over']:.0%})")

@@ -124,6 +124,10 @@ def check_cmd(
         found = guard(s.check)
     _report(out, found, "ok: nothing damaged", "problem")
     if found:
+        if out.fmt == "table" and out.path is None:  # stderr: stdout is one line a file
+            typer.echo(f"to recover: toolkit store repair --store {store} (moves damaged and "
+                       "foreign files to .damaged/, never deletes; rewrites the catalog)",
+                       err=True)
         raise typer.Exit(1)
 
 

@@ -95,6 +95,8 @@ def tiers_cmd(
     from toolkit.serving.tier_service import kv_bytes_per_token
 
     out = Output.from_options(fmt, as_json, output)
+    if storage_gb < 0 and storage_gb != -1:  # -0.5 was read as unbounded
+        fail(f"--storage-gb must be >= 0, or -1 for unbounded; got {storage_gb:g}")
     quiet = False if out.quiet else None
     try:
         kvb = kv_bytes_per_token(get_model(model))

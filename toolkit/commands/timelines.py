@@ -35,6 +35,8 @@ def run_ingest(fmt: str, path: Path, store: Path, name: str | None, replace: boo
             _build_stream_index(s, res.trace)
     for n in res.notes:
         typer.echo(f"note: {n}", err=True)
+    if res.found:
+        typer.echo(res.found)
     typer.echo(
         f"ingested {res.rows:,} {'selection rows' if res.table == 'selections' else 'rows'} "
         f"from {path} as {res.table}/{res.trace} "

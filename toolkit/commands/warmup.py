@@ -130,7 +130,8 @@ def _mrc(root: Path, traces: Path) -> None:
 def _tiers(root: Path, traces: Path) -> None:
     """The tier engines the demo does not run: vLLM's block pool (offload none, LRU, ARC)
     and page-granular SGLang, open and closed loop and sequential (a first vLLM replay of
-    the Mooncake trace compiled for 11 s without this)."""
+    the Mooncake trace compiled for 11 s without this), and the cluster replay over each
+    engine."""
     from toolkit.cost.from_replay import run_tiers
     from toolkit.replay.tiers import TierReplayConfig
     from toolkit.store import open_store
@@ -143,6 +144,14 @@ def _tiers(root: Path, traces: Path) -> None:
         for kw in runs:
             for loop in ({}, {"concurrency": 2}, {"sequential": True}):
                 run_tiers(store, TierReplayConfig("warm", "gb200", "glm-5.2", **kw, **loop))
+        # the cluster replay's loops (N instances from a list: their own compilations)
+        from toolkit.cost.from_replay import run_cluster
+        from toolkit.replay.tiers import ClusterReplayConfig
+
+        for kw in ({}, {"radix_semantics": "page"}, {"engine_semantics": "vllm"}):
+            run_cluster(store, ClusterReplayConfig(TierReplayConfig(
+                "warm", "gb200", "glm-5.2", concurrency=2, **kw), instances=2,
+                router="kv-router"), save=False)
 
 
 _TASK_FUNCTIONS = {"demo": _demo, "serving": _serving, "tiers": _tiers,
@@ -161,14 +170,19 @@ def warm_up_cmd(
     """Compile every kernel the commands use, once (make setup runs it); later commands
     load them from numba's cache."""
     import multiprocessing as mp
+    import os
     from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from toolkit.runtime.pool import die_with_parent
 
     t0 = time.perf_counter()
     total = 0
     with tempfile.TemporaryDirectory(prefix="toolkit-warm-up-") as scratch:
         # the demo is the longest item: it starts first, and the other process works
         # through the serving item, then the replays, meanwhile (TASKS' order)
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                 initializer=die_with_parent,  # none outlives a kill -9
+                                 initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(_run_task, t, scratch, str(traces)) for t in TASKS]
             for fut in as_completed(futures):
                 try:

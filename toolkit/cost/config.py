@@ -17,6 +17,12 @@ tolerates a first token later than 10 s; InferenceX plots every point, so its fr
 interactivity include queues of minutes that no operator would run). ``None`` lifts it."""
 
 
+DEFAULT_TTFT_CONFIDENCE = 0.8
+"""The p90 TTFT bound applies to the upper end of the predicted p90 TTFT's central band at
+this confidence (0.8: the 80% band's upper end, its 90th percentile); 0.5 the 50% band's."""
+TTFT_CONFIDENCES = (0.5, 0.8, 0.9)
+
+
 @dataclass(frozen=True)
 class CompareConfig:
     """One comparison; every field has the CLI flag of the same name (``-`` for ``_``).
@@ -45,6 +51,7 @@ class CompareConfig:
     all_engines: bool = False
     measured: bool = True
     measurements: str | MeasurementSource | None = None
+    ttft_confidence: float = DEFAULT_TTFT_CONFIDENCE
 
     def __post_init__(self) -> None:
         if isinstance(self.mtp, bool):  # older configs said mtp = true/false
@@ -61,6 +68,10 @@ class CompareConfig:
             check_number("interactivity", v, lo=0.0, lo_open=True)
         if self.max_p90_ttft_s is not None:
             check_number("max_p90_ttft_s", self.max_p90_ttft_s, lo=0.0, lo_open=True)
+        if self.ttft_confidence not in TTFT_CONFIDENCES:
+            raise ValueError(f"ttft_confidence (--ttft-confidence) must be one of "
+                             f"{TTFT_CONFIDENCES}, got "
+                             f"{self.ttft_confidence!r}")
         check_number("isl", self.isl, lo=1)
         check_number("osl", self.osl, lo=2)
         check_number("cached_prefix_fraction", self.cached_prefix_fraction, lo=0.0, hi=1.0)

@@ -18,6 +18,7 @@ import polars as pl
 from toolkit.cost.price import usd_per_million_tokens
 from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
+from toolkit.runtime.files import file_problem
 
 if TYPE_CHECKING:
     from toolkit.serving.measurements import MeasurementSource
@@ -147,10 +148,8 @@ def read_measurements(source: str | Path | MeasurementSource | pl.DataFrame, *,
         except TraceFormatError as e:
             raise MeasurementError(str(e)) from None
     src = as_source(source)
-    if src.path is not None and not Path(src.path).is_file():
-        raise MeasurementError(f"{src.path}: " + (
-            "is a directory; expected a CSV, JSON or Parquet file"
-            if Path(src.path).is_dir() else "no such file"))
+    if src.path is not None and (problem := file_problem(src.path)) is not None:
+        raise MeasurementError(f"{src.path}: {problem}")
     try:
         points = load_measurements(src, for_model=False, notes=notes)
     except ToolkitError as e:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
+from toolkit.config import MAX_TPUT_PER_GPU, check_number
 from toolkit.hardware import PRICE_TIERS, HardwareSpec
 
 TOKEN_TYPES: tuple[str, ...] = ("total", "input", "output")
@@ -69,6 +70,8 @@ def quote(
     """$/M tokens for ``hw`` at a throughput, from the tier's current (or named) survey."""
     if token_type not in TOKEN_TYPES:
         raise ValueError(f"token_type must be one of {', '.join(TOKEN_TYPES)}; got {token_type!r}")
+    check_number("tokens_per_s_per_gpu", tokens_per_s_per_gpu, lo=0.0, lo_open=True,
+                 hi=MAX_TPUT_PER_GPU)  # 1e308 was priced at $0.0/M
     price = hw.price_usd_per_gpu_hour(tier, survey)
     return CostQuote(
         hardware=hw.name,

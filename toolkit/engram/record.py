@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from toolkit.engram.hashing import EngramConfig, EngramHasher
 from toolkit.errors import ToolkitError
+from toolkit.runtime.files import file_problem
 from toolkit.store import Store, check_key
 
 CHUNK_BYTES = 1 << 20
@@ -73,8 +74,8 @@ def check_texts(paths: Sequence[Path]) -> None:
     if not paths:
         raise ToolkitError("give at least one --text FILE")
     for p in paths:
-        if not Path(p).is_file():
-            raise ToolkitError(f"{p}: no such file")
+        if (problem := file_problem(p)) is not None:
+            raise ToolkitError(f"{p}: {problem}")
         with Path(p).open("rb") as fh:
             for line_no, raw in enumerate(fh, start=1):
                 try:

@@ -312,21 +312,33 @@ def _umask() -> int:
     return mask
 
 
-def write_perfetto(store: Store, run_id: str, out: str | Path) -> dict[str, Any]:
+def write_perfetto(store: Store, run_id: str, out: str | Path, *,
+                   replace: bool = False) -> dict[str, Any]:
     """Write :func:`tier_trace` to ``out`` (``.json``, or ``.json.gz`` compressed) atomically;
-    returns a summary (path, events, slices per name)."""
+    returns a summary (path, events, slices per name).
+
+    As every writer: ``out``'s directory must exist, an existing file is replaced only
+    with ``replace``, and no path inside a store is written (:mod:`toolkit.store.guard`)."""
     import gzip
     import os
     import tempfile
 
+    from toolkit.store.guard import check_write_path
+
     out = Path(out)
     if not (out.name.endswith(".json") or out.name.endswith(".json.gz")):
         raise ToolkitError(f"{out}: the trace-event file must end in .json or .json.gz")
+    check_write_path(out, "--out", store=store.root)
+    if out.is_dir():
+        raise ToolkitError(f"--out {out}: is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise ToolkitError(f"--out {out}: directory {out.parent} does not exist")
+    if out.exists() and not replace:
+        raise ToolkitError(f"--out {out}: exists; pass --replace to overwrite it")
     trace = tier_trace(store, run_id)
     data = json.dumps(trace, separators=(",", ":")).encode()
     if out.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
     try:
         with os.fdopen(fd, "wb") as f:

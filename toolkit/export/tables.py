@@ -145,6 +145,11 @@ def readme(store: Store, rows: dict[str, int]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _exported(name: str) -> bool:
+    """A file an export writes (``<table>.parquet``, ``README.md``)."""
+    return name == "README.md" or (name.endswith(".parquet") and not name.startswith("."))
+
+
 def export_store(store: Store, out: str | Path, *, replace: bool = False,
                  progress: Any = None) -> dict[str, Any]:
     """Write every table of ``store`` to ``out/<table>.parquet`` plus ``out/README.md``.
@@ -152,14 +157,25 @@ def export_store(store: Store, out: str | Path, *, replace: bool = False,
     The files are written into a temporary directory beside ``out`` and moved into place
     at the end, so a failed export leaves nothing half-written.
 
+    ``out``'s parent must exist. ``replace`` replaces an earlier export only: a directory
+    holding anything else, a store, or a directory inside or above ``store`` is refused
+    (:mod:`toolkit.store.guard`).
+
     Raises:
-        ToolkitError: ``out`` exists and is not an empty directory (unless ``replace``).
+        ToolkitError: ``out`` exists and is not an empty directory (unless ``replace``),
+            or the path guard refuses it.
     """
+    from toolkit.store.guard import check_replace_dir, check_write_path
+
     out = Path(out)
+    check_write_path(out, "--out", store=store.root)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not replace)):
         raise ToolkitError(f"{out}: exists" + (" and is not a directory" if not out.is_dir()
                                                else " and is not empty; pass --replace"))
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # replace only an earlier export, never a store or someone's files
+        check_replace_dir(out, "--out", store=store.root, allowed=_exported)
+    if not out.parent.is_dir():
+        raise ToolkitError(f"--out {out}: directory {out.parent} does not exist")
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     rows: dict[str, int] = {}
     try:

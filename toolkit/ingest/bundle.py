@@ -19,6 +19,7 @@ from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest import parquet as parquet_reader
 from toolkit.ingest.selections import INT32_MAX, ORDERS, SelectionError, as_int64
+from toolkit.runtime.files import file_problem
 
 FILES = ("selections", "selection_traces", "selection_requests")
 #: Metadata columns a bundle must carry, and the Arrow type family each must have.
@@ -58,8 +59,9 @@ def read(path: Path, trace: str, select: str | None = None,
                                + ", ".join(f"{f}.parquet" for f in FILES))
     files = {f: path / f"{f}.parquet" for f in FILES}
     for f in files.values():
-        if not f.is_file():
-            raise TraceFormatError(f, None, None, "missing bundle file")
+        if (problem := file_problem(f)) is not None:  # a FIFO in a bundle: not read
+            raise TraceFormatError(f, None, None, "missing bundle file" if not f.exists()
+                                   else problem)
     meta_t = parquet_reader.read_parquet(files["selection_traces"])
     _check_columns(meta_t, files["selection_traces"], META_COLUMNS)
     _note_extra(meta_t, files["selection_traces"], schema.SELECTION_TRACES)

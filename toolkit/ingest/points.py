@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from toolkit.config import MAX_TPUT_PER_GPU
 from toolkit.errors import TraceFormatError
 from toolkit.ingest import Reader, note
 from toolkit.ingest.bench_layout import (  # noqa: F401  (BENCH_FORMATS: re-exported)
@@ -43,6 +44,8 @@ from toolkit.ingest.bench_layout import (  # noqa: F401  (BENCH_FORMATS: re-expo
     fill_bench_layout,
 )
 from toolkit.ingest.fields import requests_table
+from toolkit.ingest.sniff import check_unique
+from toolkit.runtime.files import file_problem
 
 STRING, BOOL, INT, FLOAT = pl.String, pl.Boolean, pl.Int64, pl.Float64
 #: InferenceX's columns in its CSV order, with types (latencies in s, throughputs per GPU).
@@ -99,15 +102,15 @@ def read_measured_points(source: str | Path | pl.DataFrame, *, hardware: str | N
     if isinstance(source, pl.DataFrame):
         return _finish(_from_frame(source, _Where("<frame>", "row")), fill,
                        _Where("<frame>", "row"))
-    df, _ = _read_file(Path(source), gpus)
+    df, _ = _read_file(Path(source), gpus, framework)
     return _finish(df, fill, _Where(Path(source), "row"))
 
 
-def _read_file(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] | None]:
+def _read_file(path: Path, gpus: int | None, framework: str | None = None
+               ) -> tuple[pl.DataFrame, list[dict] | None]:
     """(points, per-request records of the first bench result that carries them)."""
-    if not path.is_file():
-        raise TraceFormatError(path, None, None, "is a directory; expected a file"
-                               if path.is_dir() else "no such file")
+    if (problem := file_problem(path)) is not None:
+        raise TraceFormatError(path, None, None, problem)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         try:
@@ -117,13 +120,25 @@ def _read_file(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] |
                                    f"{str(e).splitlines()[0]}") from None
         return _from_frame(df, _Where(path, "row")), None
     if suffix == ".csv":
+        check_unique(path, _csv_header(path), 1)  # Polars renames a second one silently
         try:
             df = pl.read_csv(path, infer_schema_length=0)  # strings; cast row by row
         except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as e:
             raise TraceFormatError(path, None, None, "not a readable CSV file: "
                                    f"{str(e).splitlines()[0]}") from None
         return _from_frame(df, _Where(path, "row")), None
-    return _read_json(path, gpus)
+    return _read_json(path, gpus, framework)
+
+
+def _csv_header(path: Path) -> list[str]:
+    """The first row of a CSV file, stripped (empty when the file is)."""
+    import csv
+
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            return [h.strip() for h in next(csv.reader(fh), [])]
+    except (csv.Error, UnicodeDecodeError, OSError):
+        return []  # the full read reports it
 
 
 def _json_records(path: Path) -> tuple[list[tuple[int, Any]], str]:
@@ -156,7 +171,8 @@ def _json_records(path: Path) -> tuple[list[tuple[int, Any]], str]:
     return out, "line"
 
 
-def _read_json(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] | None]:
+def _read_json(path: Path, gpus: int | None, framework: str | None = None
+               ) -> tuple[pl.DataFrame, list[dict] | None]:
     records, unit = _json_records(path)
     where = _Where(path, unit)
     if not records:
@@ -182,7 +198,7 @@ def _read_json(path: Path, gpus: int | None) -> tuple[pl.DataFrame, list[dict] |
             rows.append({**{k: flat.get(k) for k in INFERENCEX_COLUMNS},
                          "source_format": "inferencex", "source_row": at})
             continue
-        rows.append(bench_point(rec, kind, gpus, where, at))
+        rows.append(bench_point(rec, kind, gpus, where, at, framework))
         if "input_lens" in rec and details is None:
             details = [{"at": at, "kind": kind, **rec}]
         elif "input_lens" in rec:
@@ -230,8 +246,50 @@ def _num(rec: dict, key: str, where: _Where, at: int, *, required: bool = False,
     return float(v)
 
 
-def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) -> dict:
-    """One bench result -> one point in InferenceX columns (ms -> s, totals -> per GPU)."""
+#: A bench result's ``backend`` (its first dash-separated word) -> the engine it measured.
+#: sglang.bench_serving and vllm bench serve also drive TGI, Truss, DeepSpeed-MII and
+#: others; those points stand for no engine the toolkit models and are refused.
+BACKEND_ENGINES = {"sglang": "sglang", "vllm": "vllm", "trt": "trt", "tensorrt": "trt",
+                   "trtllm": "trt", "lmdeploy": "lmdeploy"}
+
+
+def bench_engine(rec: dict, kind: str, framework: str | None, where: _Where,
+                 at: int) -> str:
+    """The engine a bench result measured: its ``backend``; ``framework`` (the user's
+    ``--framework``) when it names none or only the generic OpenAI client, and it must
+    agree with a backend that names one. A TGI, Truss or missing backend was stored as
+    sglang, so a TGI benchmark answered "measured" for SGLang."""
+    given = framework.strip().lower() if framework else None
+    given = BACKEND_ENGINES.get(given, given) if given else None
+    backend = rec.get("backend")
+    if backend is None:
+        if given:
+            return given
+        raise where.err(at, "backend", "missing: the result does not name the engine it "
+                        "measured; pass --framework NAME")
+    if not isinstance(backend, str) or not backend.strip():
+        raise where.err(at, "backend", f"expected an engine name, got {backend!r}"[:120])
+    base = backend.strip().lower().split("-")[0]
+    engine = BACKEND_ENGINES.get(base)
+    if engine is None and base == "openai":  # any OpenAI-compatible server
+        engine = given or ("vllm" if kind == "vllm-bench" else None)
+        if engine is None:
+            raise where.err(at, "backend", f"{backend!r} does not say which engine served "
+                            "it; pass --framework NAME")
+    if engine is None:
+        raise where.err(at, "backend", f"{backend!r} is not an engine the toolkit models "
+                        f"({', '.join(sorted(set(BACKEND_ENGINES.values())))}): its points "
+                        "cannot stand for one")
+    if given and given != engine:
+        raise where.err(at, "backend", f"{backend!r} measured {engine}, not --framework "
+                        f"{framework}")
+    return engine
+
+
+def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int,
+                framework: str | None = None) -> dict:
+    """One bench result -> one point in InferenceX columns (ms -> s, totals -> per GPU);
+    ``framework``: the user's ``--framework`` (see :func:`bench_engine`)."""
     if gpus is None:
         raise where.err(at, None, f"{kind} results do not say how many GPUs served them: "
                         "pass --gpus N (the divisor of tput_per_gpu)")
@@ -246,6 +304,9 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
     out_tput = _num(rec, "output_throughput", where, at, required=True)
     if kind == "vllm-bench":
         total = _num(rec, "total_token_throughput", where, at)
+        if total is not None and total < out_tput * (1 - 1e-9):
+            raise where.err(at, "total_token_throughput", f"{total} is below "
+                            f"output_throughput {out_tput}: the total counts the output too")
         in_tput = None if total is None else max(total - out_tput, 0.0)
         e2e = ("median_e2el_ms", "p90_e2el_ms")
     else:
@@ -267,18 +328,18 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
     p90_tpot = _num(rec, "p90_tpot_ms", where, at, positive=True)
     p90_ttft = ms("p90_ttft_ms")
     ttfts = rec.get("ttfts")
-    if p90_ttft is None and isinstance(ttfts, list) and ttfts and all(
-            _finite(x) and x >= 0 for x in ttfts):
+    if ttfts is not None and not isinstance(ttfts, list):
+        raise where.err(at, "ttfts", f"expected a list of times in s, got {ttfts!r}"[:120])
+    for i, x in enumerate(ttfts or []):  # a NaN made p90_ttft null, silently
+        if not (_finite(x) and x >= 0):
+            raise where.err(at, f"ttfts[{i}]", f"expected a time in s >= 0, got {x!r}"[:120])
+    if p90_ttft is None and ttfts:
         p90_ttft = float(np.percentile(np.asarray(ttfts, np.float64), 90))
     conc = rec.get("max_concurrency")
     if conc is not None and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
         raise where.err(at, "max_concurrency", f"expected a positive integer or null, got "
                         f"{conc!r}")
-    backend = rec.get("backend")
-    framework = "vllm" if kind == "vllm-bench" else "sglang"
-    if kind == "sglang-bench" and isinstance(backend, str):
-        base = backend.split("-")[0]
-        framework = base if base in ("sglang", "vllm", "trt", "lmdeploy") else framework
+    engine = bench_engine(rec, kind, framework, where, at)
 
     def mean_len(total_tokens: float | None) -> int | None:  # measured, per completed request
         return None if total_tokens is None or not done else int(round(total_tokens / done))
@@ -286,10 +347,10 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
     model_id = rec.get("model_id")
     return {
         **dict.fromkeys(INFERENCEX_COLUMNS),
-        "framework": framework,
+        "framework": engine,
         "model": model_id if isinstance(model_id, str) else None,
         "isl": mean_len(tin), "osl": mean_len(tout), "conc": conc,
-        "date": bench_date(rec.get("date")),
+        "date": bench_date(rec.get("date"), where, at),
         # the GPUs that served it (the divisor above); the rest of the layout is not recorded
         "num_prefill_gpu": gpus, "num_decode_gpu": gpus,
         "tput_per_gpu": total / gpus, "output_tput_per_gpu": out_tput / gpus,
@@ -303,16 +364,36 @@ def bench_point(rec: dict, kind: str, gpus: int | None, where: _Where, at: int) 
     }
 
 
-def bench_date(value: object) -> str | None:
+def bench_date(value: object, where: _Where | None = None, at: int | None = None
+               ) -> str | None:
     """A bench result's ``date`` as an ISO day: vLLM writes ``YYYYMMDD-HHMMSS``; anything
-    else that is not already ``YYYY-MM-DD...`` is dropped (the date only ages the engine)."""
+    else that is not already ``YYYY-MM-DD...`` is dropped (the date only ages the engine).
+    A day that does not exist (2026-13-45) is refused, naming the field, when ``where``
+    is given (it was stored, and ``serving fit`` failed on it later)."""
     if not isinstance(value, str):
         return None
     v = value.strip()
+    day = None
     if len(v) >= 8 and v[:8].isdigit():
-        return f"{v[:4]}-{v[4:6]}-{v[6:8]}"
-    if len(v) >= 10 and v[4] == "-" and v[7] == "-" and (v[:4] + v[5:7] + v[8:10]).isdigit():
-        return v[:10]
+        day = f"{v[:4]}-{v[4:6]}-{v[6:8]}"
+    elif len(v) >= 10 and v[4] == "-" and v[7] == "-" and (v[:4] + v[5:7] + v[8:10]).isdigit():
+        day = v[:10]
+    if day is not None and date_problem(day) is not None:
+        if where is not None:
+            raise where.err(at, "date", f"{value!r} is not a day that exists")
+        return None
+    return day
+
+
+def date_problem(value: str) -> str | None:
+    """Why ``value`` is not an ISO day (``YYYY-MM-DD``, optionally followed by a time),
+    or None."""
+    import datetime
+
+    try:
+        datetime.date.fromisoformat(value.strip()[:10])
+    except ValueError:
+        return f"{value!r} is not a date (YYYY-MM-DD) that exists"
     return None
 
 
@@ -401,6 +482,33 @@ def _cast_frame(df: pl.DataFrame, where: _Where) -> pl.DataFrame:
     return _check_values(pl.DataFrame(cols), where)
 
 
+MAX_INTVTY = 1e5
+"""Most tokens/s per user (a 10 us TPOT): ~300x the highest InferenceX reports."""
+TPUT_COLUMNS = ("tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu")
+
+
+def point_problem(df: pl.DataFrame) -> tuple[int, str, str] | None:
+    """The first (row index, field, why) of a measured point no measurement can have: a
+    throughput beyond :data:`MAX_TPUT_PER_GPU`, an interactivity beyond
+    :data:`MAX_INTVTY`, a date that does not exist; None when every row is possible.
+    Shared by ``ingest points`` and the readers of ``serving fit`` / ``cost compare``."""
+    limits = {**dict.fromkeys(TPUT_COLUMNS, MAX_TPUT_PER_GPU),
+              "median_intvty": MAX_INTVTY, "p90_intvty": MAX_INTVTY}
+    for c, hi in limits.items():
+        if c not in df.columns:
+            continue
+        v = df[c].cast(pl.Float64, strict=False)
+        bad = (v > hi).fill_null(False).arg_true()
+        if bad.len():
+            i = int(bad[0])
+            return i, c, f"{v[i]:g} is beyond any measurement (at most {hi:g})"
+    if "date" in df.columns:
+        for i, d in enumerate(df["date"].cast(pl.String).to_list()):
+            if d is not None and d.strip() and (why := date_problem(d)) is not None:
+                return i, "date", why
+    return None
+
+
 def _check_values(df: pl.DataFrame, where: _Where) -> pl.DataFrame:
     """Every point needs a positive throughput and interactivity; counts are >= 1."""
     if df.height == 0:
@@ -411,6 +519,9 @@ def _check_values(df: pl.DataFrame, where: _Where) -> pl.DataFrame:
             i = int(bad[0])
             raise where.err(int(df["source_row"][i]), c,
                             f"must be a positive number, got {df[c][i]!r}")
+    if (found := point_problem(df)) is not None:
+        i, c, msg = found
+        raise where.err(int(df["source_row"][i]), c, msg)
     for c in ("isl", "osl", "conc", "num_prefill_gpu", "num_decode_gpu", "prefill_tp",
               "prefill_ep", "decode_tp", "decode_ep"):
         bad = (df[c] < 1).fill_null(False).arg_true()
@@ -456,13 +567,22 @@ def _timeline(path: Path, trace: str, rec: dict) -> pa.Table:
         raise where.err(at, "input_lens", "empty")
     starts = rec.get("start_times")
     ids = np.arange(n)
-    if isinstance(starts, list) and len(starts) == n:
+    if starts is not None and (not isinstance(starts, list) or len(starts) != n):
+        got = f"{len(starts)} values" if isinstance(starts, list) else repr(starts)[:40]
+        raise where.err(at, "start_times", f"{got} for {n} requests (input_lens): every "
+                        "request needs its send time")
+    if starts is not None:
         for i, x in enumerate(starts):
             if not _finite(x):
                 raise where.err(at, f"start_times[{i}]", f"expected a time in s, got {x!r}")
         t = np.asarray(starts, np.float64)
         ids = np.argsort(t, kind="stable")
-        arrival = (t[ids] - t[ids[0]]).tolist()
+        with np.errstate(over="ignore"):
+            arrival_np = t[ids] - t[ids[0]]
+        if not np.isfinite(arrival_np).all():  # e.g. -1e308 and 1e308: the span is inf
+            raise where.err(at, "start_times", "the send times span more than a float "
+                            "holds (an infinite arrival_s)")
+        arrival = arrival_np.tolist()
     else:
         arrival = [0.0] * n
         note(f"{path}:{at}: the result records no send times: every request's arrival_s is "
@@ -488,7 +608,7 @@ def read(path: Path, name: str, *, hardware: str | None = None, gpus: int | None
     engines' defaults, noted), so the table serves ``serving fit`` without further flags."""
     from toolkit.schema import MEASURED_POINTS
 
-    df, details = _read_file(path, gpus)
+    df, details = _read_file(path, gpus, framework)
     df = _finish(df, {"hardware": hardware, "framework": framework, "model": model,
                       "precision": precision}, _Where(path, "row"))
     if tp is not None or ep is not None or dp_attention is not None or spec_method:

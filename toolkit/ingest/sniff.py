@@ -86,11 +86,23 @@ def csv_header(path: object, rows: Iterator[list[str]], columns: tuple[str, ...]
             raise TraceFormatError(path, 1, col, f"missing column; header is {header}"
                                    + hint(looks_like(header, not_=fmt)
                                         or line_looks_like(",".join(header), not_=fmt)))
+    check_unique(path, header, 1)
+    return header
+
+
+def duplicate_column(header: list[str]) -> str | None:
+    """The first column name that appears twice in ``header`` (blank names aside)."""
     seen: set[str] = set()
     for h in header:
         if h in seen and h:
-            raise TraceFormatError(path, 1, h, "column appears twice in the header; "
-                                   "which one holds the data is ambiguous")
+            return h
         seen.add(h)
-    return header
+    return None
+
+
+def check_unique(path: object, header: list[str], line: int | None) -> None:
+    """Refuse a header naming a column twice: readers took the first one silently."""
+    if (h := duplicate_column(header)) is not None:
+        raise TraceFormatError(path, line, h, "column appears twice in the header; "
+                               "which one holds the data is ambiguous")
 

@@ -42,7 +42,7 @@ from toolkit.ingest.fields import (
     requests_table,
 )
 from toolkit.ingest.parquet import read_parquet
-from toolkit.ingest.sniff import extra_note, hint, looks_like
+from toolkit.ingest.sniff import check_unique, extra_note, hint, looks_like
 
 FORMATS = ("csv", "jsonl", "parquet")
 TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}  # units per second
@@ -255,6 +255,7 @@ def _parquet_rows(path: Path, cols: TableColumns) -> Iterator[tuple[int, dict[st
 
 
 def _check_columns(path: Path, header: list[str], cols: TableColumns, line: int | None) -> None:
+    check_unique(path, header, line)
     for c in cols.columns:
         if c not in header:
             shown = header if len(header) <= 20 else [*header[:20], "..."]

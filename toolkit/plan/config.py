@@ -70,6 +70,8 @@ class PlanConfig:
             host DRAM, or the whole table when an option reaches a GPU's share of it.
         engram_table_gb: size of all Engram tables of the planned model (GB, assumed).
         max_p90_ttft_s: p90 TTFT bound; ``None`` lifts it.
+        ttft_confidence: the bound applies to the upper end of the predicted p90 TTFT's
+            central band at this confidence (``cost compare --ttft-confidence``).
         host_dram_gb, ssd_gb: host DRAM and NVMe options per serving instance of
             ``gpus_per_replica`` GPUs (0 forbids the tier).
         policy: device eviction policies of the prefix cache (tier replay names).
@@ -99,6 +101,7 @@ class PlanConfig:
     selections: str | None = None
     engram: str | None = None
     max_p90_ttft_s: float | None = DEFAULT_MAX_P90_TTFT_S
+    ttft_confidence: float = 0.8
     price_tier: str = "hyperscaler"
     host_dram_gb: tuple[float, ...] = (0.0, 256.0, 512.0, 1024.0)
     ssd_gb: tuple[float, ...] = (0.0, 4096.0, 16384.0)
@@ -125,13 +128,17 @@ class PlanConfig:
         for name in ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_multiples",
                      "prefix_reserve", "engram_hbm_gb"):
             v = getattr(self, name)
-            if isinstance(v, list):
-                object.__setattr__(self, name, tuple(v))
+            if isinstance(v, list | tuple):  # an option given twice is searched once
+                object.__setattr__(self, name, tuple(dict.fromkeys(v)))
             if not getattr(self, name):
                 raise ValueError(f"{name}: give at least one value")
         check_number("interactivity", self.interactivity, lo=0.0, lo_open=True)
         if self.max_p90_ttft_s is not None:
             check_number("max_p90_ttft_s", self.max_p90_ttft_s, lo=0.0, lo_open=True)
+        if self.ttft_confidence not in (0.5, 0.8, 0.9):
+            raise ValueError(f"ttft_confidence (--ttft-confidence) must be one of (0.5, 0.8, 0.9), "
+                             f"got "
+                             f"{self.ttft_confidence!r}")
         for name in ("host_dram_gb", "ssd_gb"):
             for v in getattr(self, name):
                 check_number(name, v, lo=0.0)

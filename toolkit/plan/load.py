@@ -223,6 +223,10 @@ def load_plan(ctx: Any, ev: dict, best: Probe, probes: list[Probe]) -> dict:
     front = {k: p[k] for k in ("tput_per_gpu", "p90_ttft_s", "usd_per_mtok_total",
                                "usd_per_mtok_total_low", "usd_per_mtok_total_high",
                                "gpu_hit_share", "host_hit_share", "storage_hit_share")}
+    for k in ("p90_ttft_s_low", "p90_ttft_s_high"):  # the front's band, not the cluster's
+        if k in p:
+            front[k] = p[k]
+            p[k] = None
     p.update(gpu_hit_share=s["gpu_hit_share"], host_hit_share=s["host_hit_share"],
              storage_hit_share=s["storage_hit_share"], p90_ttft_s=s["p90_ttft_s"],
              tput_per_gpu=s["tput_per_gpu"], usd_per_mtok_total=usd,

@@ -247,7 +247,8 @@ class _Context:
         except Exception as e:
             raise PlanError(f"--selections {self.cfg.selections!r}: {e}") from None
         self.k = int(self.rows.k)
-        self.miss_scale = self.model.index_topk / self.k
+        self.miss_scale = self.model.index_topk / self.k  # buffers keep buffer / k
+        self.sel_context = float(np.mean(self.rows.seq_len)) if self.rows.seq_len.size else 2.0
 
     def selection(self, buffer: int) -> dict:
         """The exact selection replay at ``buffer`` (trace-scale tokens), HiSparse mode,
@@ -260,13 +261,22 @@ class _Context:
                 self.store, scfg, save=False, rows=self.rows, progress=False)}
         return self.selections[buffer]
 
-    def misses(self, buffer: int | None) -> float:
-        """HiSparse host rows per (request, decode step, layer) at the model's top-k: the
-        exact replay's mean at ``buffer`` times the k scale (0 without HiSparse)."""
-        if not buffer:
-            return 0.0
+    def scaled_misses(self, buffer: int):
+        """The exact replay's miss ratio at ``buffer`` carried to the model's top-k and the
+        workload's mean context (ISL + OSL / 2) by the measured scaling fit
+        (:func:`toolkit.replay.selection_scaling.scale_misses`), with its band."""
+        from toolkit.replay.selection_scaling import scale_misses
+
         sel = self.selection(buffer)
-        return sel["misses"] / sel["rows"] * self.miss_scale if sel["rows"] else 0.0
+        ratio = sel["misses"] / sel["accesses"] if sel["accesses"] else 0.0
+        return scale_misses(ratio, trace_k=self.k, model_k=self.model.index_topk,
+                            buffer_ratio=buffer / self.k, context_tokens=self.sel_context,
+                            target_context_tokens=self.isl + self.osl / 2.0)
+
+    def misses(self, buffer: int | None) -> float:
+        """HiSparse host rows per (request, decode step, layer) at the model's top-k
+        (:meth:`scaled_misses`; 0 without HiSparse)."""
+        return self.scaled_misses(buffer).rows if buffer else 0.0
 
     def tier(self, hw: str, policy: str, users: int | None, host_tokens: int,
              storage_tokens: int, *, sequential: bool = False,
@@ -316,7 +326,8 @@ class _Context:
                              max_p90_ttft_s=bound, price_tier=c.price_tier,
                              precision=c.precision, isl=self.isl, osl=self.osl,
                              cached_prefix_fraction=cached, engines={hw: engine}, mtp=c.mtp,
-                             kv_dtype=c.kv_dtype, measured=False)
+                             kv_dtype=c.kv_dtype, measured=False,
+                             ttft_confidence=c.ttft_confidence)
 
     def tokens(self, gb: float) -> int:
         return int(gb * 1e9 // self.kvb)
@@ -500,9 +511,15 @@ def _evaluate(ctx: _Context, c: Candidate, seed: tuple[str | None, int]) -> dict
                    "users_per_instance": users, "converged": converged,
                    "host_pool_gb": ctx.host_pool_gb(host_users) if c.buffer else 0.0,
                    "hisparse_misses_per_layer": miss,
+                   "hisparse_misses_per_layer_band": (
+                       [ctx.scaled_misses(c.buffer).rows_low,
+                        ctx.scaled_misses(c.buffer).rows_high] if c.buffer else None),
                    "host_tier_tokens": int(tier["host_capacity_tokens"]),
                    "storage_tier_tokens": int(tier["storage_capacity_tokens"]),
                    "replay_p90_ttft_s": tier["p90_ttft_s"], "source": ans["source"],
+                   "p90_ttft_s_low": ans.get("p90_ttft_s_low"),
+                   "p90_ttft_s_high": ans.get("p90_ttft_s_high"),
+                   "ttft_confidence": cfg.ttft_confidence,
                    "basis": ans["basis"], "edge": bool(ans["edge"]),
                    "usd_per_gpu_hour": price,
                    "prefix_reserve_fraction": c.reserve, "max_running": max_running,
@@ -565,11 +582,11 @@ def assumptions(ctx: _Context) -> list[str]:
                      f"({cfg.price_tier}, survey {spec.price_vintage(cfg.price_tier)})")
     if cfg.selections is not None:
         lines.append(
-            f"HiSparse: selection replay of {cfg.selections!r} (k = {ctx.k}), LRU buffer, "
-            f"misses scaled by {ctx.miss_scale:g} = {ctx.model.index_topk} / {ctx.k} to "
-            f"{cfg.model}'s top-k (keeps the recording's miss ratio: an assumption); host "
-            "pool = users x (ISL + OSL/2) x KV bytes per token, taken from the host DRAM; "
-            "fetches synchronous (HiSparse v1)")
+            f"HiSparse: selection replay of {cfg.selections!r} (k = {ctx.k}), LRU buffer "
+            f"(buffers kept at buffer / k: x{ctx.miss_scale:g}); misses: "
+            f"{ctx.scaled_misses(2 * ctx.k).label} (at buffer 2 x k; each buffer uses its "
+            "own replay); host pool = users x (ISL + OSL/2) x KV bytes per token, taken from "
+            "the host DRAM; fetches synchronous (HiSparse v1)")
     if set(cfg.prefix_reserve) != {0.0}:
         lines.append(
             "prefix reserve R: running requests are capped (SGLang's --max-running-requests) "

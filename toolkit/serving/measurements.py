@@ -94,7 +94,8 @@ def load_measurements(source: str | Path | MeasurementSource, *, for_model: bool
                              "names; the bench-result flags do not apply to it")
             return read_points(path, scope, notes)
         try:
-            df = read_measured_points(path, gpus=src.layout.gpus)
+            df = read_measured_points(path, gpus=src.layout.gpus,
+                                      framework=src.layout.framework)
         except ToolkitError as e:
             raise PointsError(str(e).replace("pass --gpus N", f"pass {prefix}gpus N")) from None
     else:

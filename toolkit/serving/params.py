@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from toolkit.errors import ToolkitError
+from toolkit.runtime.files import file_problem
 
 PARAMS: dict[str, tuple[str, ...]] = {
     "eff_mem": ("global", "vendor", "family", "engine"),
@@ -231,6 +232,8 @@ class ServingParams:
     @staticmethod
     def load(path: str | Path) -> ServingParams:
         """Read a file written by :meth:`save`; errors name the file and key."""
+        if (problem := file_problem(path)) is not None:
+            raise ParamsError(f"{path}: {problem}")
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:

@@ -18,6 +18,7 @@ from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware, hardware_names
 from toolkit.models import get_model, model_names
 from toolkit.registry import RegistryError
+from toolkit.runtime.files import file_problem
 
 CONFIG_COLUMNS: dict[str, type[pl.DataType]] = {
     "hardware": pl.String,
@@ -104,9 +105,8 @@ def read_points(path: str | Path, scope: PointsScope | None = None,
         PointsError: unreadable file, missing column, or a bad value (row and field named).
     """
     path = Path(path)
-    if not path.is_file():
-        raise PointsError(f"{path}: " + ("is a directory; expected a CSV or Parquet file"
-                                      if path.is_dir() else "no such file"))
+    if (problem := file_problem(path)) is not None:
+        raise PointsError(f"{path}: {problem}")
     if (problem := _csv_problem(path)) is not None:  # Polars pads or drops ragged rows
         raise PointsError(problem)
     try:
@@ -222,6 +222,11 @@ def validate(df: pl.DataFrame, where: str = "<frame>") -> pl.DataFrame:
     for col in MEASURED_COLUMNS:
         if col in out.columns and out[col].dtype == pl.String:
             out = out.with_columns(pl.col(col).cast(pl.Float64, strict=False))
+    from toolkit.ingest.points import point_problem
+
+    if (found := point_problem(out)) is not None:  # 1e308 throughputs, 2026-13-45
+        i, col, why = found
+        raise PointsError(f"{where}: row {i + 1} field {col!r}: {why}")
     return _check_whatif_and_layout(out, where)
 
 
@@ -342,6 +347,11 @@ def _csv_problem(path: Path) -> str | None:
             header = next(rows, None)
             if header is None:
                 return f"{path}: empty file"
+            names = [h.strip() for h in header]
+            dup = next((h for i, h in enumerate(names) if h and h in names[:i]), None)
+            if dup is not None:  # Polars renames the second one: the first was used silently
+                return (f"{path}: header field {dup!r}: column appears twice in the header; "
+                        "which one holds the data is ambiguous")
             for i, row in enumerate(rows, start=1):
                 if row and len(row) != len(header):
                     return (f"{path}: row {i}: {len(row)} fields where the header has "

@@ -6,6 +6,8 @@ import numpy as np
 import polars as pl
 
 from toolkit.serving.bands import apply_bands
+from toolkit.serving.calibration import CONFIDENCE, bundled_calibration
+from toolkit.serving.calibration import apply as apply_calibration
 from toolkit.serving.layout import Design, design
 from toolkit.serving.model import client, solve
 from toolkit.serving.params import ServingParams, bundled_params
@@ -60,14 +62,19 @@ def evaluate(d: Design, params: ServingParams) -> dict[str, np.ndarray]:
 
 
 def predict(df: pl.DataFrame, params: ServingParams | None = None, *,
-            breakdown: bool = False, kv_dtype: str = "fp8", bands: bool = True) -> pl.DataFrame:
+            breakdown: bool = False, kv_dtype: str = "fp8", bands: bool = True,
+            confidence: float = CONFIDENCE) -> pl.DataFrame:
     """``df`` (validated rows, :func:`toolkit.serving.points.validate`) plus ``pred_*`` columns.
 
     Args:
         params: fitted parameters; default: the bundled fit on InferenceX DeepSeek-R1 points.
         breakdown: also add the per-step terms (:data:`BREAKDOWN_COLUMNS`, prefixed ``term_``).
-        bands: add ``pred_*_low`` / ``pred_*_high`` from the parameters' cross-validated
-            residuals (:mod:`toolkit.serving.bands`).
+        bands: calibrate: add ``pred_*_low`` / ``pred_*_high``, the ``confidence`` central
+            interval from the shipped calibration of cross-validated residuals
+            (:mod:`toolkit.serving.calibration`; a parameter file's own ``bands.calibration``
+            first, the uncalibrated percentile bands of :mod:`toolkit.serving.bands` when
+            neither exists), and centre p90 TTFT on its calibrated median. Without it the
+            raw model outputs (what cross-validation scores).
 
     A ``basis`` column says whether the fit saw the row's (hardware, engine) pair.
     """
@@ -79,5 +86,8 @@ def predict(df: pl.DataFrame, params: ServingParams | None = None, *,
     b = basis(df, params)
     res = df.with_columns(cols)
     if bands:
-        res = apply_bands(res, params.bands, b)
+        cal = params.bands.get("calibration") if params.bands else None
+        cal = cal or bundled_calibration()
+        res = (apply_calibration(res, cal, b, confidence=confidence) if cal
+               else apply_bands(res, params.bands, b))
     return res.with_columns(pl.Series("basis", b))

@@ -1,7 +1,9 @@
 """``toolkit store check`` and ``repair``: find what in a store cannot be read, one line per
 file, and fix it without losing anything that still reads.
 
-What is looked at, per table: every key file's Parquet footer; for a run table, its
+What is looked at, per table: every key file's Parquet footer and schema (a file another
+program wrote there: required columns, their types, and for a trace's table that its rows
+are that trace's); names that are no key; for a run table, its
 manifest (JSON and shape), each listed part (there, of the size the manifest recorded,
 or a footer that reads when no size was recorded), parts on disk that no manifest lists
 (their rows would show twice in queries) and keys held both by a file and by a part.
@@ -12,21 +14,31 @@ with its keys (their runs are gone: a sweep makes them again); a damaged manifes
 rebuilt from its parts' footers, which list their keys (a part without such a footer is
 moved aside, its keys unknown); an unlisted part is adopted the same way; a key both in
 a file and in a part keeps the file. All of it is one transaction under the store lock.
+Then ``catalog.duckdb`` is compared with the views the files make, and rewritten when it
+differs (missing, foreign, or stale).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from toolkit import schema
 from toolkit.errors import StoreError
 from toolkit.store import parts, transaction, views
-from toolkit.store.layout import COMMIT_MARKER, COMPACT_DIR, COMPACTABLE, STAGING_DIR
+from toolkit.store.layout import (
+    CATALOG_FILE,
+    COMMIT_MARKER,
+    COMPACT_DIR,
+    COMPACTABLE,
+    STAGING_DIR,
+)
 
 if TYPE_CHECKING:
     from toolkit.store.state import StoreState
@@ -73,19 +85,108 @@ class TablePlan:
     manifest: dict | None  # {"parts": ..., "bytes": ...} after the rewrites' renames
 
 
+#: The column each key file of a table holds its key in (and nothing else): trace tables
+#: by trace name, run tables by run id.
+KEY_COLUMN = {
+    **dict.fromkeys(("requests", "request_traces", "request_labels", "request_sessions",
+                     "selections", "selection_traces", "selection_requests",
+                     "engram_lookups", "engram_traces"), "trace"),
+    **dict.fromkeys(("replay_runs", "selection_runs", "selection_replay", "tier_runs",
+                     "tier_requests", "engram_runs", "compare_runs", "decode_costs",
+                     "serving_fronts"), "run_id"),
+}
+
+
+def _family(t: pa.DataType) -> str:
+    """Types one column may be stored as and still read as its schema's type."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list<" + _family(t.value_type) + ">"
+    if pa.types.is_dictionary(t):
+        return _family(t.value_type)
+    for name, test in (("int", pa.types.is_integer), ("float", pa.types.is_floating),
+                       ("str", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x)),
+                       ("bool", pa.types.is_boolean)):
+        if test(t):
+            return name
+    return str(t)
+
+
+def _only(pf: pq.ParquetFile, column: str, value: str) -> bool:
+    """Whether the footer's statistics show every row of ``column`` equal to ``value``
+    (then the column need not be read)."""
+    md = pf.metadata
+    leaves = [md.schema.column(j).path for j in range(md.num_columns)]
+    if column not in leaves:
+        return False
+    i = leaves.index(column)
+    for g in range(md.num_row_groups):
+        st = md.row_group(g).column(i).statistics
+        if st is None or not st.has_min_max or st.null_count or st.min != value \
+                or st.max != value:
+            return False
+    return True
+
+
+def foreign(path: Path, table: str, key: str) -> str | None:
+    """Why the readable key file ``path`` is not ``table``'s file for ``key``: a required
+    column missing, a column of another type, or (a trace's table) rows of another trace,
+    e.g. a file another program wrote into the table's directory. None when it is."""
+    want = schema.TABLES[table]
+    try:
+        pf = pq.ParquetFile(path)
+        have = pf.schema_arrow
+    except (OSError, pa.ArrowException) as e:
+        return f"unreadable Parquet file ({first_line(e)})"
+    missing = [f.name for f in want if not f.nullable and f.name not in have.names]
+    if missing:
+        return (f"not a {table} file: column(s) {', '.join(missing[:5])} missing "
+                f"(it has {', '.join(have.names[:5]) or 'none'})")
+    wrong = [f"{f.name} is {have.field(f.name).type}, not {f.type}" for f in want
+             if f.name in have.names and _family(have.field(f.name).type) != _family(f.type)]
+    if wrong:
+        return f"not a {table} file: {'; '.join(wrong[:3])}"
+    col = KEY_COLUMN.get(table)
+    if col is not None and pf.metadata.num_rows and not _only(pf, col, key):
+        try:
+            keys = set(pf.read(columns=[col]).column(col).unique().to_pylist())
+        except (OSError, pa.ArrowException) as e:
+            return f"unreadable Parquet file ({first_line(e)})"
+        if keys != {key}:
+            other = sorted(str(t) for t in keys - {key})
+            what = "trace(s)" if col == "trace" else "run(s)"
+            return (f"holds rows of {what} {', '.join(other[:3])} under the name {key!r} "
+                    "(a copy written outside the toolkit: its rows show twice)")
+    return None
+
+
 def plan_table(store: StoreState, table: str, *, key_files: bool = True) -> TablePlan:
     """``key_files=False``: leave key files unread (compaction reads them anyway)."""
     d = store._table_dir(table)
     found: list[Finding] = []
     aside: list[str] = []
     file_keys: set[str] = set()
-    for name, key, is_file in views.scan(store, table)[0]:
+    valid, strangers = views.scan(store, table)
+    if strangers and key_files:
+        known = {name for name, _, _ in valid}
+        for e in sorted(os.scandir(d), key=lambda e: e.name) if d.is_dir() else []:
+            if e.name.startswith(".") or e.name in known:
+                continue
+            found.append(Finding(Path(e.path), "not a file the store writes (a name that is "
+                                 "no key, or not Parquet): left out of every view",
+                                 "moved to .damaged/"))
+            aside.append(e.name)
+    for name, key, is_file in valid:
         files = [d / name] if is_file else sorted((d / name).rglob("*.parquet"))
         for f in files:
             why = unreadable(f) if key_files else None
             if why:
                 found.append(Finding(f, f"unreadable Parquet file ({why})",
                                      "moved to .damaged/ (out of every view)"))
+                aside.append(f.relative_to(d).as_posix())
+                continue
+            why = foreign(f, table, key) if key_files and is_file else None
+            if why:
+                found.append(Finding(f, why, "moved to .damaged/ (out of every view)"))
                 aside.append(f.relative_to(d).as_posix())
             elif is_file:
                 file_keys.add(key)
@@ -151,11 +252,42 @@ def plan_table(store: StoreState, table: str, *, key_files: bool = True) -> Tabl
 
 def check(store: StoreState, tables: list[str] | None = None) -> list[Finding]:
     """Every problem found in ``tables`` (None: all), one per file, then committed writes
-    that could not be completed; changes nothing."""
+    that could not be completed and a catalog that does not match the files; changes
+    nothing."""
     with store._lock(exclusive=False):
         found = [f for t in (tables or list(schema.TABLES))
                  for f in plan_table(store, t).findings]
-    return found + stuck_commits(store)
+    return found + stuck_commits(store) + catalog_findings(store)
+
+
+def _view_sql(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    return dict(con.execute("SELECT view_name, sql FROM duckdb_views() WHERE NOT internal "
+                            "AND schema_name = 'main'").fetchall())
+
+
+def catalog_findings(store: StoreState) -> list[Finding]:
+    """``catalog.duckdb`` (the views for the DuckDB CLI) against the views the store's
+    files make: missing, not a DuckDB file, or views that differ (a stale or foreign
+    catalog would answer the DuckDB CLI with other files' rows)."""
+    path = store.root / CATALOG_FILE
+    if store._con is None:
+        return []
+    want = _view_sql(store._con)
+    fix = "rewritten from the Parquet files"
+    if not path.is_file():
+        return [Finding(path, "missing: the DuckDB CLI sees no views", fix)]
+    try:
+        with duckdb.connect(str(path), read_only=True) as cat:
+            have = _view_sql(cat)
+    except duckdb.Error as e:
+        if "lock" in str(e).lower():
+            return []  # in use by the DuckDB CLI: nothing to say about it now
+        return [Finding(path, f"not a catalog DuckDB can open ({first_line(e)})", fix)]
+    differ = sorted(t for t in set(want) | set(have) if want.get(t) != have.get(t))
+    if differ:
+        return [Finding(path, f"does not match the files: view(s) {', '.join(differ[:5])}"
+                        f"{', ...' if len(differ) > 5 else ''} differ", fix)]
+    return []
 
 
 def stuck_commits(store: StoreState) -> list[Finding]:
@@ -185,10 +317,13 @@ def repair(store: StoreState, tables: list[str] | None = None, *,
     if dry_run:
         return check(store, tables)
     todo = tables or list(schema.TABLES)
+    catalog = catalog_findings(store)
     with store._lock(exclusive=False):  # most stores need nothing: no staging, no lock
         if not any(plan_table(store, t, key_files=key_files).findings for t in todo) \
                 and not transaction.dead_commit(store):
-            return []
+            if catalog:
+                views.rewrite_catalog(store)
+            return catalog
     found: list[Finding] = []
     tx = transaction.Transaction(store)
     try:
@@ -224,4 +359,6 @@ def repair(store: StoreState, tables: list[str] | None = None, *,
     finally:
         tx.close()
         views.refresh_views(store)
-    return found
+    if catalog_findings(store):
+        views.rewrite_catalog(store)
+    return found + catalog

@@ -27,6 +27,7 @@ from toolkit.runtime.progress import turned_off
 from toolkit.store import check, compact, parts, readonly, transaction, trash, views
 from toolkit.store.layout import (
     CACHE_DIR,
+    CATALOG_FILE,
     COMPACT_DIR,
     COMPACTABLE,
     MANIFEST_FILE,
@@ -70,6 +71,12 @@ class Store:
             if not create:
                 raise StoreError(f"no store at {self.root}; create one with toolkit ingest")
             self.root.mkdir(parents=True, exist_ok=True)  # another process may race us
+        elif not create and not _holds_store(self.root):
+            # a read-only command (info, sql, replay) given a directory that is not a
+            # store wrote a catalog into it and answered from an empty store
+            raise StoreError(f"{self.root} is not a store (no {CATALOG_FILE} or table "
+                             "directories); give a store's directory, or create one with "
+                             "toolkit ingest (Python: create=True)")
         self.problems: list[str] = []
         self._dirs = {t: self.root / t for t in schema.TABLES}
         self._dir_names = [str(d) for d in self._dirs.values()]
@@ -511,6 +518,17 @@ def kept(cache: dict, key: tuple, load: Callable[[], T], limit: int) -> T:
                 cache.pop(next(iter(cache)))
             cache[key] = hit
     return hit
+
+
+def _holds_store(root: Path) -> bool:
+    """Whether the existing directory ``root`` is a store: it has the catalog, the staging
+    area or a table directory (a store whose catalog was deleted is still one)."""
+    try:
+        with os.scandir(root) as it:
+            names = {e.name for e in it}
+    except OSError:
+        return True  # unreadable: opening it reports why
+    return CATALOG_FILE in names or STAGING_DIR in names or not names.isdisjoint(schema.TABLES)
 
 
 def open_store(path: str | Path, *, create: bool = False) -> Store:

@@ -25,6 +25,10 @@ from pathlib import Path
 import duckdb
 
 from toolkit.errors import StoreError
+from toolkit.store.layout import CACHE_DIR
+
+#: DuckDB's temporary directory (spilled intermediate results), inside the store's cache.
+TEMP_DIR = f"{CACHE_DIR}/duckdb-tmp"
 
 #: Statement types that only read.
 READ_TYPES = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN,
@@ -40,7 +44,15 @@ class WriteRefused(StoreError):
 def confine(con: duckdb.DuckDBPyConnection, root: Path) -> None:
     """Let ``con`` read files under ``root`` only, for good (see the module docstring).
     The views name the root as a glob matching only itself (``s[1]`` as ``s[[]1[]]``),
-    which DuckDB checks as written, so that spelling is allowed too."""
+    which DuckDB checks as written, so that spelling is allowed too.
+
+    DuckDB also allows its temporary directory, by default ``.tmp`` under the current
+    directory: ``read_text('.tmp/...')`` read files outside the store, and a ``.tmp``
+    symlink any file on the machine. The temporary directory is therefore set inside the
+    store first (:data:`TEMP_DIR`, made only if a query spills); DuckDB refuses paths
+    that leave the allowed directories through a symlink or ``..`` itself."""
+    temp = str(root / TEMP_DIR)
+    con.execute("SET temp_directory = " + "'" + temp.replace("'", "''") + "'")
     where = str(root).rstrip("/") + "/"
     dirs = dict.fromkeys([where, re.sub(r"([\[\]*?])", r"[\1]", where)])
     listed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)

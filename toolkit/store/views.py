@@ -249,7 +249,15 @@ def glob_view(store: StoreState, table: str) -> str:
     return f"CREATE OR REPLACE VIEW {table} AS {view_sql(store, table, None)}"
 
 
-def write_catalog(store: StoreState, ddl: list[str]) -> None:
+def rewrite_catalog(store: StoreState) -> None:
+    """Write ``catalog.duckdb`` afresh from the views in force (``store repair`` of a
+    catalog that does not match the files, whatever its recorded digest says)."""
+    store._catalog_ddl = None
+    write_catalog(store, [store._made[t] for t in schema.TABLES if t in store._made],
+                  force=True)
+
+
+def write_catalog(store: StoreState, ddl: list[str], *, force: bool = False) -> None:
     """Rewrite ``catalog.duckdb`` only when its views would change, so commands that
     change nothing leave the store byte-identical. The catalog is a cache of views: one
     that does not open (garbage, truncated, another program's file) is rebuilt from the
@@ -259,7 +267,7 @@ def write_catalog(store: StoreState, ddl: list[str]) -> None:
         return  # no hash of every view's text after each write (0.2-0.3 ms)
     sha = hashlib.sha256("\n".join(ddl).encode()).hexdigest()
     path = store.root / CATALOG_FILE
-    if path.exists():
+    if path.exists() and not force:
         try:
             with duckdb.connect(str(path), read_only=True) as cat:
                 row = cat.execute("SELECT sha FROM toolkit_catalog").fetchone()

@@ -37,6 +37,9 @@ class CellTask:
     config: Any
     row: dict[str, Any]  # the cell's ``sweeps`` row, less run_id/status/error/seconds
     threads: int  # replay threads inside the cell (results do not depend on it)
+    #: The sweep's driver: (host name, process id). A worker on that host whose driver is
+    #: gone does not commit the cell (a Ray worker outlives a SIGKILLed driver).
+    driver: tuple[str, int] | None = None
 
     @property
     def index(self) -> int:
@@ -87,6 +90,7 @@ def run_cell(task: CellTask, store: Any = None) -> CellOutcome:
         store = store if store is not None else _worker_store(task.store_root)
         with store.transaction():
             run_id = kind.run(store, task.config, task.threads)
+            _check_driver(task.driver)  # raising here discards the cell's staged files
             seconds = time.perf_counter() - t0
             row = {**task.row, "run_id": run_id, "status": "done", "error": None,
                    "seconds": seconds}
@@ -103,6 +107,30 @@ def run_cell(task: CellTask, store: Any = None) -> CellOutcome:
             where = traceback.extract_tb(e.__traceback__)[-1]
             msg = f"{type(e).__name__}: {e} ({where.filename}:{where.lineno})"
         return CellOutcome(task.index, "failed", None, msg, time.perf_counter() - t0)
+
+
+class DriverGone(RuntimeError):
+    """The sweep's driver died: the cell is not committed."""
+
+
+def driver_id() -> tuple[str, int]:
+    """This process as a sweep driver: (host name, pid)."""
+    import os
+    import socket
+
+    return socket.gethostname(), os.getpid()
+
+
+def _check_driver(driver: tuple[str, int] | None) -> None:
+    import os
+    import socket
+
+    from toolkit.runtime.pool import parent_alive
+
+    if driver is None or driver[1] == os.getpid() or driver[0] != socket.gethostname():
+        return
+    if not parent_alive(driver[1]):
+        raise DriverGone(f"the sweep's driver (pid {driver[1]}) is gone; cell not committed")
 
 
 class Engine(Protocol):
@@ -156,8 +184,10 @@ class LocalEngine:
         check_memory(n * WORKER_PROCESS_BYTES,
                      f"--workers {self.workers} ({n} sweep processes of ~"
                      f"{WORKER_PROCESS_BYTES >> 20} MiB each)")
+        import os
+
         return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_ignore_sigint)
+                                   initializer=_init_worker, initargs=(os.getpid(),))
 
     def run(self, tasks: list[CellTask], store: Any = None) -> Iterator[CellOutcome]:
         import tempfile
@@ -259,12 +289,16 @@ class LocalEngine:
             self._marks = None
 
 
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the parent, which stops them: one message, not one
-    traceback per worker."""
+def _init_worker(parent_pid: int) -> None:
+    """A pool worker leaves Ctrl-C to the parent, which stops them (one message, not one
+    traceback per worker), and exits when the parent dies, even by SIGKILL
+    (:func:`toolkit.runtime.pool.die_with_parent`)."""
     import signal
 
+    from toolkit.runtime.pool import die_with_parent
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid)
 
 
 def _pool_cell(task: CellTask, marks: str) -> CellOutcome:

@@ -31,6 +31,7 @@ from typing import Any
 
 from toolkit.config import fingerprint
 from toolkit.errors import ToolkitError
+from toolkit.runtime.files import file_problem
 from toolkit.sweep.kinds import Kind, kinds
 
 TOP_KEYS = ("kind", "trace", "traces", "fixed", "axes")
@@ -308,14 +309,12 @@ or a huge file given as ``--grid`` is refused before any of it is read."""
 
 def load_grid(path: str | Path) -> Grid:
     """Read and validate a grid file (a regular file of at most ``MAX_GRID_BYTES``)."""
-    import stat
 
     path = Path(path)
     try:
+        if (problem := file_problem(path)) is not None:
+            raise GridError(f"{path}: --grid {problem}")
         st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise GridError(f"{path}: --grid must be a regular TOML file, not a "
-                            f"{'directory' if stat.S_ISDIR(st.st_mode) else 'device or pipe'}")
         if st.st_size > MAX_GRID_BYTES:
             raise GridError(f"{path}: --grid file is {st.st_size:,} bytes; a grid file is at "
                             f"most {MAX_GRID_BYTES:,} bytes")

@@ -20,7 +20,7 @@ import pyarrow as pa
 from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.store import Store
-from toolkit.sweep.engines import CellOutcome, CellTask, cell_key, engines
+from toolkit.sweep.engines import CellOutcome, CellTask, cell_key, driver_id, engines
 from toolkit.sweep.grid import Grid, GridError, cell_json, load_grid
 
 ON_ERROR = ("raise", "record")
@@ -181,8 +181,9 @@ def run(
         opts: dict[str, Any] = {} if engine != "ray" else {"verbose": verbose} | (
             {} if connect_timeout_s is None else {"connect_timeout_s": connect_timeout_s})
         eng = engines.get(engine)(workers=workers, address=address, **opts)
-        tasks = [CellTask(str(store.root), grid.kind, c.config, row(c), eng.cell_threads)
-                 for c in todo]
+        driver = driver_id()  # a worker whose driver died does not commit its cell
+        tasks = [CellTask(str(store.root), grid.kind, c.config, row(c), eng.cell_threads,
+                          driver) for c in todo]
         by_index = {c.index: c for c in todo}
         try:
             with _progress(len(cells), progress) as bar:

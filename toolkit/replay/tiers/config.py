@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from toolkit.config import check_number, fingerprint
+from toolkit.config import check_count, check_number, fingerprint
 
 UNBOUNDED = -1  # a capacity of -1 tokens means "never evicts"
 SEMANTICS = ("sglang", "page")
@@ -92,6 +92,12 @@ class TierService(Protocol):
     def default_device_tokens(self) -> int:
         """The device KV pool in tokens when the config leaves it to the hardware."""
         ...
+
+
+#: Bounds of F in ``arrivals = "scaled:F"`` (F x the trace's request rate): a million-fold
+#: either way covers any load study; ``scaled:1e-300`` stored inf bytes and a 0 s TTFT.
+MIN_RATE_SCALE = 1e-6
+MAX_RATE_SCALE = 1e6
 
 
 @dataclass(frozen=True)
@@ -190,14 +196,21 @@ class TierReplayConfig:
             except ValueError:
                 raise ValueError(f"arrivals {self.arrivals!r}: F in scaled:F must be a number, "
                                  "e.g. scaled:2") from None
-            if not factor > 0:
-                raise ValueError(f"arrivals {self.arrivals!r}: scaled:F needs F > 0")
+            if not MIN_RATE_SCALE <= factor <= MAX_RATE_SCALE:  # NaN, inf and 0 too
+                raise ValueError(f"arrivals {self.arrivals!r}: scaled:F needs "
+                                 f"{MIN_RATE_SCALE:g} <= F <= {MAX_RATE_SCALE:g} (beyond, "
+                                 "arrival times overflow to inf or collapse to 0)")
         for name in ("device_tokens", "host_tokens"):
             v = getattr(self, name)
             if v is not None and v < UNBOUNDED:
                 raise ValueError(f"{name} must be >= 0, -1 (unbounded) or None (default)")
         if self.storage_tokens < UNBOUNDED:
             raise ValueError("storage_tokens must be >= 0 or -1 (unbounded)")
+        for name in ("device_tokens", "host_tokens", "storage_tokens", "page_tokens",
+                     "block_tokens", "concurrency"):
+            v = getattr(self, name)
+            if v is not None:
+                check_count(name, v, lo=UNBOUNDED)
         check_number("host_ratio", self.host_ratio, lo=0.0, hi=1e6)
         check_number("write_through_threshold", self.write_through_threshold, lo=0)
         check_number("max_running", self.max_running, lo=0)

@@ -389,20 +389,30 @@ def _state(keys, pstart, plen, ptok, dpages, lim, R, local):  # pragma: no cover
 @nb.njit(cache=True, nogil=True)
 def simulate_page(keys, pstart, plen, ptok, dpages, prompt, outtok, lim, sched, coef,
                   tpot_b, out, cnt, areas, route, n_inst):  # pragma: no cover - compiled
-    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over ``n_inst`` page caches.
+    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over one page cache.
 
     Capacities in ``lim`` are pages (storage 0 disables it); ``dpages`` are each
-    request's decode pages. With more than one instance the caches read ``route``'s local
-    key array (see the loop). Returns the makespan in seconds.
+    request's decode pages. The instance is a 1-tuple (loop-invariant state);
+    :func:`simulate_page_cluster` runs ``n_inst`` > 1. Returns the makespan in seconds.
     """
+    c0 = _state(keys, pstart, plen, ptok, dpages, lim, prompt.shape[0], False)
+    return event_loop(admit, release, peek, fresh, (c0,), (c0[22],), prompt, outtok, sched,
+                      route, coef, tpot_b, out, cnt, areas)
+
+
+@nb.njit(cache=True, nogil=True)
+def simulate_page_cluster(keys, pstart, plen, ptok, dpages, prompt, outtok, lim, sched, coef,
+                          tpot_b, out, cnt, areas, route,
+                          n_inst):  # pragma: no cover - compiled
+    """:func:`simulate_page` over ``n_inst`` instances behind the router, each numbering its
+    pages locally (the caches read ``route``'s local key array, see the loop)."""
     R = prompt.shape[0]
-    local = n_inst > 1
     lkeys = route[8]
-    c0 = _state(lkeys, pstart, plen, ptok, dpages, lim, R, local)
+    c0 = _state(lkeys, pstart, plen, ptok, dpages, lim, R, True)
     cs = [c0]
     szs = [c0[22]]
     for _ in range(1, n_inst):
-        c = _state(lkeys, pstart, plen, ptok, dpages, lim, R, local)
+        c = _state(lkeys, pstart, plen, ptok, dpages, lim, R, True)
         cs.append(c)
         szs.append(c[22])
     return event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,

@@ -704,21 +704,33 @@ def _state(keys, pstart, plen, ktok, par, trans, lim, R, local):  # pragma: no c
 @nb.njit(cache=True, nogil=True)
 def simulate_radix(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sched, coef,
                    tpot_b, out, cnt, areas, route, n_inst, heap_r):  # pragma: no cover
-    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over ``n_inst`` radix device tiers.
+    """Run :func:`~toolkit.replay.tiers.loop.event_loop` over one radix device tier.
 
     Capacities in ``lim`` are tokens (storage 0 disables it); ``trans`` is each
-    request's slots outside the tree (partial page, decode); ``heap_r`` the requests one
-    instance's lazy heaps are sized for (all of them: allocated unwritten, an instance
-    touches what it pushes). With more than one instance the caches read ``route``'s
-    local key array (see the loop). Returns the makespan.
+    request's slots outside the tree (partial page, decode); ``heap_r`` the requests the
+    lazy heaps are sized for. The instance is a 1-tuple, so the loop's state is loop
+    invariant (:func:`simulate_radix_cluster` runs ``n_inst`` > 1 from a list). Returns
+    the makespan.
     """
-    local = n_inst > 1
+    c0 = _state(keys, pstart, plen, ktok, par, trans, lim, heap_r, False)
+    return event_loop(admit, release, peek, fresh, (c0,), (c0[30],), prompt, outtok, sched,
+                      route, coef, tpot_b, out, cnt, areas)
+
+
+@nb.njit(cache=True, nogil=True)
+def simulate_radix_cluster(keys, pstart, plen, ktok, par, trans, prompt, outtok, lim, sched,
+                           coef, tpot_b, out, cnt, areas, route, n_inst,
+                           heap_r):  # pragma: no cover - compiled
+    """:func:`simulate_radix` over ``n_inst`` instances behind the router: each numbers its
+    pieces locally (the caches read ``route``'s local key array, see the loop) and its
+    lazy heaps are sized for ``heap_r`` requests (all of them: allocated unwritten, an
+    instance touches what it pushes)."""
     lkeys = route[8]
-    c0 = _state(lkeys, pstart, plen, ktok, par, trans, lim, heap_r, local)
+    c0 = _state(lkeys, pstart, plen, ktok, par, trans, lim, heap_r, True)
     cs = [c0]
     szs = [c0[30]]
     for _ in range(1, n_inst):
-        c = _state(lkeys, pstart, plen, ktok, par, trans, lim, heap_r, local)
+        c = _state(lkeys, pstart, plen, ktok, par, trans, lim, heap_r, True)
         cs.append(c)
         szs.append(c[30])
     return event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,

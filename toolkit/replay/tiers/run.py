@@ -22,9 +22,9 @@ from toolkit.replay.tiers.config import (
     TierService,
 )
 from toolkit.replay.tiers.loop import C_OVER, COUNTERS, ClusterRoute
-from toolkit.replay.tiers.page import simulate_page
+from toolkit.replay.tiers.page import simulate_page, simulate_page_cluster
 from toolkit.replay.tiers.pieces import radix_pieces, sub_pages
-from toolkit.replay.tiers.radix import simulate_radix
+from toolkit.replay.tiers.radix import simulate_radix, simulate_radix_cluster
 from toolkit.replay.tiers.vllm_blocks import OFFLOAD_CODES, simulate_vllm
 from toolkit.schema import TIER_REQUESTS, TIER_RUNS
 from toolkit.store import Store
@@ -60,13 +60,15 @@ class PageStream:
 
 
 def page_stream(requests: pa.Table, page_tokens: int | None = None,
-                semantics: str = "sglang") -> PageStream:
+                semantics: str = "sglang", flag: str = "--page-tokens") -> PageStream:
     """Sort by (arrival, request id), flatten the hashes, regroup blocks into pages.
 
     A page of ``m`` blocks is keyed by its last block's chained hash (which identifies
     the whole prefix) and covers the tokens of its blocks; a page smaller than a block
     is a sub-page of it. ``semantics="sglang"`` cuts page-aligned prompts into radix
     pieces instead (:func:`toolkit.replay.tiers.pieces.radix_pieces`).
+
+    ``flag``: the option that set ``page_tokens``, named when it does not fit the trace.
 
     Raises:
         ToolkitError: no hashes, ``page_tokens`` neither divides nor is a multiple of the
@@ -85,7 +87,7 @@ def page_stream(requests: pa.Table, page_tokens: int | None = None,
     page = page_tokens or block
     if page % block and block % page:
         raise ToolkitError(
-            f"page_tokens {page} neither divides nor is a multiple of the trace's "
+            f"{flag} {page} neither divides nor is a multiple of the trace's "
             f"{block}-token blocks; regenerate a synthetic trace with that page size instead"
         )
     m = page // block
@@ -138,7 +140,7 @@ def block_stream(requests: pa.Table, block_tokens: int = 16) -> PageStream:
     """
     from dataclasses import replace
 
-    ps = page_stream(requests, block_tokens, "page")
+    ps = page_stream(requests, block_tokens, "page", "--block-tokens")
     full = ps.tokens == block_tokens
     req_of = np.repeat(np.arange(ps.lengths.size), ps.lengths)
     lengths = np.bincount(req_of[full], minlength=ps.lengths.size).astype(np.int64)
@@ -275,7 +277,8 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         big = int(ps.prompt.sum() + trans.sum() + 1)
         dev, host, sto = (big if c == UNBOUNDED else c for c in caps)
         lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
-        makespan = simulate_radix(
+        sim = simulate_radix if n_inst == 1 else simulate_radix_cluster
+        makespan = sim(
             ps.keys, ps.starts, ps.lengths, ps.key_tokens, ps.parent, trans, ps.prompt,
             ps.output, lim, sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas, route,
             n_inst, r if n_inst == 1 else cl.heap_requests(r),
@@ -291,7 +294,8 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         big = int(ps.n_keys + dpages.sum() + 1)
         dev, host, sto = (_pages(c, page, big) for c in caps)
         lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
-        makespan = simulate_page(
+        sim = simulate_page if n_inst == 1 else simulate_page_cluster
+        makespan = sim(
             ps.keys, ps.starts, ps.lengths, ps.tokens, dpages, ps.prompt, ps.output, lim,
             sched, coef, svc.tpot_by_batch_s, arrays, cnt, areas, route, n_inst,
         )

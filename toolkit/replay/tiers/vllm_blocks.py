@@ -620,15 +620,19 @@ def simulate_vllm(keys, pstart, hitcap, nfull, nblocks, prompt, outtok, lim, sch
     kflag = np.zeros(keys.shape[0] if nk > 0 else 0, np.uint8)
     rseen = np.zeros(R, np.int64)
     rfail = np.zeros(R, np.uint8)
-    local = n_inst > 1
+    if n_inst == 1:  # a 1-tuple: the loop's state is loop invariant
+        c0 = _state(keys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
+                    rfail, cnt, False)
+        return event_loop(admit, release, peek, fresh, (c0,), (c0[15],), prompt, outtok,
+                          sched, route, coef, tpot_b, out, cnt, areas)
     lkeys = route[8]
     c0 = _state(lkeys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
-                rfail, cnt, local)
+                rfail, cnt, True)
     cs = [c0]
     szs = [c0[15]]
     for _ in range(1, n_inst):
         c = _state(lkeys, pstart, hitcap, nfull, nblocks, lim, rb_start, rblk, kflag, rseen,
-                   rfail, cnt, local)
+                   rfail, cnt, True)
         cs.append(c)
         szs.append(c[15])
     return event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,
