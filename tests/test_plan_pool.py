@@ -95,7 +95,8 @@ def test_plan_replays_its_layouts_pool(store) -> None:
         tcfg = r.evaluated[0]["tier"]["cfg"]
         assert (tcfg.device_tokens, tcfg.concurrency) == (pool.tokens_per_rank,
                                                           p["users_per_instance"])
-        if hw == "mi355x":
-            assert p["layout"].startswith("TP4 ") and p["device_pool_tokens"] == 1_524_121
+        if hw == "mi355x":  # a TP4 front point replays TP4's pool, TP8's TP8's
+            want = {"TP4 EP1": 1_524_121, "TP8 EP1": 3_248_258}
+            assert p["device_pool_tokens"] == want[" ".join(p["layout"].split()[:2]).split("+")[0]]
         else:
             assert p["layout"].startswith("disagg P24/") and p["device_pool_ranks"] == 24
