@@ -59,9 +59,8 @@ HW = ("gb200", "gb300", "mi355x")
 # prefix cache; LRU prefix eviction. Candidates are pruned by a lower bound on their $/M;
 # every printed plan was evaluated exactly, each with its layout's prefix pool, then sized
 # for the trace's recorded rate by cluster replays (`instances`, `binding`; notebook 09 and
-# `docs/plan.md`). At that load host DRAM and SSD do not pay on this trace: the plans that
-# buy them are within about 1.5% of the one that does not, a tie (`plan explain` below
-# prints the margins).
+# `docs/plan.md`). At that load the best plan buys no host DRAM or SSD (`plan explain`
+# below prints what each alternative costs).
 
 # %%
 best = plan(store, PlanConfig("mooncake_conversation", "glm-5.2", HW, selections="smollm2",
@@ -239,7 +238,7 @@ print(json.dumps({"measured_users": sorted(measured["users"].unique().to_list())
 #   (`replay_p90_ttft_s`: one instance, closed loop, the trace's real prompt-length mix) is
 #   several times higher, because long prompts queue behind each other there.
 # * **Same direction.** Both say KV offload lowers TTFT at a given user count: measured p90
-#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.24 s -> 0.22 s at 4
+#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.33 s -> 0.30 s at 4
 #   users (more prompt tokens skip prefill and load over the host link instead).
 
 # %% [markdown]
