@@ -58,9 +58,10 @@ HW = ("gb200", "gb300", "mi355x")
 # layer; host DRAM 0 / 256 / 512 / 1024 GB and SSD 0 / 4 / 16 TB per 8-GPU instance; the
 # KV pool shared by running requests and the prefix cache, or half of it reserved for the
 # prefix cache; LRU prefix eviction. Candidates are pruned by a lower bound on their $/M;
-# every printed plan was evaluated exactly. On this trace a reserve adds no hits (the shared
-# pool already caches what running requests leave): the two top plans differ by a hundredth
-# of a cent per million tokens, a tie (`plan explain` below prints the margin).
+# every printed plan was evaluated exactly, each with its layout's prefix pool, then sized
+# for the trace's recorded rate by cluster replays (`instances`, `binding`; notebook 09 and
+# `docs/plan.md`). At that load the best plan buys no host DRAM or SSD (`plan explain`
+# below prints what each alternative costs).
 
 # %%
 best = plan(store, PlanConfig("mooncake_conversation", "glm-5.2", HW, selections="smollm2",
@@ -196,8 +197,9 @@ for offload, dram in (("off", (0.0,)), ("on", (1024.0,))):
             continue
         p = r.plans[0]
         b200.append({"offload": offload, "target": t, "users": p["users_per_instance"],
-                     "layout": p["layout"], "plan_gpu": p["gpu_hit_share"],
-                     "plan_host": p["host_hit_share"], "plan_p90_ttft_s": p["p90_ttft_s"],
+                     "layout": p["layout"], "plan_gpu": p["front_gpu_hit_share"],
+                     "plan_host": p["front_host_hit_share"],
+                     "plan_p90_ttft_s": p["front_p90_ttft_s"],
                      "replay_p90_ttft_s": p["replay_p90_ttft_s"]})
 planned = pl.DataFrame(b200)
 measured = (pl.read_csv(bundled_points_path("agentic_b200_multiturn.csv"))
@@ -238,7 +240,7 @@ print(json.dumps({"measured_users": sorted(measured["users"].unique().to_list())
 #   (`replay_p90_ttft_s`: one instance, closed loop, the trace's real prompt-length mix) is
 #   several times higher, because long prompts queue behind each other there.
 # * **Same direction.** Both say KV offload lowers TTFT at a given user count: measured p90
-#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.24 s -> 0.22 s at 4
+#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.33 s -> 0.30 s at 4
 #   users (more prompt tokens skip prefill and load over the host link instead).
 
 # %% [markdown]

@@ -67,7 +67,7 @@ def analysis_store(tmp_path_factory: pytest.TempPathFactory):
         from toolkit.schema import PLAN_RUNS
 
         pcfg = PlanConfig("mc", "glm-5.2", ("mi355x",), host_dram_gb=(0.0, 512.0),
-                          ssd_gb=(0.0,))
+                          ssd_gb=(0.0,), users=4)
         res = plan(s, pcfg, progress=False, save=False)
         s.write("plan_runs", res.plan_id,
                 pa.Table.from_pylist(plan_rows(pcfg, res), schema=PLAN_RUNS))

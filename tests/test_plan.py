@@ -29,6 +29,7 @@ from toolkit.hardware import get_hardware
 from toolkit.ingest import ingest_file
 from toolkit.models import get_model
 from toolkit.plan.config import PlanConfig
+from toolkit.plan.load import LOAD_KEYS
 from toolkit.plan.search import PLAN_KEYS, PlanError, plan
 from toolkit.replay.tiers import TierReplayConfig
 from toolkit.replay.tiers.config import ServiceAssumptions
@@ -38,20 +39,32 @@ MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
 SMOLLM2 = ROOT / "traces" / "smollm2"
 
 SMALL = dict(trace="conv", model="glm-5.2", hardware=("mi355x",), host_dram_gb=(0.0, 512.0),
-             ssd_gb=(0.0, 4096.0), hisparse_multiples=(2,), top=3, prefix_reserve=(0.0,))
+             ssd_gb=(0.0, 4096.0), hisparse_multiples=(2,), top=3, prefix_reserve=(0.0,),
+             users=2)
 
-# Replay figures of the small plan (tier replay of `conv` on mi355x at 4 closed-loop users,
-# LRU, SGLang's default device pool; 512 GB host, 4096 GB SSD per 8-GPU instance).
-GOLDEN_GPU_HIT = 0.15182791326671444
-GOLDEN_HOST_HIT_512 = 0.13730176873636385
-GOLDEN_STORAGE_HIT_512_4096 = 0.08411231741564003
+# Replay figures of the small plan (tier replay of `conv` on mi355x: the front point is TP4
+# EP1 at 2 users, so one TP4 instance's pool of 1,524,121 tokens at 2 closed-loop users, LRU;
+# 512 GB host and 4096 GB SSD per 8 GPUs, so 256 GB and 2048 GB for the 4-GPU instance).
+GOLDEN_GPU_HIT = 0.06756354516587355
+GOLDEN_HOST_HIT_512 = 0.13880105921369312
+GOLDEN_STORAGE_HIT_512_4096 = 0.16183143392795146
+TP4_POOL_MI355X = 1_524_121  # (298.012 GB x 0.9 - 744 GB / 4) // 53,940 B per token
+
+
+HEAD_REQUESTS = 1500
+"""The first requests of the conversation trace (``conv_head``): the properties below size
+every candidate for the load with cluster replays, so they replay a shorter trace."""
 
 
 @pytest.fixture(scope="module")
 def pstore(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("plan") / "store"
+    head = root.parent / "conv_head.jsonl"
+    with MOONCAKE.open() as f:
+        head.write_text("".join(next(f) for _ in range(HEAD_REQUESTS)))
     with toolkit.open_store(root, create=True) as s:
         ingest_file(s, "mooncake", MOONCAKE, "conv")
+        ingest_file(s, "mooncake", head, "conv_head")
         ingest_file(s, "bundle", SMOLLM2, "smollm2", select="smollm2-softmax-sum")
         yield s
 
@@ -62,9 +75,12 @@ def small(pstore):
 
 
 def _best(store, **kw) -> float:
-    """The best plan's $/M, or infinity when nothing is feasible."""
+    """The best plan's $/M at the load, or infinity when nothing is feasible: every candidate
+    evaluated and sized (so a wider question is a superset of a narrower one's plans)."""
     try:
-        r = plan(store, PlanConfig(**{**SMALL, **kw}), progress=False, save=False)
+        r = plan(store, PlanConfig(**{**SMALL, "trace": "conv_head", "exhaustive": True,
+                                      "load_candidates": 64, **kw}),
+                 progress=False, save=False)
     except PlanError:
         return math.inf
     return r.plans[0]["usd_per_mtok_total"]
@@ -76,7 +92,7 @@ def test_json_contract_and_golden_hit_shares(small) -> None:
     assert out["searched"] == 8 and out["feasible"] >= 1
     assert out["evaluated_exactly"] <= out["searched"]
     for i, p in enumerate(out["plans"], start=1):
-        assert list(p)[:len(PLAN_KEYS)] == list(PLAN_KEYS)
+        assert list(p)[:len(PLAN_KEYS) + len(LOAD_KEYS)] == list(PLAN_KEYS) + list(LOAD_KEYS)
         assert p["rank"] == i and set(p["usd_breakdown"]) == {"gpu", "dram", "ssd"}
         assert p["usd_per_mtok_total_low"] <= p["usd_per_mtok_total"] <= p[
             "usd_per_mtok_total_high"]
@@ -85,22 +101,38 @@ def test_json_contract_and_golden_hit_shares(small) -> None:
     best = out["plans"][0]
     assert (best["host_dram_gb"], best["ssd_gb"], best["hisparse_buffer_tokens"]) == (
         512.0, 4096.0, None)
-    assert best["gpu_hit_share"] == GOLDEN_GPU_HIT
-    assert best["host_hit_share"] == GOLDEN_HOST_HIT_512
-    assert best["storage_hit_share"] == GOLDEN_STORAGE_HIT_512_4096
+    assert best["front_gpu_hit_share"] == GOLDEN_GPU_HIT
+    assert best["front_host_hit_share"] == GOLDEN_HOST_HIT_512
+    assert best["front_storage_hit_share"] == GOLDEN_STORAGE_HIT_512_4096
+    # 2 users: one TP4 instance (with MTP) meets 100 tok/s/user; it is the floor
+    assert (best["instances"], best["gpus_total"], best["users"], best["binding"]) == (
+        1, 4, 2, "one instance")
+    assert (best["host_dram_gb_total"], best["ssd_gb_total"]) == (256.0, 2048.0)
     assert any("survey" in a or "assumption" in a for a in small.assumptions)
 
 
 def test_cost_recomputed_from_its_inputs(small) -> None:
-    """$/M = (GPU + DRAM + SSD $/GPU-hour) / (tok/s/GPU x 3600 / 1e6), each price sourced."""
+    """At the load: $/hour = GPUs x $/GPU-hour + DRAM and SSD totals x $/GB-hour, and $/M =
+    $/hour / (the cluster's tok/s/GPU x GPUs x 3600 / 1e6); at the front: $/M = (GPU + DRAM
+    + SSD $/GPU-hour) / (tok/s/GPU x 3600 / 1e6); each price sourced."""
     for p in small.plans:
         gpu = get_hardware(p["hardware"]).price_usd_per_gpu_hour("hyperscaler")
         dram = p["host_dram_gb"] * MEMORY_PRICES["dram"].usd_per_gb_hour / 8
         ssd = p["ssd_gb"] * MEMORY_PRICES["ssd"].usd_per_gb_hour / 8
-        mtok_per_hour = p["tput_per_gpu"] * 3600 / 1e6
-        assert p["usd_per_mtok_total"] == pytest.approx((gpu + dram + ssd) / mtok_per_hour,
-                                                        rel=1e-12)
-        assert p["usd_breakdown"]["dram"] == pytest.approx(dram / mtok_per_hour, rel=1e-12)
+        mtok_per_hour = p["front_tput_per_gpu"] * 3600 / 1e6
+        assert p["front_usd_per_mtok_total"] == pytest.approx(
+            (gpu + dram + ssd) / mtok_per_hour, rel=1e-12)
+        n = p["gpus_total"]
+        assert n == p["instances"] * p["gpus"]
+        hourly = n * gpu + (p["host_dram_gb_total"] * MEMORY_PRICES["dram"].usd_per_gb_hour
+                            + p["ssd_gb_total"] * MEMORY_PRICES["ssd"].usd_per_gb_hour)
+        assert p["usd_per_hour_total"] == pytest.approx(hourly, rel=1e-12)
+        assert p["host_dram_gb_total"] == p["host_dram_gb"] * n / 8
+        cluster_mtok = p["tput_per_gpu"] * n * 3600 / 1e6
+        assert p["usd_per_mtok_total"] == pytest.approx(hourly / cluster_mtok, rel=1e-12)
+        assert p["usd_breakdown"]["dram"] == pytest.approx(
+            p["host_dram_gb_total"] * MEMORY_PRICES["dram"].usd_per_gb_hour / cluster_mtok,
+            rel=1e-12)
     for tier in ("dram", "ssd"):
         price = MEMORY_PRICES[tier]
         assert price.kind in ("survey", "assumption") and price.source and price.vintage
@@ -110,7 +142,7 @@ def test_named_replays_reproduce_hit_shares(pstore, small) -> None:
     """Re-running each tier replay a plan names, from its stored config, gives its hit
     shares exactly; the per-request rows sum to them (an independent aggregation)."""
     for p in small.plans:
-        tier_id = p["run_ids"][0]
+        tier_id = p["run_ids"][1]
         run = pstore.query("SELECT * FROM tier_runs WHERE run_id = $r", {"r": tier_id})
         assert run.height == 1
         cfg = json.loads(run["config_json"][0])
@@ -118,13 +150,25 @@ def test_named_replays_reproduce_hit_shares(pstore, small) -> None:
         again = run_tiers(pstore, TierReplayConfig(**cfg), save=False).summary
         assert again["run_id"] == tier_id
         assert (again["gpu_hit_rate"], again["host_hit_rate"], again["storage_hit_rate"]) == (
-            p["gpu_hit_share"], p["host_hit_share"], p["storage_hit_share"])
+            p["front_gpu_hit_share"], p["front_host_hit_share"], p["front_storage_hit_share"])
         sums = pstore.query(
             "SELECT sum(device_tokens) d, sum(host_tokens) h, sum(storage_tokens) s, "
             "sum(prompt_tokens) n FROM tier_requests WHERE run_id = $r", {"r": tier_id})
         d, h, s_, n = (float(v) for v in sums.row(0))
         assert (d / n, h / n, s_ / n) == pytest.approx(
-            (p["gpu_hit_share"], p["host_hit_share"], p["storage_hit_share"]), abs=1e-15)
+            (p["front_gpu_hit_share"], p["front_host_hit_share"],
+             p["front_storage_hit_share"]), abs=1e-15)
+        # the cluster replay at the answer, stored with its per-request rows
+        cid = p["run_ids"][0]
+        assert cid == p["cluster_run_id"] and cid.startswith("cluster-")
+        run = pstore.query("SELECT * FROM cluster_runs WHERE run_id = $r", {"r": cid})
+        assert (run["instances"][0], run["gpu_hit_share"][0], run["p90_ttft_s"][0]) == (
+            p["instances"], p["gpu_hit_share"], p["p90_ttft_s"])
+        sums = pstore.query(
+            "SELECT sum(device_hit_tokens) d, sum(prompt_tokens) n, count(DISTINCT instance) k "
+            "FROM cluster_requests WHERE run_id = $r", {"r": cid})
+        d, n, k = (float(v) for v in sums.row(0))
+        assert d / n == pytest.approx(p["gpu_hit_share"], abs=1e-15) and k <= p["instances"]
     rows = pstore.query("SELECT * FROM plan_runs WHERE plan_id = $p", {"p": small.plan_id})
     assert rows.height == small.searched  # every candidate: evaluated or pruned with a bound
     assert sorted(r for r in rows["rank"].to_list() if r is not None) == list(
@@ -167,12 +211,12 @@ def test_hisparse_misses_golden_and_exhaustive_same_best(pstore, small) -> None:
         low, high = e["plan"]["hisparse_misses_per_layer_band"]
         assert (low, high) == pytest.approx((want.rows_low, want.rows_high), rel=1e-12)
         assert e["plan"]["run_ids"][1] == s["run_id"]
-        assert e["plan"]["usd_per_mtok_total"] >= small.plans[0]["usd_per_mtok_total"]
 
 
 def test_reduces_to_cost_compare(pstore) -> None:
-    """HiSparse and host tiers forbidden: the plan is cost compare's answer for the trace's
-    shape at the plan's GPU hit share."""
+    """HiSparse and host tiers forbidden: the plan at the front is cost compare's answer for
+    the trace's shape at the plan's GPU hit share (its 10 s bound; the cluster replay judges
+    the asked bound at the load)."""
     r = plan(pstore, PlanConfig(**{**SMALL, "host_dram_gb": (0.0,), "ssd_gb": (0.0,)}),
              progress=False, save=False)
     p = r.plans[0]
@@ -180,18 +224,20 @@ def test_reduces_to_cost_compare(pstore) -> None:
                          "WHERE trace = 'conv'")
     isl, osl = round(shape["i"][0]), round(shape["o"][0])
     c = compare(CompareConfig(model="glm-5.2", hardware=("mi355x",), interactivity=(100.0,),
-                              isl=isl, osl=osl, cached_prefix_fraction=p["gpu_hit_share"],
+                              isl=isl, osl=osl, cached_prefix_fraction=p["front_gpu_hit_share"],
                               measured=False)).row(0, named=True)
-    assert p["usd_per_mtok_total"] == c["usd_per_mtok_total"]
-    assert (p["tput_per_gpu"], p["layout"], p["gpus"], p["p90_ttft_s"]) == (
+    assert p["front_usd_per_mtok_total"] == c["usd_per_mtok_total"]
+    assert (p["front_tput_per_gpu"], p["layout"], p["gpus"], p["front_p90_ttft_s"]) == (
         c["tput_per_gpu"], c["layout"], c["gpus"], c["p90_ttft_s"])
     assert (p["host_hit_share"], p["storage_hit_share"], p["usd_breakdown"]["dram"]) == (
         0.0, 0.0, 0.0)
 
 
 def test_tighter_targets_never_cheaper(pstore) -> None:
+    """A tighter SLO never costs less at the same load (a looser one never costs more)."""
     base = _best(pstore)
     assert _best(pstore, max_p90_ttft_s=1.0) >= base
+    assert _best(pstore, max_p90_ttft_s=0.5) >= _best(pstore, max_p90_ttft_s=1.0)
     assert _best(pstore, interactivity=150.0) >= base
 
 
@@ -213,12 +259,13 @@ def test_nothing_feasible_names_closest_miss(pstore) -> None:
 
 def test_python_facade_and_cli(pstore, small) -> None:
     r = toolkit.plan(pstore, "conv", "glm-5.2", "mi355x", host_dram_gb=(0.0,),
-                     ssd_gb=(0.0,), progress=False, save=False)
+                     ssd_gb=(0.0,), users=2, progress=False, save=False)
     assert r.plans[0]["hardware"] == "mi355x"
     runner = CliRunner()
     res = runner.invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
                               "--model", "glm-5.2", "--hardware", "mi355x", "--host-dram-gb",
-                              "0,512", "--ssd-gb", "0", "--top", "2", "--json"])
+                              "0,512", "--ssd-gb", "0", "--top", "2", "--users", "2",
+                              "--load-candidates", "4", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert len(out["plans"]) == 2 and out["plans"][0]["host_dram_gb"] == 512.0
@@ -279,11 +326,11 @@ def test_perfetto_timeline_of_a_plan(pstore, small, tmp_path) -> None:
     from toolkit.export.perfetto import plan_tier_run
 
     best = small.plans[0]
-    assert plan_tier_run(pstore, f"{small.plan_id}/1") == best["run_ids"][0]
-    assert plan_tier_run(pstore, small.plan_id) == best["run_ids"][0]
+    assert plan_tier_run(pstore, f"{small.plan_id}/1") == best["run_ids"][1]
+    assert plan_tier_run(pstore, small.plan_id) == best["run_ids"][1]
     assert plan_tier_run(pstore, "no-such-plan") is None
     by_plan = write_perfetto(pstore, f"{small.plan_id}/1", tmp_path / "plan.json")
-    by_run = write_perfetto(pstore, best["run_ids"][0], tmp_path / "run.json")
+    by_run = write_perfetto(pstore, best["run_ids"][1], tmp_path / "run.json")
     assert by_plan["events"] == by_run["events"] > 0
     assert json.loads((tmp_path / "plan.json").read_text()) == json.loads(
         (tmp_path / "run.json").read_text())
@@ -299,7 +346,7 @@ def test_prefix_reserve_searched_and_replayed(pstore) -> None:
     at mean ISL + OSL (SGLang's --max-running-requests) and reports R x the pool as the
     prefix cache; each plan's named replay carries that cap and reproduces its shares;
     the default search finds the exhaustive search's best."""
-    from toolkit.serving.tier_service import default_device_tokens
+    from toolkit.plan.pool import prefix_pool
 
     cfg = PlanConfig(**{**SPLIT, "prefix_reserve": (0.0, 0.5)})
     r = plan(pstore, cfg, progress=False, save=False)
@@ -307,18 +354,18 @@ def test_prefix_reserve_searched_and_replayed(pstore) -> None:
                                       "exhaustive": True}), progress=False, save=False)
     assert r.searched == full.searched == 2 and full.evaluated_exactly == 2
     assert full.plans[0] == r.plans[0]
-    pool = default_device_tokens(get_hardware("mi355x"), get_model("glm-5.2"),
-                                 ServiceAssumptions())
     shape = pstore.query("SELECT avg(input_tokens) i, avg(output_tokens) o FROM requests "
                          "WHERE trace = 'conv'")
     isl, osl = round(shape["i"][0]), round(shape["o"][0])
     by = {e["candidate"].reserve: e for e in full.evaluated}
     shared, half = by[0.0]["plan"], by[0.5]["plan"]
-    assert (shared["device_prefix_tokens"], shared["max_running"]) == (pool, 0)
+    assert shared["layout"].startswith("TP4 ")  # one 4-GPU instance's pool, not TP8's
+    assert (shared["device_prefix_tokens"], shared["max_running"]) == (TP4_POOL_MI355X, 0)
+    pool = prefix_pool(half["device_pool_layout"], "mi355x", "glm-5.2").tokens_per_rank
     assert half["device_prefix_tokens"] == round(0.5 * pool)
     assert half["max_running"] == int(0.5 * pool // (isl + osl))
     tcfg = by[0.5]["tier"]["cfg"]
-    assert (tcfg.max_running, tcfg.device_tokens) == (half["max_running"], None)
+    assert (tcfg.max_running, tcfg.device_tokens) == (half["max_running"], pool)
     again = run_tiers(pstore, tcfg, save=False).summary
     assert (again["gpu_hit_rate"], again["host_hit_rate"]) == (
         half["gpu_hit_share"], half["host_hit_share"])
@@ -436,5 +483,6 @@ def test_parallel_evaluations_equal_one_process(pstore) -> None:
     res = CliRunner().invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
                                    "--model", "glm-5.2", "--hardware", "mi355x",
                                    "--host-dram-gb", "0,512", "--ssd-gb", "0",
-                                   "--prefix-reserve", "0", "--workers", "2", "--json"])
+                                   "--prefix-reserve", "0", "--workers", "2", "--users",
+                                   "2", "--json"])
     assert res.exit_code == 0, res.output

@@ -23,15 +23,23 @@ model = "glm-5.2"
 hardware = ["mi355x"]
 host_dram_gb = [0.0, 512.0]
 ssd_gb = [0.0]
+users = 8
 [axes]
 interactivity = [50.0, 100.0]
 """
 VOLATILE = ("elapsed_s", "toolkit_version")
 
 
+HEAD = 1500  # the trace's first requests: every cell sizes its plans with cluster replays
+
+
 def _store(root: Path):
-    s = toolkit.open_store(root, create=True)
-    ingest_file(s, "mooncake", ROOT / "traces/mooncake/conversation_trace.jsonl", "conv")
+    root.mkdir(parents=True, exist_ok=True)
+    head = root / "conv_head.jsonl"
+    with (ROOT / "traces/mooncake/conversation_trace.jsonl").open() as f:
+        head.write_text("".join(next(f) for _ in range(HEAD)))
+    s = toolkit.open_store(root / "store", create=True)
+    ingest_file(s, "mooncake", head, "conv")
     return s
 
 
@@ -47,9 +55,11 @@ def test_pool_equals_one_process_and_the_command(tmp_path: Path) -> None:
         assert (r1.ran, r1.failed, r2.ran, r2.failed) == (2, 0, 2, 0)
         assert _rows(a).equals(_rows(b))
         direct = plan(a, PlanConfig("conv", "glm-5.2", ("mi355x",), interactivity=100.0,
-                                    host_dram_gb=(0.0, 512.0), ssd_gb=(0.0,)),
+                                    host_dram_gb=(0.0, 512.0), ssd_gb=(0.0,), users=8),
                       progress=False, save=False)
         got = _rows(b).filter((pl.col("rank") == 1) & (pl.col("interactivity") == 100.0))
         assert got["usd_per_mtok_total"].item() == direct.plans[0]["usd_per_mtok_total"]
         assert got["gpu_hit_share"].item() == direct.plans[0]["gpu_hit_share"]
+        assert (got["instances"].item(), got["binding"].item()) == (
+            direct.plans[0]["instances"], direct.plans[0]["binding"])
 

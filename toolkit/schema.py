@@ -593,6 +593,19 @@ PLAN_RUNS = pa.schema([
     pa.field("assumptions_json", pa.string(), nullable=False),
     pa.field("config_json", pa.string(), nullable=False),
     pa.field("toolkit_version", pa.string(), nullable=False),
+    # the load (null for a candidate the instance search did not size): the fewest
+    # instances meeting the SLOs in the cluster replay ``cluster_run_id``
+    pa.field("instances", pa.int64(), nullable=True),
+    pa.field("gpus_total", pa.int64(), nullable=True),
+    pa.field("host_dram_gb_total", pa.float64(), nullable=True),
+    pa.field("ssd_gb_total", pa.float64(), nullable=True),
+    pa.field("users", pa.int64(), nullable=True),  # closed-loop users; null: open loop
+    pa.field("rate_rps", pa.float64(), nullable=True),
+    pa.field("router", pa.string(), nullable=True),
+    pa.field("binding", pa.string(), nullable=True),  # the SLO(s) N - 1 instances miss
+    pa.field("usd_per_hour_total", pa.float64(), nullable=True),
+    pa.field("cluster_run_id", pa.string(), nullable=True),
+    pa.field("load_json", pa.string(), nullable=True),  # the probes: instances, SLOs, runs
 ])
 
 #: Tables the store knows, by name. A table is a directory of Parquet files, one per key.

@@ -78,6 +78,24 @@ def plan_cmd(
         "--ttft-confidence", help="Confidence at which a plan meets the p90 TTFT bound: 0.5, "
         "0.8 or 0.9 (the upper end of the predicted p90 TTFT's central band).")
     ] = _d("ttft_confidence"),
+    users: Annotated[int | None, typer.Option(
+        "--users", help="Plan for N closed-loop users over the cluster (default: the trace "
+        "as recorded).")] = _d("users"),
+    rate: Annotated[float | None, typer.Option(
+        "--rate", help="Plan for the trace's arrivals rescaled to R requests/s.")
+    ] = _d("rate_rps"),
+    rate_scale: Annotated[float | None, typer.Option(
+        "--rate-scale", help="Plan for the trace's arrivals at X times its recorded rate.")
+    ] = _d("rate_scale"),
+    router: Annotated[str, typer.Option(
+        "--router", help="Router in front of the instances: round-robin, least-load, "
+        "cache-aware, ...")] = _d("router"),
+    max_instances: Annotated[int, typer.Option(
+        "--max-instances", help="Instance search ceiling per accelerator.")
+    ] = _d("max_instances"),
+    load_candidates: Annotated[int, typer.Option(
+        "--load-candidates", help="Plans per accelerator (its best at the front) sized for "
+        "the load.")] = _d("load_candidates"),
     price_tier: Annotated[str, typer.Option(
         "--price-tier", help="hyperscaler, neocloud or rental.")] = _d("price_tier"),
     host_dram_gb: Annotated[str, typer.Option(
@@ -117,7 +135,9 @@ def plan_cmd(
                 engram_hbm_gb=_floats(engram_hbm_gb, "--engram-hbm-gb"),
                 engram_table_gb=engram_table_gb,
                 prefix_reserve=_floats(prefix_reserve, "--prefix-reserve"),
-                exhaustive=exhaustive, top=top)
+                exhaustive=exhaustive, top=top, users=users, rate_rps=rate,
+                rate_scale=rate_scale, router=router, max_instances=max_instances,
+                load_candidates=load_candidates)
     with cli_store(store) as s:
         require_key(s, "requests", trace)  # names first: a typo costs no search start-up
         if selections is not None:
@@ -125,6 +145,7 @@ def plan_cmd(
         if engram is not None:
             require_key(s, "engram_traces", engram, "Engram lookup trace")
         from toolkit.plan import search
+        from toolkit.plan.load import load_text
 
         res = guard(search.plan, s, cfg, executor=engine, workers=workers)
     caveat = _dsa_caveat(model)
@@ -139,7 +160,12 @@ def plan_cmd(
 
         typer.echo(f"({dsa_caveat()})")
     typer.echo(f"plan {res.plan_id}: {res.searched} candidates, {res.evaluated_exactly} "
-               f"evaluated exactly, {res.feasible} feasible, {res.elapsed_s:.1f} s")
+               f"evaluated exactly, {res.feasible} feasible, {res.cluster_replays} cluster "
+               f"replays, {res.elapsed_s:.1f} s")
+    typer.echo(f"at {load_text(cfg)}, {cfg.router} router, {cfg.interactivity:g} tok/s/user, "
+               f"p90 TTFT <= {cfg.max_p90_ttft_s} s: best per accelerator")
+    typer.echo(render_table(best_table(res.by_hardware)))
+    typer.echo("ranked plans:")
     typer.echo(render_table(plan_table(res.plans)))
     typer.echo("assumptions:")
     for a in res.assumptions:
@@ -184,14 +210,38 @@ def plan_table(plans: list[dict]) -> object:
     what each serves; the layout and run ids (long text) last."""
     import polars as pl
 
-    cols = ("rank", "hardware", "engine", "gpus", "usd_per_mtok_total", "usd_per_mtok_total_low",
+    cols = ("rank", "hardware", "engine", "instances", "gpus_total", "usd_per_mtok_total",
+            "usd_per_mtok_total_low",
             "usd_per_mtok_total_high", "tput_per_gpu", "p90_ttft_s", "p90_ttft_s_low",
             "p90_ttft_s_high", "device_prefix_tokens", "hisparse_buffer_tokens", "engram_hbm_gb",
             "host_dram_gb", "ssd_gb", "policy", "gpu_hit_share", "host_hit_share",
-            "storage_hit_share", "layout")
+            "storage_hit_share", "binding", "layout")
     cols = tuple(c for c in cols if any(p.get(c) is not None for p in plans))
     return pl.DataFrame([{**{c: p.get(c) for c in cols}, "runs": ", ".join(p["run_ids"])}
                          for p in plans], infer_schema_length=None, strict=False)
+
+
+def best_table(by_hardware: list[dict]) -> object:
+    """The best plan per accelerator at the load, one row each, with the margin to the next
+    cheapest accelerator and whether that win is larger than the band (else a tie)."""
+    import polars as pl
+
+    rows = []
+    for h in by_hardware:
+        margin = ("" if h["next_hardware"] is None else
+                  f"{h['ratio_to_next']:.2f}x cheaper than {h['next_hardware']} "
+                  + ("(beyond the band)" if h["beyond_band"] else "(within the band: a tie)"))
+        rows.append({"hardware": h["hardware"], "instances": h["instances"],
+                     "gpus_total": h["gpus_total"],
+                     "host_dram_gb_total": h["host_dram_gb_total"],
+                     "ssd_gb_total": h["ssd_gb_total"],
+                     "usd_per_hour_total": h["usd_per_hour_total"],
+                     "usd_per_mtok_total": h["usd_per_mtok_total"],
+                     "usd_per_mtok_total_low": h["usd_per_mtok_total_low"],
+                     "usd_per_mtok_total_high": h["usd_per_mtok_total_high"],
+                     "p90_ttft_s": h["p90_ttft_s"], "binding": h["binding"],
+                     "margin_to_next": margin, "layout": h["layout"]})
+    return pl.DataFrame(rows, infer_schema_length=None, strict=False)
 
 
 def alternatives_table(out: dict) -> object:

@@ -28,6 +28,29 @@ ENGRAM_HBM_GB = (0.5, 2.0, 8.0, 25.0)
 """Engram HBM options per GPU (GB); 25 GB holds the assumed 200 GB table over 8 GPUs whole
 (any option at or above a GPU's share of the table places the whole table in HBM)."""
 
+PLAN_KEYS = (
+    "rank", "hardware", "engine", "layout", "gpus", "concurrency", "device_prefix_tokens",
+    "hisparse_buffer_tokens", "engram_hbm_gb", "host_dram_gb", "ssd_gb", "policy",
+    "gpu_hit_share", "host_hit_share", "storage_hit_share", "interactivity", "p90_ttft_s",
+    "tput_per_gpu", "usd_per_mtok_total", "usd_per_mtok_total_low", "usd_per_mtok_total_high",
+    "usd_breakdown", "run_ids")
+"""The keys of each plan, in order (the issue's contract); extra keys follow them."""
+
+ROUTER = "cache-aware"
+"""The router in front of the planned instances: SGLang's cache-aware router (prefix overlap
+against load, its published default weights), what a deployment that relies on prefix hits
+runs (``--router round-robin`` or ``least-load`` plan for a router that scatters sessions)."""
+
+MAX_INSTANCES = 512
+"""The instance search gives up (naming the closest miss) beyond this many instances of one
+accelerator: a load no cluster this size serves is a question for another layout."""
+
+LOAD_CANDIDATES = 1
+"""Plans sized for the load per accelerator and memory option (host DRAM, SSD): the best at
+the front of each option, so the load decides between memory splits (more hits can mean
+fewer instances) and more options never cost more; each costs an instance search (a few
+cluster replays, warm-started at the count the same layout needed with another option)."""
+
 ENGRAM_TABLE_GB = 200.0
 """All Engram tables of the planned model (GB): ``toolkit cost engram``'s assumption
 (:data:`toolkit.cost.engram.DEFAULT_TABLE_BYTES`: a 100 B-parameter table in BF16)."""
@@ -58,6 +81,17 @@ class PlanConfig:
         exhaustive: evaluate every candidate exactly instead of pruning by lower bounds.
         top: plans printed (and ranked in ``plan_runs``).
         engines: hardware -> serving engine (default: ``cost compare``'s pairing).
+        users: plan for this many closed-loop users (sessions with their think times) over
+            the whole cluster.
+        rate_rps: plan for open-loop arrivals at this mean rate (requests/s; the trace's
+            arrival pattern rescaled).
+        rate_scale: plan for the trace's own arrivals at this multiple of its rate. With none
+            of ``users``, ``rate_rps``, ``rate_scale``: the trace as recorded (scale 1).
+        router: the router in front of the instances (the cluster replay's names).
+        max_instances: the instance search's ceiling per accelerator.
+        load_candidates: plans per accelerator and memory option (the best at the front)
+            that the instance search sizes for the load; also the exact plans kept per
+            accelerator and memory option when pruning.
     """
 
     trace: str
@@ -83,6 +117,12 @@ class PlanConfig:
     mtp: str = "on"
     gpus_per_replica: int = 8
     engines: dict[str, str] = field(default_factory=dict)
+    users: int | None = None
+    rate_rps: float | None = None
+    rate_scale: float | None = None
+    router: str = ROUTER
+    max_instances: int = MAX_INSTANCES
+    load_candidates: int = LOAD_CANDIDATES
 
     def __post_init__(self) -> None:
         for name in ("hardware", "host_dram_gb", "ssd_gb", "policy", "hisparse_multiples",
@@ -113,3 +153,19 @@ class PlanConfig:
         check_number("gpus_per_replica", self.gpus_per_replica, lo=1)
         if self.mtp not in ("on", "off"):
             raise ValueError(f"mtp must be 'on' or 'off', got {self.mtp!r}")
+        given = [n for n in ("users", "rate_rps", "rate_scale") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one load, not {' and '.join(given)} (users: closed loop; "
+                             "rate_rps or rate_scale: the trace's arrivals, rescaled)")
+        if self.users is not None:
+            check_number("users", self.users, lo=1)
+        if self.rate_rps is not None:
+            check_number("rate_rps", self.rate_rps, lo=0.0, lo_open=True)
+        if self.rate_scale is not None:
+            check_number("rate_scale", self.rate_scale, lo=0.0, lo_open=True)
+        from toolkit.replay.tiers.config import ROUTERS
+
+        if self.router not in ROUTERS:
+            raise ValueError(f"router {self.router!r}: one of {', '.join(ROUTERS)}")
+        check_number("max_instances", self.max_instances, lo=1)
+        check_number("load_candidates", self.load_candidates, lo=1)

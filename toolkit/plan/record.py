@@ -25,7 +25,7 @@ def rows(cfg: PlanConfig, result: Any) -> list[dict[str, Any]]:
     out = []
     for ev in result.evaluated:
         c = ev["candidate"]
-        p = ev.get("plan") or {}
+        p = (ev.get("load") or {}).get("plan") or ev.get("plan") or {}
         tier = ev.get("tier") or {}
         run_ids = p.get("run_ids") or ([tier["run_id"]] if tier else [])
         usd = p.get("usd_breakdown") or {}
@@ -42,9 +42,9 @@ def rows(cfg: PlanConfig, result: Any) -> list[dict[str, Any]]:
             "engram_hbm_gb": ev.get("engram_hbm_gb", 0.0), "host_dram_gb": c.host_dram_gb,
             "ssd_gb": c.ssd_gb,
             "policy": c.policy,
-            "gpu_hit_share": tier.get("gpu_hit_rate"),
-            "host_hit_share": tier.get("host_hit_rate"),
-            "storage_hit_share": tier.get("storage_hit_rate"),
+            "gpu_hit_share": p.get("gpu_hit_share", tier.get("gpu_hit_rate")),
+            "host_hit_share": p.get("host_hit_share", tier.get("host_hit_rate")),
+            "storage_hit_share": p.get("storage_hit_share", tier.get("storage_hit_rate")),
             "hisparse_misses_per_layer": p.get("hisparse_misses_per_layer"),
             "interactivity": cfg.interactivity, "max_p90_ttft_s": cfg.max_p90_ttft_s,
             "p90_ttft_s": p.get("p90_ttft_s"), "tput_per_gpu": p.get("tput_per_gpu"),
@@ -60,13 +60,45 @@ def rows(cfg: PlanConfig, result: Any) -> list[dict[str, Any]]:
             "elapsed_s": result.elapsed_s,
             "assumptions_json": json.dumps(result.assumptions),
             "config_json": config_json(cfg), "toolkit_version": __version__,
+            **_load_columns(ev),
         })
     return out
 
 
+def _load_columns(ev: dict[str, Any]) -> dict[str, Any]:
+    """The load's columns of a candidate the instance search sized (all null otherwise)."""
+    load = ev.get("load")
+    if not load:
+        return {}
+    probes = [{"instances": q.instances, "ok": q.ok, "misses": list(q.misses),
+               "p90_ttft_s": q.summary["p90_ttft_s"],
+               "median_tpot_s": q.summary.get("median_tpot_s"),
+               "run_id": q.summary["run_id"]} for q in load["probes"]]
+    out: dict[str, Any] = {"load_json": json.dumps({"probes": probes,
+                                                    "why": load.get("why")})}
+    if load.get("best") is None:
+        return out
+    p = load["plan"]
+    out.update({k: p[k] for k in ("instances", "gpus_total", "host_dram_gb_total",
+                                  "ssd_gb_total", "users", "rate_rps", "router", "binding",
+                                  "usd_per_hour_total", "cluster_run_id")})
+    return out
+
+
+def cluster_results(ev: dict[str, Any]) -> list[Any]:
+    """The cluster replays a sized candidate's row names: at its answer and one instance
+    below it (the run that shows what binds)."""
+    load = ev.get("load") or {}
+    best = load.get("best")
+    if best is None:
+        return []
+    return [q.result for q in load["probes"]
+            if q.instances in (best.instances, best.instances - 1)]
+
+
 def save_plan(store: Store, cfg: PlanConfig, ctx: Any, result: Any) -> None:
-    """Write ``plan_runs`` and every tier, selection and Engram replay its rows name, all
-    or nothing (one store transaction)."""
+    """Write ``plan_runs`` and every tier, selection, Engram and cluster replay its rows
+    name, all or nothing (one store transaction)."""
     from toolkit.replay.selections import replay_selections
     from toolkit.replay.tiers import save_result
     from toolkit.schema import PLAN_RUNS
@@ -87,5 +119,11 @@ def save_plan(store: Store, cfg: PlanConfig, ctx: Any, result: Any) -> None:
                    for ev in result.evaluated if (ev.get("engram") or {}).get("run")}
         for run_id, row in engrams.items():
             store.write_row("engram_runs", run_id, row, replace=True)
+        from toolkit.replay.tiers.cluster import save_cluster
+
+        clusters = {r.summary["run_id"]: r for ev in result.evaluated
+                    for r in cluster_results(ev)}
+        for res in clusters.values():
+            save_cluster(store, res)
         store.write("plan_runs", result.plan_id,
                     pa.Table.from_pylist(table, schema=PLAN_RUNS), replace=True)

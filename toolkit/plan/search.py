@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,8 @@ from toolkit.cost.price import MEMORY_PRICES, usd_per_million_tokens
 from toolkit.errors import ToolkitError
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
-from toolkit.plan.config import PlanConfig
+from toolkit.plan.config import DEFAULT_MAX_P90_TTFT_S, PLAN_KEYS, PlanConfig
+from toolkit.plan.pool import PrefixPool, prefix_pool
 from toolkit.replay.tiers import TierReplayConfig, page_stream
 from toolkit.replay.tiers.config import ServiceAssumptions
 from toolkit.serving.tier_service import kv_bytes_per_token
@@ -51,13 +52,6 @@ from toolkit.store import Store
 
 MAX_ROUNDS = 4
 
-PLAN_KEYS = (
-    "rank", "hardware", "engine", "layout", "gpus", "concurrency", "device_prefix_tokens",
-    "hisparse_buffer_tokens", "engram_hbm_gb", "host_dram_gb", "ssd_gb", "policy",
-    "gpu_hit_share", "host_hit_share", "storage_hit_share", "interactivity", "p90_ttft_s",
-    "tput_per_gpu", "usd_per_mtok_total", "usd_per_mtok_total_low", "usd_per_mtok_total_high",
-    "usd_breakdown", "run_ids")
-"""The keys of each plan, in order (the issue's contract); extra keys follow them."""
 
 
 class PlanError(ToolkitError):
@@ -102,12 +96,15 @@ class PlanResult:
     elapsed_s: float
     assumptions: list[str]
     plan_id: str
+    by_hardware: list[dict[str, Any]] = field(default_factory=list)
+    cluster_replays: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"plans": self.plans, "searched": self.searched,
                 "evaluated_exactly": self.evaluated_exactly, "feasible": self.feasible,
                 "elapsed_s": self.elapsed_s, "plan_id": self.plan_id,
-                "assumptions": self.assumptions}
+                "assumptions": self.assumptions, "by_hardware": self.by_hardware,
+                "cluster_replays": self.cluster_replays}
 
 
 class _Context:
@@ -131,6 +128,20 @@ class _Context:
                                          kv_dtype=cfg.kv_dtype,
                                          weight_precision=cfg.precision)
         self.tiers: dict[TierReplayConfig, dict] = {}
+        self.pools: dict[tuple, PrefixPool] = {}
+        # the front picks layout and memory split at the target interactivity under a fixed
+        # p90 TTFT bound (cost compare's 10 s, or the asked one when looser); the asked bound
+        # is judged by the cluster replay at the load (toolkit.plan.load), so a looser bound
+        # up to 10 s only lets fewer instances pass, never changes which plans are sized
+        self.front_bound: float | None = (
+            None if cfg.max_p90_ttft_s is None
+            else max(cfg.max_p90_ttft_s, DEFAULT_MAX_P90_TTFT_S))
+        self.clusters: dict[Any, Any] = {}
+        self.cluster_stream: Any = None
+        self.cluster_s = 0.0
+        arr = req["arrival_s"].to_numpy()
+        span = float(arr.max() - arr.min()) if arr.size > 1 else 0.0
+        self._recorded_rps = (arr.size - 1) / span if span > 0 else math.inf
         self.serve_cache: dict[tuple, dict] = {}
         self.serve_s = 0.0
         self.selections: dict[int, dict] = {}
@@ -195,13 +206,38 @@ class _Context:
         self.engrams[key] = out
         return out
 
-    def device_pool(self, hw: str, engram_hbm_bytes: float) -> int:
-        """The instance's device KV pool in tokens (the tier replay's engine default), less
-        the Engram rows a GPU holds in HBM."""
-        from toolkit.serving.tier_service import default_device_tokens
+    def pool(self, hw: str, layout: str | None, engram_hbm_bytes: float) -> PrefixPool:
+        """The prefix pool of ``layout`` on ``hw`` (:mod:`toolkit.plan.pool`); without a
+        layout (no front point yet), one ``gpus_per_replica``-GPU TP instance's."""
+        key = (hw, layout, float(engram_hbm_bytes))
+        if key not in self.pools:
+            text = layout or f"TP{self.cfg.gpus_per_replica} EP{self.cfg.gpus_per_replica}"
+            self.pools[key] = prefix_pool(text, hw, self.cfg.model,
+                                          precision=self.cfg.precision,
+                                          kv_dtype=self.cfg.kv_dtype,
+                                          mem_fraction=self.assume.mem_fraction,
+                                          engram_hbm_bytes=engram_hbm_bytes)
+        return self.pools[key]
 
-        return int(default_device_tokens(get_hardware(hw), self.model, self.assume)
-                   - engram_hbm_bytes // self.kvb)
+    def cluster(self, ccfg: Any) -> Any:
+        """The cluster replay of ``ccfg`` (:func:`toolkit.cost.from_replay.run_cluster`),
+        once per config; the trace's stream is flattened once per search."""
+        if ccfg not in self.clusters:
+            from toolkit.cost.from_replay import run_cluster
+            from toolkit.replay.tiers.cluster import stream_for
+
+            if self.cluster_stream is None:
+                self.cluster_stream = stream_for(self.store, ccfg)
+            t0 = time.perf_counter()
+            self.clusters[ccfg] = run_cluster(self.store, ccfg, stream=self.cluster_stream,
+                                              save=False)
+            self.cluster_s += time.perf_counter() - t0
+        return self.clusters[ccfg]
+
+    @property
+    def recorded_rps(self) -> float:
+        """The trace's recorded arrival rate: requests after the first over its span."""
+        return self._recorded_rps
 
     def _load_selections(self) -> None:
         from toolkit.replay.selections import load_rows
@@ -263,7 +299,7 @@ class _Context:
               engram: dict | None = None) -> dict:
         """``cost compare``'s answer for ``hw`` at the target with these shares (and the
         HBM split: the prefix reserve and the Engram rows and misses, when asked)."""
-        bound = self.cfg.max_p90_ttft_s if ttft is True else ttft
+        bound = self.front_bound if ttft is True else ttft
         eng_hbm = engram["hbm_bytes"] if engram else 0.0
         eng_miss = engram["miss_bytes"] if engram else 0.0
         key = (hw, engine, cached, host, miss, buffer_model, bound, reserve, eng_hbm, eng_miss)
@@ -315,9 +351,22 @@ def _usd(price_per_gpu_hour: float, tput: float | None) -> float | None:
 
 
 def _users(cfg: PlanConfig, ans: dict) -> int:
-    """Users of one ``gpus_per_replica``-GPU instance at the front point ``ans`` runs: the
-    deployment's concurrency spread evenly over its GPUs (assumed)."""
+    """Users of ``gpus_per_replica`` GPUs at the front point ``ans`` runs: the deployment's
+    concurrency spread evenly over its GPUs (what HiSparse's host pool holds per host)."""
     return max(1, round(ans["conc"] * cfg.gpus_per_replica / ans["gpus"]))
+
+
+def _memory_key(c: Candidate) -> tuple[str, float, float]:
+    """The group a candidate is pruned and sized in: accelerator and memory option."""
+    return (c.hardware, c.host_dram_gb, c.ssd_gb)
+
+
+def _seed(ans: dict) -> tuple[str | None, int]:
+    """What an exact evaluation starts from: the bound's front point (layout, concurrency),
+    or no layout when the bound found none (the first round then uses TP8's pool)."""
+    if not ans.get("reachable") or not ans.get("layout"):
+        return None, 1
+    return str(ans["layout"]), int(ans["conc"])
 
 
 def _space(ctx: _Context) -> list[Candidate]:
@@ -358,8 +407,13 @@ def _bound(ctx: _Context, c: Candidate, best_share: float) -> tuple[float, dict]
     return _usd(price + dram + ssd, ans["tput_per_gpu"]) or math.inf, ans
 
 
-def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
-    """The exact plan of ``c``: replays and the serving front, iterated on the users."""
+def _evaluate(ctx: _Context, c: Candidate, seed: tuple[str | None, int]) -> dict:
+    """The exact plan of ``c``: replays and the serving front, iterated on the front point.
+
+    Each round replays one prefix cache of the layout the previous round's front point runs
+    (:mod:`toolkit.plan.pool`: that layout's HBM, one cache per DPA rank) at its share of the
+    deployment's users, then asks the front with the hit shares; it stops when the front
+    point's layout and users repeat (``converged``) or after :data:`MAX_ROUNDS`."""
     cfg = ctx.cfg
     out: dict[str, Any] = {"candidate": c, "feasible": False}
     if c.ssd_gb > 0 and c.host_dram_gb == 0:
@@ -371,52 +425,61 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
     eng = ctx.engram(c.hardware, c.engram_gb) if c.engram_gb is not None else None
     out["engram"] = eng
     eng_dram = eng["dram_gb"] if eng else 0.0
-    # the device pool: the engine default (None) unless Engram rows take part of it
-    device = ctx.device_pool(c.hardware, eng["hbm_bytes"]) if eng else None
-    pool_tokens = device if device is not None else (
-        ctx.device_pool(c.hardware, 0.0) if c.reserve else 0)
-    if device is not None and device <= 0:
-        out["why"] = (f"Engram's {eng['hbm_bytes'] / 1e9:g} GB per GPU leave no device KV "
-                      f"pool on {c.hardware}")
-        return out
-    # a reserve caps running requests to the rest of the pool (--max-running-requests)
-    max_running = (max(1, int((1.0 - c.reserve) * pool_tokens // (ctx.isl + ctx.osl)))
-                   if c.reserve else 0)
-    users, seen, ans, tier = seed_users, set(), None, None
+    eng_hbm = eng["hbm_bytes"] if eng else 0.0
+    (layout, conc), seen, ans, tier = seed, set(), None, None
     converged = False
+    users = host_users = 1
+    pool = ctx.pool(c.hardware, layout, eng_hbm)
+    max_running = 0
     for _ in range(MAX_ROUNDS):
-        pool = ctx.host_pool_gb(users) if c.buffer else 0.0
-        if pool + eng_dram > c.host_dram_gb:
+        pool = ctx.pool(c.hardware, layout, eng_hbm)
+        if pool.tokens_per_rank <= 0:
+            why = (f"Engram's {eng_hbm / 1e9:g} GB per GPU and the weights" if eng_hbm
+                   else "the weights")
+            out.update(why=f"{why} leave no device KV pool on {c.hardware} "
+                       f"({pool.layout.text})", answer=ans)
+            return out
+        users = pool.users_per_rank(conc)
+        # users of gpus_per_replica GPUs: HiSparse's host pool is per host
+        host_users = max(1, round(conc * cfg.gpus_per_replica / pool.layout.gpus))
+        # a reserve caps running requests to the rest of the pool (--max-running-requests)
+        max_running = (max(1, int((1.0 - c.reserve) * pool.tokens_per_rank
+                                  // (ctx.isl + ctx.osl))) if c.reserve else 0)
+        hs_pool = ctx.host_pool_gb(host_users) if c.buffer else 0.0
+        if hs_pool + eng_dram > c.host_dram_gb:
             need = " and ".join(x for x in (
-                f"HiSparse's host pool {pool:.0f} GB at {users} users per instance"
-                if c.buffer else "", f"the Engram table {eng_dram:g} GB" if eng_dram else "")
-                if x)
-            out["why"] = (f"host DRAM needs {pool + eng_dram:.0f} GB ({need}); "
+                f"HiSparse's host pool {hs_pool:.0f} GB at {host_users} users per "
+                f"{cfg.gpus_per_replica} GPUs" if c.buffer else "",
+                f"the Engram table {eng_dram:g} GB" if eng_dram else "") if x)
+            out["why"] = (f"host DRAM needs {hs_pool + eng_dram:.0f} GB ({need}); "
                           f"{c.host_dram_gb:g} GB allowed")
             out["users"] = users
             return out
-        host_tokens = ctx.tokens(c.host_dram_gb - pool - eng_dram)
+        # one cache's share of the host DRAM and SSD (options are per gpus_per_replica GPUs)
+        share = pool.layout.cache_gpus / cfg.gpus_per_replica / pool.ranks
+        host_tokens = ctx.tokens((c.host_dram_gb - hs_pool - eng_dram) * share)
+        storage_tokens = ctx.tokens(c.ssd_gb * share)
         if c.ssd_gb > 0 and host_tokens <= 0:
             out["why"] = ("an SSD tier needs a host tier; the host DRAM left after HiSparse's "
                           "pool and the Engram table holds no KV")
             out["users"] = users
             return out
-        tier = ctx.tier(c.hardware, c.policy, users, host_tokens, ctx.tokens(c.ssd_gb),
-                        device_tokens=device, max_running=max_running)
+        tier = ctx.tier(c.hardware, c.policy, users, host_tokens, storage_tokens,
+                        device_tokens=pool.tokens_per_rank, max_running=max_running)
         g, h, s = tier["gpu_hit_rate"], tier["host_hit_rate"], tier["storage_hit_rate"]
         ans = ctx.serve(c.hardware, c.engine, g + h + s, h + s, miss, buf_model,
                         reserve=c.reserve, engram=eng)
         if not ans["reachable"]:
             out.update(why=_miss_reason(ctx, ans), users=users, tier=tier, answer=ans)
             return out
-        seen.add(users)
-        nxt = _users(cfg, ans)
-        if nxt == users:
+        seen.add((layout, conc))
+        nxt = (str(ans["layout"]), int(ans["conc"]))
+        if nxt == (layout, conc):
             converged = True
             break
         if nxt in seen:
             break
-        users = nxt
+        layout, conc = nxt
     assert ans is not None and tier is not None
     price = get_hardware(c.hardware).price_usd_per_gpu_hour(cfg.price_tier)
     dram, ssd = _memory_usd_per_gpu_hour(cfg, c)
@@ -426,7 +489,7 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
     all_in = price + dram + ssd
     run_ids = ([tier["run_id"]] + ([sel["run_id"]] if sel else [])
                + ([eng["run"]["run_id"]] if eng and eng["run"] else []))
-    prefix = (round(c.reserve * pool_tokens) if c.reserve
+    prefix = (round(c.reserve * pool.tokens_per_rank) if c.reserve
               else int(tier["device_capacity_tokens"]))
     out.update(feasible=True, users=users, converged=converged, tier=tier, answer=ans,
                sel=sel, plan={
@@ -446,7 +509,7 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
                    "usd_breakdown": usd, "run_ids": run_ids,
                    # beyond the contract: how the figures were reached
                    "users_per_instance": users, "converged": converged,
-                   "host_pool_gb": ctx.host_pool_gb(users) if c.buffer else 0.0,
+                   "host_pool_gb": ctx.host_pool_gb(host_users) if c.buffer else 0.0,
                    "hisparse_misses_per_layer": miss,
                    "hisparse_misses_per_layer_band": (
                        [ctx.scaled_misses(c.buffer).rows_low,
@@ -461,6 +524,8 @@ def _evaluate(ctx: _Context, c: Candidate, seed_users: int) -> dict:
                    "usd_per_gpu_hour": price,
                    "prefix_reserve_fraction": c.reserve, "max_running": max_running,
                    "device_pool_tokens": int(tier["device_capacity_tokens"]),
+                   "device_pool_ranks": pool.ranks,
+                   "device_pool_layout": pool.layout.text,
                    "engram_in_hbm": bool(eng["in_hbm"]) if eng else None,
                    "engram_hit_ratio": eng["hit_ratio"] if eng else None,
                    "engram_dram_gb": eng_dram,
@@ -473,7 +538,8 @@ def _miss_reason(ctx: _Context, ans: dict) -> str:
     if ans.get("front_max_interactivity") is None:
         return str(ans.get("note") or "no serving point meets the p90 TTFT bound")
     return (f"front ends at {ans['front_max_interactivity']:.1f} tok/s/user < target "
-            f"{target:g} within p90 TTFT <= {ctx.cfg.max_p90_ttft_s} s")
+            f"{target:g}" + (f" within p90 TTFT <= {ctx.front_bound} s"
+                             if ctx.front_bound is not None else ""))
 
 
 def assumptions(ctx: _Context) -> list[str]:
@@ -484,16 +550,27 @@ def assumptions(ctx: _Context) -> list[str]:
         "model's shape); hit shares are token-weighted over every request of the trace",
         "serving: cost compare's front (serving model fitted on InferenceX points; modelled, "
         "not measured: the bundled measured points are fixed-shape benchmarks, not this "
-        f"trace), p90 TTFT <= {cfg.max_p90_ttft_s} s, target {cfg.interactivity:g} tok/s/user",
+        f"trace) at the target {cfg.interactivity:g} tok/s/user with p90 TTFT <= "
+        f"{ctx.front_bound} s (cost compare's bound, or the asked one when looser: the layout "
+        "and memory split do not depend on a tighter bound); the cluster replay judges p90 "
+        f"TTFT <= {cfg.max_p90_ttft_s} s at the load",
         "prefix hits skip prefill; host and storage hits are loaded over the host link "
         "(the serving model's host_prefix_fraction; SSD reads are assumed no slower than "
         "the host link, an assumption)",
-        f"one tier replay instance = {cfg.gpus_per_replica} GPUs; its closed-loop users = the "
-        "front point's concurrency x GPUs per instance / the deployment's GPUs (assumed)",
-        "device prefix pool: SGLang's, the HBM left after weights at mem_fraction "
-        f"{ctx.assume.mem_fraction} (shared by running requests and the radix cache)",
-        f"host DRAM and SSD options are per {cfg.gpus_per_replica}-GPU instance; priced per "
-        "GPU as capacity x $/GB-hour / GPUs per instance",
+        "device prefix pool: the layout's, per cache: HBM usable x mem_fraction "
+        f"{ctx.assume.mem_fraction} less one GPU's weights (dense / (1 with DPA, else the "
+        "instance's GPUs) + experts / GPUs) less Engram HBM; one cache per DPA rank (SGLang: "
+        "a radix tree per DP rank), else one per instance; a disaggregated layout's cache is "
+        "its prefill instance's (DPA ranks; SGLang's PD decode side keeps no radix cache); "
+        "shared by running requests and the radix cache",
+        "the tier replay replays one cache at the front point's concurrency / its caches "
+        "(sessions stay on one cache, as a cache-aware router keeps them: assumed); running "
+        "requests hold their KV on it until they finish (on a disaggregated prefill rank "
+        "they leave after prefill: the replay understates that pool's room)",
+        f"host DRAM and SSD options are per {cfg.gpus_per_replica} GPUs; a cache's host and "
+        f"SSD tiers are its instance's GPUs / {cfg.gpus_per_replica} of the option, split "
+        "evenly over its DPA ranks; priced per GPU as capacity x $/GB-hour / "
+        f"{cfg.gpus_per_replica}",
     ]
     for tier in ("dram", "ssd"):
         p = MEMORY_PRICES[tier]
@@ -590,50 +667,58 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     feasible: list[dict] = []
     pruned: list[dict] = []
 
-    def stop_at(lb: float, ans: dict) -> str | None:
+    keep = cfg.load_candidates  # exact plans kept per accelerator and memory option
+
+    def stop_at(lb: float, ans: dict, c: Candidate) -> str | None:
+        """Why a candidate is pruned, given the plans found so far (``None``: evaluate it).
+        Per accelerator and memory option (host DRAM, SSD): the load stage sizes each
+        option's best (:func:`toolkit.plan.load.plan_for_load`), so more options never
+        prune an option's best away (a wider question is a superset of a narrower one's)."""
         if not math.isfinite(lb) and not cfg.exhaustive:
             return "pruned: " + _miss_reason(ctx, ans) + " even at the largest hit share"
-        if not cfg.exhaustive and len(feasible) >= cfg.top:
-            worst = sorted(p["plan"]["usd_per_mtok_total"] for p in feasible)[cfg.top - 1]
-            if lb > worst:
-                return f"pruned: its lower bound ${lb:.4f}/M exceeds plan #{cfg.top}'s"
+        mine = [p["plan"]["usd_per_mtok_total"] for p in feasible
+                if _memory_key(p["candidate"]) == _memory_key(c)]
+        if not cfg.exhaustive and len(mine) >= keep and lb > sorted(mine)[keep - 1]:
+            return (f"pruned: its lower bound ${lb:.4f}/M exceeds plan #{keep} of {c.hardware} "
+                    f"with host {c.host_dram_gb:g} GB, SSD {c.ssd_gb:g} GB")
         return None
+
+    def prune(lb: float, c: Candidate, why: str) -> None:
+        pruned.append({"candidate": c, "feasible": False, "pruned": True, "bound": lb,
+                       "why": why})
 
     runner = _Runner(ctx, executor, n_workers)
     try:
         with bar(len(space), "plan exact", progress, unit="cand") as b:
             i = 0
             while i < len(bounds):
-                # the next candidates in bound order, as many as there are workers; none
-                # that the plans found so far (or an infinite bound) already prune
-                batch = []
-                for lb, c, ans in bounds[i:i + n_workers]:
-                    if (batch and not cfg.exhaustive and not math.isfinite(lb)) or (
-                            not batch and stop_at(lb, ans) is not None):
-                        break
-                    batch.append((c, _users(cfg, ans) if ans["reachable"] else 1))
-                results = runner.evaluate(batch) if batch else []
-                stop = None
-                for k in range(max(len(results), 1)):
-                    lb, c, ans = bounds[i]
-                    stop = stop_at(lb, ans)
-                    if stop is not None:
-                        break
-                    ev = results[k]
-                    ev["bound"] = lb
-                    done.append(ev)
-                    if ev["feasible"]:
-                        feasible.append(ev)
+                # the next candidates in bound order that the plans found so far do not
+                # prune, as many as there are workers (pruning only grows with more plans,
+                # so a candidate pruned now would be pruned in one process's order too)
+                batch: list[int] = []
+                j = i
+                while j < len(bounds) and len(batch) < n_workers:
+                    lb, c, ans = bounds[j]
+                    if stop_at(lb, ans, c) is None:
+                        batch.append(j)
+                    j += 1
+                results = dict(zip(batch, runner.evaluate(
+                    [(bounds[k][1], _seed(bounds[k][2])) for k in batch]), strict=True))
+                # apply in bound order exactly as one process would: an evaluation that the
+                # plans before it in this batch prune is discarded
+                for k in range(i, j):
+                    lb, c, ans = bounds[k]
+                    why = stop_at(lb, ans, c)
+                    if why is not None or k not in results:
+                        prune(lb, c, why or "pruned")
+                    else:
+                        ev = results[k]
+                        ev["bound"] = lb
+                        done.append(ev)
+                        if ev["feasible"]:
+                            feasible.append(ev)
                     b.update(1)
-                    i += 1
-                if stop is not None:
-                    pruned = [{"candidate": c2, "feasible": False, "pruned": True,
-                               "bound": lb2, "why": stop if j == 0 else (
-                                   f"pruned: lower bound ${lb2:.4f}/M" if math.isfinite(lb2)
-                                   else "pruned: " + _miss_reason(ctx, a2)
-                                   + " even at the largest hit share")}
-                              for j, (lb2, c2, a2) in enumerate(bounds[i:])]
-                    break
+                i = j
     finally:
         runner.close()
     elapsed = time.perf_counter() - t0
@@ -641,10 +726,23 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     if not feasible:
         raise PlanError(_closest_miss(ctx, done or [{"candidate": c, "why": "bound",
                                                      "answer": a} for _, c, a in bounds]))
+    from toolkit.plan.load import plan_for_load
+
+    for ev in done:  # the front's figures, before the load replaces them
+        if ev["feasible"]:
+            ev["plan"]["tput_per_gpu_low"] = ev["answer"]["tput_per_gpu_low"]
+            ev["plan"]["tput_per_gpu_high"] = ev["answer"]["tput_per_gpu_high"]
+    # the load: each accelerator's best plans, sized by cluster replays, ranked at the load
+    at_load, failed = plan_for_load(ctx, feasible, progress)
+    if not at_load:
+        from toolkit.plan.load import closest_miss
+
+        raise PlanError(closest_miss(cfg, failed))
+    elapsed = time.perf_counter() - t0
     plans = []
-    for rank, ev in enumerate(feasible[:cfg.top], start=1):
-        ev["plan"]["rank"] = rank
-        plans.append(ev["plan"])
+    for rank, ev in enumerate(at_load[:cfg.top], start=1):
+        ev["load"]["plan"]["rank"] = rank
+        plans.append(ev["load"]["plan"])
     from toolkit.plan.record import plan_id as make_id
     pid = make_id(cfg, ctx)
     for ev in done + pruned:
@@ -654,9 +752,13 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
         if eng is None and ev["candidate"].engram_gb is not None:
             eng = ctx.engram(ev["candidate"].hardware, ev["candidate"].engram_gb)
         ev["engram_hbm_gb"] = eng["hbm_bytes"] / 1e9 if eng else 0.0
+    from toolkit.plan import load
+
     result = PlanResult(plans=plans, evaluated=done + pruned, searched=len(space),
                         evaluated_exactly=len(done), feasible=len(feasible),
-                        elapsed_s=elapsed, assumptions=assumptions(ctx), plan_id=pid)
+                        elapsed_s=elapsed, assumptions=assumptions(ctx) + load.assumptions(ctx),
+                        plan_id=pid, by_hardware=load.by_hardware(at_load),
+                        cluster_replays=len(ctx.clusters))
     if save:
         from toolkit.plan.record import save_plan
 
@@ -689,7 +791,7 @@ class _Runner:
                 self._started = True
             self._remote = ray.remote(num_cpus=1, max_retries=0)(_remote_evaluate)
 
-    def evaluate(self, batch: list[tuple[Candidate, int]]) -> list[dict]:
+    def evaluate(self, batch: list[tuple[Candidate, tuple[str | None, int]]]) -> list[dict]:
         ctx = self.ctx
         if self.executor == "ray":
             root = str(ctx.store.root)
@@ -708,7 +810,8 @@ class _Runner:
 _WORKER_CONTEXTS: dict[tuple[str, str], _Context] = {}
 
 
-def _remote_evaluate(root: str, cfg: PlanConfig, c: Candidate, seed: int) -> dict:
+def _remote_evaluate(root: str, cfg: PlanConfig, c: Candidate,
+                     seed: tuple[str | None, int]) -> dict:
     """One exact evaluation in a Ray worker: its own store handle and context (the trace,
     selections and Engram lookups read once per worker and plan)."""
     from toolkit.config import fingerprint

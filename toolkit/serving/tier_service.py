@@ -89,10 +89,12 @@ def default_device_tokens(hw: HardwareSpec, model: ModelSpec, a: ServiceAssumpti
 
 def deployment(hw: HardwareSpec, model: ModelSpec, a: ServiceAssumptions) -> Deployment:
     """The one instance the tier replay times: ``a.gpus_per_replica`` GPUs, tensor-parallel
-    attention and MoE (SGLang's TP8 DeepSeek layout), ``a.engine``'s fitted terms."""
+    attention and MoE (SGLang's TP8 DeepSeek layout) unless ``a`` asks for DP attention,
+    expert parallelism or MTP (``toolkit plan``'s layouts), ``a.engine``'s fitted terms."""
     return Deployment(model.name, hw.name, engine=a.engine, precision=a.weight_precision,
                       kv_dtype=a.kv_dtype, gpus_per_instance=a.gpus_per_replica,
-                      dp_attention=False, expert_parallel=False)
+                      dp_attention=a.dp_attention, expert_parallel=a.expert_parallel,
+                      mtp=a.mtp)
 
 
 def tpot_table(

@@ -54,6 +54,9 @@ class ServiceAssumptions:
             assumed 0.9).
         engine: engine whose fitted serving-model terms time the instance (``sglang``).
         mechanism: host-load transfer path (``toolkit.serving.transfer.transfer_path``).
+        dp_attention, expert_parallel, mtp: the instance's layout beyond its width
+            (data-parallel attention, expert-parallel MoE, multi-token prediction), as
+            ``toolkit plan`` sizes the layout its front point runs; off: SGLang's TP layout.
     """
 
     gpus_per_replica: int = 8
@@ -62,6 +65,9 @@ class ServiceAssumptions:
     mem_fraction: float = 0.9
     engine: str = "sglang"
     mechanism: str = "sm_kernel"
+    dp_attention: bool = False
+    expert_parallel: bool = False
+    mtp: bool = False
 
     def __post_init__(self) -> None:
         check_number("assumptions.gpus_per_replica", self.gpus_per_replica, lo=1, hi=1 << 16)

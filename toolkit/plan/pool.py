@@ -1,0 +1,130 @@
+"""The prefix pool of the layout a plan runs: how many separate prefix caches a deployment
+has and how many tokens each holds, from that layout's HBM (not one 8-GPU instance's).
+
+Why per layout: GLM-5.2's 744 GB of FP8 weights over a TP4 MI355X instance leave each GPU
+1,524,121 tokens of KV, over TP8 3,248,258; a plan that prices TP4 but replays a TP8 pool
+overstates its hits. And with data-parallel attention every rank keeps its own requests' KV
+and its own radix cache (SGLang: one scheduler and tree per DP rank; Dynamo's KV router and
+SGLang's router address ``(worker, dp_rank)``), so a DPA deployment is ``ranks`` caches of
+one GPU's pool each, not one pool.
+
+The rule, per GPU of the instance that holds the prefix cache (``g`` GPUs):
+
+    tokens = (HBM usable x mem_fraction - weights per GPU - Engram HBM per GPU)
+             // KV bytes per token
+    weights per GPU = dense / (1 with DPA, else g) + routed experts / g
+
+(the serving model's per-GPU weights, :func:`toolkit.serving.model.max_batch`: attention and
+dense layers are replicated on DPA ranks and tensor-sharded otherwise; experts are sharded;
+``mem_fraction`` is the tier replay's, SGLang's ``mem_fraction_static``-like 0.9). The
+instance that holds the prefix cache is the aggregated instance (``TP t``: ``g = t``), or
+for a disaggregated layout its prefill instance (``g`` = prefill GPUs, DPA as
+``cost compare``'s recipes build it): SGLang's PD decode side runs without a radix cache.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from toolkit.hardware import get_hardware
+from toolkit.models import get_model
+from toolkit.serving.layout import DENSE_WEIGHT_BYTES, ROUTED_WEIGHT_BYTES
+from toolkit.serving.tier_service import kv_bytes_per_token
+
+_AGG = re.compile(r"^TP(\d+) EP(\d+)( DPA)?(\+MTP)?(?: conc (\d+))?$")
+_DISAGG = re.compile(r"^disagg P(\d+)/D(\d+) decode TP(\d+) EP(\d+)( DPA)?(\+MTP)?"
+                     r"(?: conc (\d+))?$")
+
+
+class LayoutError(ValueError):
+    """A layout text that :func:`parse_layout` does not know."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The parts of a serving layout that size its prefix pool (``cost compare``'s layout
+    text, parsed)."""
+
+    disagg: bool
+    gpus: int  # GPUs of one deployment (prefill + decode when disaggregated)
+    cache_gpus: int  # GPUs of the instance holding the prefix cache
+    cache_dp_attention: bool  # its attention is data-parallel: one cache per GPU
+    text: str
+
+
+def parse_layout(text: str) -> Layout:
+    """``cost compare``'s layout text (``TP4 EP1+MTP conc 2``, ``disagg P24/D16 decode TP16
+    EP16 DPA+MTP conc 128``) as a :class:`Layout`.
+
+    A disaggregated layout's prefill instance is its ``P`` GPUs with DPA (the recipes
+    ``cost compare`` sweeps: ``prefill_tp = prefill_ep = P``, DPA on).
+
+    Raises:
+        LayoutError: a text of another shape.
+    """
+    t = text.strip()
+    m = _AGG.match(t)
+    if m:
+        tp, ep = int(m[1]), int(m[2])
+        g = max(tp, ep)
+        return Layout(False, g, g, bool(m[3]), t)
+    m = _DISAGG.match(t)
+    if m:
+        n_pre, n_dec = int(m[1]), int(m[2])
+        return Layout(True, n_pre + n_dec, n_pre, True, t)
+    raise LayoutError(f"layout {text!r}: not a cost compare layout (TPt EPe [DPA] or "
+                      "disagg Pp/Dd decode TPt EPe [DPA])")
+
+
+@dataclass(frozen=True)
+class PrefixPool:
+    """A deployment's prefix caches: ``ranks`` separate caches of ``tokens_per_rank`` each
+    (one per DPA rank, or one per instance with tensor-parallel attention)."""
+
+    layout: Layout
+    ranks: int
+    tokens_per_rank: int
+    weights_per_gpu_bytes: float
+
+    @property
+    def total_tokens(self) -> int:
+        return self.ranks * self.tokens_per_rank
+
+    def users_per_rank(self, concurrency: float) -> int:
+        """A deployment's users spread evenly over its caches (sessions stay on one rank, as
+        a cache-aware router keeps them), at least one."""
+        return max(1, round(concurrency / self.ranks))
+
+
+def weights_per_gpu_bytes(model: str, precision: str, hardware: str, gpus: int,
+                          dp_attention: bool) -> float:
+    """One GPU's weights in a ``gpus``-GPU instance (the serving model's split)."""
+    spec, m = get_hardware(hardware), get_model(model)
+    prec = precision if (precision != "fp4" or spec.dense_fp4_tflops) else "fp8"
+    dense = m.dense_params * DENSE_WEIGHT_BYTES[prec]
+    routed = m.routed_expert_params * ROUTED_WEIGHT_BYTES[prec]
+    return dense / (1 if dp_attention else gpus) + routed / gpus
+
+
+def prefix_pool(layout: str | Layout, hardware: str, model: str, *, precision: str = "fp8",
+                kv_dtype: str = "fp8", mem_fraction: float = 0.9,
+                engram_hbm_bytes: float = 0.0) -> PrefixPool:
+    """The prefix pool of ``layout`` on ``hardware`` (module docstring: the rule).
+
+    ``tokens_per_rank`` is 0 when the weights (and Engram rows) leave no KV room; the caller
+    refuses such a plan.
+    """
+    lay = parse_layout(layout) if isinstance(layout, str) else layout
+    spec = get_hardware(hardware)
+    w = weights_per_gpu_bytes(model, precision, hardware, lay.cache_gpus,
+                              lay.cache_dp_attention)
+    free = spec.hbm_usable_bytes * mem_fraction - w - engram_hbm_bytes
+    kvb = kv_bytes_per_token(get_model(model), kv_dtype)
+    tokens = max(0, int(free // kvb))
+    ranks = lay.cache_gpus if lay.cache_dp_attention else 1
+    return PrefixPool(lay, ranks, tokens, w)
+
+
+__all__ = ["Layout", "LayoutError", "PrefixPool", "parse_layout", "prefix_pool",
+           "weights_per_gpu_bytes"]
