@@ -253,15 +253,66 @@ def load_plan(ctx: Any, ev: dict, best: Probe, probes: list[Probe]) -> dict:
     return out
 
 
+def layout_variants(ctx: Any, ev: dict) -> list[dict]:
+    """``ev`` with each layout whose own front meets the target at its hit shares
+    (:meth:`toolkit.plan.search._Context.layouts`), the front's best among them: copies of
+    ``ev`` whose plan runs that layout at the front point that meets the target (its GPUs,
+    concurrency, throughput and band; the pool, running-request cap and HiSparse host pool
+    that layout's HBM and users give). Cheapest instance first (one instance's $/hour, then
+    the layout text): the order the load search sizes them in. A layout whose HiSparse host
+    pool and Engram table need more host DRAM than the option gives is left out."""
+    cfg, c, p = ctx.cfg, ev["candidate"], ev["plan"]
+    base = p["layout"].rsplit(" conc ", 1)[0]
+    out = [dict(ev, layout_source="front")]
+    eng = ev.get("engram")
+    eng_hbm = eng["hbm_bytes"] if eng else 0.0
+    eng_dram = p.get("engram_dram_gb") or 0.0
+    for a in ctx.layouts(ev):
+        if a["layout"].rsplit(" conc ", 1)[0] == base:
+            continue
+        pool = ctx.pool(c.hardware, a["layout"], eng_hbm)
+        if pool.tokens_per_rank <= 0:
+            continue
+        host_users = max(1, round(a["conc"] * cfg.gpus_per_replica / pool.layout.gpus))
+        hs_pool = ctx.host_pool_gb(host_users) if c.buffer else 0.0
+        if hs_pool + eng_dram > c.host_dram_gb:
+            continue
+        max_running = (max(1, int((1.0 - c.reserve) * pool.tokens_per_rank
+                                  // (ctx.isl + ctx.osl))) if c.reserve else 0)
+        q = dict(p)
+        q.update(layout=a["layout"], gpus=int(a["gpus"]), concurrency=int(a["conc"]),
+                 tput_per_gpu=a["tput_per_gpu"], tput_per_gpu_low=a["tput_per_gpu_low"],
+                 tput_per_gpu_high=a["tput_per_gpu_high"], p90_ttft_s=a["p90_ttft_s"],
+                 p90_ttft_s_low=None, p90_ttft_s_high=None,
+                 usd_per_mtok_total=p["usd_per_mtok_total"] * p["tput_per_gpu"]
+                 / a["tput_per_gpu"],
+                 users_per_instance=pool.users_per_rank(a["conc"]), max_running=max_running,
+                 host_pool_gb=hs_pool,
+                 device_prefix_tokens=(round(c.reserve * pool.tokens_per_rank) if c.reserve
+                                       else pool.tokens_per_rank),
+                 device_pool_tokens=pool.tokens_per_rank, device_pool_ranks=pool.ranks,
+                 device_pool_layout=pool.layout.text)
+        for k in ("usd_per_mtok_total_low", "usd_per_mtok_total_high"):
+            q[k] = None
+        out.append(dict(ev, plan=q, layout_source="front alternative"))
+    out.sort(key=lambda v: (usd_per_hour(cfg, v, 1)["total"], v["plan"]["layout"]))
+    return out
+
+
 def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
                   ) -> tuple[list[dict], list[tuple[dict, list[Probe]]]]:
     """For each accelerator and memory option (host DRAM, SSD), the best ``load_candidates``
-    plans at the front (``feasible``, sorted by $/M there), each sized for the load by
+    plans at the front (``feasible``, sorted by $/M there), each sized for the load: every
+    layout whose own front meets the target (:func:`layout_variants`) by
     :func:`fewest_instances` (warm-started at the count the same layout needed with another
-    option); the load plans sorted by $/M at the load (ties: hardware, then label).
+    option), the cheapest per hour kept (ties: $/M at the load, then the layout). Layouts
+    go cheapest instance first, and one whose single instance costs more per hour than the
+    cheapest sized so far is not sized (it cannot win: a cluster has at least one
+    instance). The load plans are sorted by $/M at the load (ties: hardware, then label).
 
-    Every sized evaluation gets ``ev["load"]``: its probes, and the load plan (``plan``) or
-    why none (``why``); ``ev["plan"]`` stays the plan at the front.
+    Every sized evaluation gets ``ev["load"]``: the chosen layout's probes, and the load
+    plan (``plan``) or why none (``why``), and ``layouts`` (what each layout needed, or why
+    it was not sized); ``ev["plan"]`` stays the plan at the front.
 
     Returns the sized plans and the ones no count up to the ceiling serves, with their
     probes (the caller names the closest miss when no plan is sized).
@@ -289,16 +340,43 @@ def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
              unit="plan") as b:
         starts: dict[tuple, int] = {}  # a layout's answer warm-starts its other options
         for ev in chosen:
-            lay = (ev["candidate"].hardware, ev["plan"]["layout"])
-            best, probes = fewest_instances(ctx, ev, ctx.recorded_rps, start=starts.get(lay))
-            if best is not None:
+            pick: tuple | None = None
+            tried: list[dict] = []
+            misses_all: list[tuple[dict, list[Probe]]] = []
+            for var in layout_variants(ctx, ev):
+                lay = (ev["candidate"].hardware, var["plan"]["layout"].rsplit(" conc ", 1)[0])
+                one = usd_per_hour(cfg, var, 1)["total"]
+                if pick is not None and one > pick[0][0]:
+                    tried.append({"layout": var["plan"]["layout"], "sized": False,
+                                  "why": f"one instance ${one:.2f}/h > the best "
+                                         f"${pick[0][0]:.2f}/h"})
+                    continue
+                best, probes = fewest_instances(ctx, var, ctx.recorded_rps,
+                                                start=starts.get(lay))
+                if best is None:
+                    misses_all.append((var, probes))
+                    tried.append({"layout": var["plan"]["layout"], "sized": False,
+                                  "why": "no count up to the ceiling meets the SLOs"})
+                    continue
                 starts.setdefault(lay, best.instances)
-            ev["load"] = {"probes": probes, "best": best}
-            if best is None:
-                ev["load"]["why"] = closest_miss(cfg, [(ev, probes)])
-                failed.append((ev, probes))
+                lp = load_plan(ctx, var, best, probes)
+                lp["layout_source"] = var["layout_source"]
+                tried.append({"layout": var["plan"]["layout"], "sized": True,
+                              "instances": best.instances, "gpus_total": lp["gpus_total"],
+                              "usd_per_hour_total": lp["usd_per_hour_total"]})
+                rank = (lp["usd_per_hour_total"], lp["usd_per_mtok_total"],
+                        var["plan"]["layout"])
+                if pick is None or rank < pick[0]:
+                    pick = (rank, best, probes, lp)
+            if pick is None:
+                ev["load"] = {"probes": misses_all[0][1] if misses_all else [],
+                              "best": None, "layouts": tried,
+                              "why": closest_miss(cfg, misses_all)}
+                failed.extend(misses_all)
             else:
-                ev["load"]["plan"] = load_plan(ctx, ev, best, probes)
+                _, best, probes, lp = pick
+                lp["layouts_searched"] = tried
+                ev["load"] = {"probes": probes, "best": best, "plan": lp, "layouts": tried}
                 out.append(ev)
             b.update(1)
     out.sort(key=lambda e: (e["load"]["plan"]["usd_per_mtok_total"],
@@ -395,4 +473,4 @@ def closest_miss(cfg: Any, failed: list[tuple[dict, list[Probe]]]) -> str:
 
 __all__ = ["LOAD_KEYS", "Probe", "assumptions", "binding", "by_hardware", "closest_miss",
            "cluster_config", "fewest_instances", "load_plan", "load_text", "misses",
-           "plan_for_load", "start_instances", "usd_per_hour"]
+           "layout_variants", "plan_for_load", "start_instances", "usd_per_hour"]
