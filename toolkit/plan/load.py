@@ -1,7 +1,7 @@
-"""Plan for a load: for each accelerator, the fewest instances of its plan's layout that meet
-the SLOs at that load, decided by the cluster replay (:func:`toolkit.cost.from_replay.
-run_cluster`: N instances behind a router, each its own exact tier cache and serving-model
-step times), then ranked by $/M at the load.
+"""Plan for a load: for each accelerator, the layout and the fewest instances of it that meet
+the SLOs at that load at the least cost per hour, decided by the cluster replay
+(:func:`toolkit.cost.from_replay.run_cluster`: N instances behind a router, each its own
+exact tier cache and serving-model step times), then ranked by $/M at the load.
 
 Why a search and not arithmetic: how many instances a load needs depends on the prefix hits
 they get, and those depend on how many instances share the sessions and how the router sends
@@ -15,6 +15,12 @@ The search per plan (:func:`fewest_instances`):
 2. galloping from it (down by 1, 2, 4, ... while the SLOs hold; up by 1, 2, 4, ... while
    they do not), then bisection between the last miss and the first fit. Every probe is one
    cluster replay; a count probed twice is read from the cache.
+
+Which layout (:func:`plan_for_load`): every layout whose own front meets the target
+(:func:`layout_variants`), sized by that search, cheapest instance first; one whose single
+instance already costs more per hour than the best sized cannot win and is not sized. Within
+one accelerator and memory option the bill is proportional to GPUs, so this is the fewest
+GPUs; a small load no longer pays a whole instance of the front's largest layout.
 
 It assumes more instances never serve a load worse (monotone in N); the tests check that
 the answer's N - 1 misses and N fits, and that more load never needs fewer GPUs.
@@ -425,8 +431,12 @@ def assumptions(ctx: Any) -> list[str]:
         "point by galloping and bisection, assuming more instances never serve a load worse; "
         f"up to {cfg.max_instances} per accelerator",
         f"per accelerator and memory option (host DRAM, SSD) the best {cfg.load_candidates} "
-        "plan(s) at the front are sized; the layout is the front's at the target, so a load "
-        "below one instance of it still pays a whole instance (binding 'one instance')",
+        "plan(s) at the front are sized, each in every layout whose own front meets the "
+        "target at the plan's hit shares (cost compare's best layout and the others), each "
+        "layout with its own prefix pool, running-request cap and front point; the cheapest "
+        "per hour at the load is kept (ties: $/M, then the layout); layouts go cheapest "
+        "instance first and one whose single instance costs more per hour than the best "
+        "sized so far is not sized (it cannot win)",
         "cluster instance: the layout's GPUs, timed by the serving model as that layout (DP "
         "attention, expert parallelism, MTP; a disaggregated layout as one instance of all "
         "its GPUs with its decode side's DPA: prefill and decode pools are not separated); "
