@@ -94,10 +94,11 @@ alt.Chart(load).mark_line(point=True).encode(
 
 # %% [markdown]
 # More load never needs fewer GPUs (`tests/test_plan_load.py` checks it as a property).
-# The disaggregated GB200 and GB300 layouts the front picks at this target are large
-# deployments (tens of GPUs, see the table): at this trace's rate one of them is the floor
-# (`one instance`), so their GPU count does not move until the load fills it; MI355X's
-# 8-GPU aggregated instances grow with the load.
+# The layout is chosen for the load (every layout whose front meets the target is sized;
+# the cheapest per hour is kept): GB200 and GB300 offer only disaggregated layouts at this
+# target, the smallest a dozen GPUs or more, so one instance of it is the floor
+# (`one instance`) until the load fills it; MI355X's 4- and 8-GPU aggregated instances grow
+# with the load.
 # The margin to the next accelerator is printed with the verdict on the band (is the win
 # larger than the serving model's error band?):
 

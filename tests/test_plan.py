@@ -220,15 +220,18 @@ def test_reduces_to_cost_compare(pstore) -> None:
     r = plan(pstore, PlanConfig(**{**SMALL, "host_dram_gb": (0.0,), "ssd_gb": (0.0,)}),
              progress=False, save=False)
     p = r.plans[0]
+    # the plan at the front of the candidate ranked first (the load may size another layout)
+    f = next(ev["plan"] for ev in r.evaluated if (ev.get("load") or {}).get("plan") is p)
     shape = pstore.query("SELECT avg(input_tokens) i, avg(output_tokens) o FROM requests "
                          "WHERE trace = 'conv'")
     isl, osl = round(shape["i"][0]), round(shape["o"][0])
     c = compare(CompareConfig(model="glm-5.2", hardware=("mi355x",), interactivity=(100.0,),
-                              isl=isl, osl=osl, cached_prefix_fraction=p["front_gpu_hit_share"],
+                              isl=isl, osl=osl, cached_prefix_fraction=f["gpu_hit_share"],
                               measured=False)).row(0, named=True)
-    assert p["front_usd_per_mtok_total"] == c["usd_per_mtok_total"]
-    assert (p["front_tput_per_gpu"], p["layout"], p["gpus"], p["front_p90_ttft_s"]) == (
+    assert f["usd_per_mtok_total"] == c["usd_per_mtok_total"]
+    assert (f["tput_per_gpu"], f["layout"], f["gpus"], f["p90_ttft_s"]) == (
         c["tput_per_gpu"], c["layout"], c["gpus"], c["p90_ttft_s"])
+    assert c["layout"] in [x["layout"] for x in p["layouts_searched"]]
     assert (p["host_hit_share"], p["storage_hit_share"], p["usd_breakdown"]["dram"]) == (
         0.0, 0.0, 0.0)
 
@@ -289,10 +292,12 @@ def test_python_facade_and_cli(pstore, small) -> None:
     assert rows["hardware"][1:3] == ["mi355x", "none"]
     res = runner.invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
                               "--model", "glm-5.2", "--hardware", "mi355x", "--host-dram-gb",
-                              "0,512", "--ssd-gb", "0", "--top", "2"], env={"COLUMNS": "250"})
+                              "0,512", "--ssd-gb", "0", "--top", "2", "--users", "2",
+                              "--load-candidates", "4"], env={"COLUMNS": "250"})
     lines = res.output.splitlines()
     assert any(ln.startswith(f"plan {out['plan_id']}: ") for ln in lines), res.output
-    head = next(i for i, ln in enumerate(lines) if ln.startswith("─"))
+    ranked = lines.index("ranked plans:")
+    head = next(i for i, ln in enumerate(lines) if i > ranked and ln.startswith("─"))
     assert [ln.split()[0] for ln in lines[head + 1:head + 3]] == ["1", "2"]
     res = runner.invoke(app, ["plan", "--store", str(pstore.root), "--trace", "conv",
                               "--model", "glm-5.2", "--hardware", "mi355x",

@@ -22,7 +22,7 @@ from toolkit.cost.from_replay import run_cluster
 from toolkit.ingest import ingest_file
 from toolkit.plan.config import PlanConfig
 from toolkit.plan.load import LOAD_KEYS, misses
-from toolkit.plan.pool import prefix_pool
+from toolkit.plan.pool import parse_layout, prefix_pool
 from toolkit.plan.search import PLAN_KEYS, PlanError, plan
 from toolkit.replay.tiers import TierReplayConfig
 from toolkit.replay.tiers.config import ClusterReplayConfig, ServiceAssumptions
@@ -83,6 +83,29 @@ def test_fewest_instances_meet_and_one_fewer_misses(store) -> None:
     # every probe the search made is one of these replays' verdicts
     for q in p["probes"]:
         assert q["ok"] == (q["instances"] >= n)
+
+
+# every layout cost compare's front meets 50 tok/s/user with on MI355X (4- and 8-GPU)
+MI355X_LAYOUTS = ("TP4 EP1", "TP4 EP1+MTP", "TP4 EP4", "TP4 EP4+MTP", "TP4 EP4 DPA+MTP",
+                  "TP8 EP1", "TP8 EP1+MTP", "TP8 EP8", "TP8 EP8+MTP", "TP8 EP8 DPA+MTP")
+
+
+def test_a_small_load_gets_the_smallest_layout_that_meets_the_slos(store) -> None:
+    """Two users fit one instance of any layout: the plan is the smallest one whose single
+    instance meets the SLOs (each checked here by its own cluster replay), not one instance
+    of the front's best layout (8 GPUs of TP8 DPA before the load searched layouts)."""
+    r = _plan(store, users=2)
+    p = r.plans[0]
+    cfg = PlanConfig(**{**BASE, "users": 2})
+    gpus = {lay: parse_layout(lay).gpus for lay in MI355X_LAYOUTS}
+    meets = {lay: not misses(cfg, _cluster(store, dict(p, layout=lay, gpus=g), 1, users=2))
+             for lay, g in gpus.items()}
+    assert any(meets.values())
+    assert p["gpus_total"] < max(gpus.values())
+    assert all(p["gpus_total"] <= gpus[lay] for lay, ok in meets.items() if ok), meets
+    assert p["instances"] == 1 and p["binding"] == "one instance"
+    searched = {q["layout"].rsplit(" conc ", 1)[0] for q in p["layouts_searched"]}
+    assert searched == set(MI355X_LAYOUTS)
 
 
 @settings(max_examples=3, deadline=None)
@@ -154,10 +177,11 @@ def test_cli_table_and_explain_name_the_binding(store) -> None:
             "--prefix-reserve", "0", "--interactivity", "50", "--users", "64"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert "best per accelerator" in res.output and "binds:" in res.output
+    assert "best per accelerator" in res.output and "binding" in res.output
     assert "load: 64 closed-loop users" in res.output  # the assumptions beside the answer
     out = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     assert out["by_hardware"][0]["hardware"] == "mi355x"
+    assert f" {out['by_hardware'][0]['binding']} " in res.output  # the table's binding
     ex = runner.invoke(app, ["plan", "explain", "--store", str(store.root), "--plan",
                              out["plan_id"], "--json"])
     assert ex.exit_code == 0, ex.output

@@ -85,13 +85,17 @@ def test_plan_replays_its_layouts_pool(store) -> None:
                                    top=1, users=8, load_candidates=1),
                  progress=False, save=False)
         p = r.evaluated[0]["plan"]  # the plan at the front (the tier replay's figures)
-        assert r.plans[0]["layout"] == p["layout"]
+        q = r.plans[0]  # at the load: the layout the instance search chose among the front's
+        assert p["layout"] in [x["layout"] for x in q["layouts_searched"]]
+        own = prefix_pool(q["layout"], hw, "glm-5.2")  # each layout replays its own pool
+        assert (q["device_pool_tokens"], q["device_pool_ranks"], q["device_pool_layout"]) == (
+            own.tokens_per_rank, own.ranks, q["layout"])
+        assert q["gpus_total"] == q["instances"] * q["gpus"] == q["instances"] * own.layout.gpus
         pool = prefix_pool(p["device_pool_layout"], hw, "glm-5.2")
         assert p["converged"] and p["device_pool_layout"] == p["layout"]
         assert p["device_pool_tokens"] == p["device_prefix_tokens"] == pool.tokens_per_rank
         assert p["device_pool_ranks"] == pool.ranks
         assert p["users_per_instance"] == pool.users_per_rank(p["concurrency"])
-        assert r.plans[0]["gpus_total"] == r.plans[0]["instances"] * p["gpus"]
         tcfg = r.evaluated[0]["tier"]["cfg"]
         assert (tcfg.device_tokens, tcfg.concurrency) == (pool.tokens_per_rank,
                                                           p["users_per_instance"])

@@ -428,6 +428,67 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
     return _ratios(pl.DataFrame(out, infer_schema_length=None), cfg.hardware[0])
 
 
+def layout_answers(cfg: CompareConfig, params: ServingParams | None = None, *,
+                   what_if: dict[str, float] | None = None) -> list[dict]:
+    """Every serving layout (``conc`` aside) whose own front meets each target within the
+    bound, one row per (hardware, engine, target, layout): the front point that meets it
+    (``layout``, ``gpus``, ``conc``) and the throughput there with its band.
+
+    Why: :func:`compare` answers with the best layout's throughput per GPU, which is the
+    cheapest per token only when the load fills whole instances of it; ``toolkit plan``
+    sizes each of these for a load (:mod:`toolkit.plan.load`), where a smaller layout can
+    need fewer GPUs. The model's points, corrected by the measured runs as :func:`compare`
+    corrects them (``blended``); measured fronts are not split by layout here."""
+    from toolkit.serving.calibration import active_calibration, upper
+
+    params = params or bundled_params()
+    rows = sweep(cfg)
+    if what_if:
+        rows = rows.with_columns(pl.lit(float(v)).alias(k) for k, v in what_if.items())
+    pts = predict(candidates(rows, params, cfg.max_p90_ttft_s), params)
+    pts = pts.with_columns(pl.Series(TTFT_KEY, upper(pts, active_calibration(params),
+                                                     cfg.ttft_confidence), pl.Float64))
+    if cfg.max_p90_ttft_s is not None:
+        pts = pts.filter(pl.col(TTFT_KEY) <= cfg.max_p90_ttft_s)
+    meas_all = measured_points(cfg, ttft_bound=False)
+    ys = {"tput_per_gpu": "pred_tput_per_gpu", "tput_per_gpu_low": "pred_tput_per_gpu_low",
+          "tput_per_gpu_high": "pred_tput_per_gpu_high", "p90_ttft_s": "pred_p90_ttft"}
+    out: list[dict] = []
+    for hw in cfg.hardware:
+        for engine in engines_for(cfg, hw):
+            g = pts.filter((pl.col("hardware") == hw) & (pl.col("framework") == engine))
+            if g.height == 0:
+                continue
+            m_all = (meas_all.filter((pl.col("hardware") == hw)
+                                     & (pl.col("framework") == engine))
+                     if meas_all.height else meas_all)
+            fixed = _corrected(g, _residuals(m_all, params))
+            use = fixed if fixed["_n"].max() > 0 else g
+            series = _layout_series(use, "pred_median_intvty", ys, TTFT_KEY)
+            for target in cfg.interactivity:
+                best: dict[str, dict] = {}
+                for x, y, part, front in series:
+                    a = _front_answer(x, y, float(target))
+                    if not a["reachable"] or not a["tput_per_gpu"] or a["_at"] is None:
+                        continue
+                    r = part.row(int(front[a["_at"]]), named=True)
+                    text = _layout_text(r)
+                    key = text.rsplit(" conc ", 1)[0]
+                    if key in best and best[key]["tput_per_gpu"] >= a["tput_per_gpu"]:
+                        continue
+                    best[key] = {"hardware": hw, "engine": engine,
+                                 "interactivity": float(target), "layout": text,
+                                 "gpus": _gpus(r), "conc": int(r["conc"]),
+                                 "tput_per_gpu": a["tput_per_gpu"],
+                                 "tput_per_gpu_low": a.get("tput_per_gpu_low")
+                                 or a["tput_per_gpu"],
+                                 "tput_per_gpu_high": a.get("tput_per_gpu_high")
+                                 or a["tput_per_gpu"],
+                                 "p90_ttft_s": a.get("p90_ttft_s")}
+                out += [best[k] for k in sorted(best)]
+    return out
+
+
 TTFT_KEY = "_p90_ttft_bound_s"
 """A modelled point's p90 TTFT as the bound sees it: the upper end of its band at
 ``--ttft-confidence`` (:func:`toolkit.serving.calibration.upper`)."""

@@ -1,7 +1,7 @@
-"""Plan for a load: for each accelerator, the fewest instances of its plan's layout that meet
-the SLOs at that load, decided by the cluster replay (:func:`toolkit.cost.from_replay.
-run_cluster`: N instances behind a router, each its own exact tier cache and serving-model
-step times), then ranked by $/M at the load.
+"""Plan for a load: for each accelerator, the layout and the fewest instances of it that meet
+the SLOs at that load at the least cost per hour, decided by the cluster replay
+(:func:`toolkit.cost.from_replay.run_cluster`: N instances behind a router, each its own
+exact tier cache and serving-model step times), then ranked by $/M at the load.
 
 Why a search and not arithmetic: how many instances a load needs depends on the prefix hits
 they get, and those depend on how many instances share the sessions and how the router sends
@@ -15,6 +15,12 @@ The search per plan (:func:`fewest_instances`):
 2. galloping from it (down by 1, 2, 4, ... while the SLOs hold; up by 1, 2, 4, ... while
    they do not), then bisection between the last miss and the first fit. Every probe is one
    cluster replay; a count probed twice is read from the cache.
+
+Which layout (:func:`plan_for_load`): every layout whose own front meets the target
+(:func:`layout_variants`), sized by that search, cheapest instance first; one whose single
+instance already costs more per hour than the best sized cannot win and is not sized. Within
+one accelerator and memory option the bill is proportional to GPUs, so this is the fewest
+GPUs; a small load no longer pays a whole instance of the front's largest layout.
 
 It assumes more instances never serve a load worse (monotone in N); the tests check that
 the answer's N - 1 misses and N fits, and that more load never needs fewer GPUs.
@@ -253,15 +259,66 @@ def load_plan(ctx: Any, ev: dict, best: Probe, probes: list[Probe]) -> dict:
     return out
 
 
+def layout_variants(ctx: Any, ev: dict) -> list[dict]:
+    """``ev`` with each layout whose own front meets the target at its hit shares
+    (:meth:`toolkit.plan.search._Context.layouts`), the front's best among them: copies of
+    ``ev`` whose plan runs that layout at the front point that meets the target (its GPUs,
+    concurrency, throughput and band; the pool, running-request cap and HiSparse host pool
+    that layout's HBM and users give). Cheapest instance first (one instance's $/hour, then
+    the layout text): the order the load search sizes them in. A layout whose HiSparse host
+    pool and Engram table need more host DRAM than the option gives is left out."""
+    cfg, c, p = ctx.cfg, ev["candidate"], ev["plan"]
+    base = p["layout"].rsplit(" conc ", 1)[0]
+    out = [dict(ev, layout_source="front")]
+    eng = ev.get("engram")
+    eng_hbm = eng["hbm_bytes"] if eng else 0.0
+    eng_dram = p.get("engram_dram_gb") or 0.0
+    for a in ctx.layouts(ev):
+        if a["layout"].rsplit(" conc ", 1)[0] == base:
+            continue
+        pool = ctx.pool(c.hardware, a["layout"], eng_hbm)
+        if pool.tokens_per_rank <= 0:
+            continue
+        host_users = max(1, round(a["conc"] * cfg.gpus_per_replica / pool.layout.gpus))
+        hs_pool = ctx.host_pool_gb(host_users) if c.buffer else 0.0
+        if hs_pool + eng_dram > c.host_dram_gb:
+            continue
+        max_running = (max(1, int((1.0 - c.reserve) * pool.tokens_per_rank
+                                  // (ctx.isl + ctx.osl))) if c.reserve else 0)
+        q = dict(p)
+        q.update(layout=a["layout"], gpus=int(a["gpus"]), concurrency=int(a["conc"]),
+                 tput_per_gpu=a["tput_per_gpu"], tput_per_gpu_low=a["tput_per_gpu_low"],
+                 tput_per_gpu_high=a["tput_per_gpu_high"], p90_ttft_s=a["p90_ttft_s"],
+                 p90_ttft_s_low=None, p90_ttft_s_high=None,
+                 usd_per_mtok_total=p["usd_per_mtok_total"] * p["tput_per_gpu"]
+                 / a["tput_per_gpu"],
+                 users_per_instance=pool.users_per_rank(a["conc"]), max_running=max_running,
+                 host_pool_gb=hs_pool,
+                 device_prefix_tokens=(round(c.reserve * pool.tokens_per_rank) if c.reserve
+                                       else pool.tokens_per_rank),
+                 device_pool_tokens=pool.tokens_per_rank, device_pool_ranks=pool.ranks,
+                 device_pool_layout=pool.layout.text)
+        for k in ("usd_per_mtok_total_low", "usd_per_mtok_total_high"):
+            q[k] = None
+        out.append(dict(ev, plan=q, layout_source="front alternative"))
+    out.sort(key=lambda v: (usd_per_hour(cfg, v, 1)["total"], v["plan"]["layout"]))
+    return out
+
+
 def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
                   ) -> tuple[list[dict], list[tuple[dict, list[Probe]]]]:
     """For each accelerator and memory option (host DRAM, SSD), the best ``load_candidates``
-    plans at the front (``feasible``, sorted by $/M there), each sized for the load by
+    plans at the front (``feasible``, sorted by $/M there), each sized for the load: every
+    layout whose own front meets the target (:func:`layout_variants`) by
     :func:`fewest_instances` (warm-started at the count the same layout needed with another
-    option); the load plans sorted by $/M at the load (ties: hardware, then label).
+    option), the cheapest per hour kept (ties: $/M at the load, then the layout). Layouts
+    go cheapest instance first, and one whose single instance costs more per hour than the
+    cheapest sized so far is not sized (it cannot win: a cluster has at least one
+    instance). The load plans are sorted by $/M at the load (ties: hardware, then label).
 
-    Every sized evaluation gets ``ev["load"]``: its probes, and the load plan (``plan``) or
-    why none (``why``); ``ev["plan"]`` stays the plan at the front.
+    Every sized evaluation gets ``ev["load"]``: the chosen layout's probes, and the load
+    plan (``plan``) or why none (``why``), and ``layouts`` (what each layout needed, or why
+    it was not sized); ``ev["plan"]`` stays the plan at the front.
 
     Returns the sized plans and the ones no count up to the ceiling serves, with their
     probes (the caller names the closest miss when no plan is sized).
@@ -289,16 +346,43 @@ def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
              unit="plan") as b:
         starts: dict[tuple, int] = {}  # a layout's answer warm-starts its other options
         for ev in chosen:
-            lay = (ev["candidate"].hardware, ev["plan"]["layout"])
-            best, probes = fewest_instances(ctx, ev, ctx.recorded_rps, start=starts.get(lay))
-            if best is not None:
+            pick: tuple | None = None
+            tried: list[dict] = []
+            misses_all: list[tuple[dict, list[Probe]]] = []
+            for var in layout_variants(ctx, ev):
+                lay = (ev["candidate"].hardware, var["plan"]["layout"].rsplit(" conc ", 1)[0])
+                one = usd_per_hour(cfg, var, 1)["total"]
+                if pick is not None and one > pick[0][0]:
+                    tried.append({"layout": var["plan"]["layout"], "sized": False,
+                                  "why": f"one instance ${one:.2f}/h > the best "
+                                         f"${pick[0][0]:.2f}/h"})
+                    continue
+                best, probes = fewest_instances(ctx, var, ctx.recorded_rps,
+                                                start=starts.get(lay))
+                if best is None:
+                    misses_all.append((var, probes))
+                    tried.append({"layout": var["plan"]["layout"], "sized": False,
+                                  "why": "no count up to the ceiling meets the SLOs"})
+                    continue
                 starts.setdefault(lay, best.instances)
-            ev["load"] = {"probes": probes, "best": best}
-            if best is None:
-                ev["load"]["why"] = closest_miss(cfg, [(ev, probes)])
-                failed.append((ev, probes))
+                lp = load_plan(ctx, var, best, probes)
+                lp["layout_source"] = var["layout_source"]
+                tried.append({"layout": var["plan"]["layout"], "sized": True,
+                              "instances": best.instances, "gpus_total": lp["gpus_total"],
+                              "usd_per_hour_total": lp["usd_per_hour_total"]})
+                rank = (lp["usd_per_hour_total"], lp["usd_per_mtok_total"],
+                        var["plan"]["layout"])
+                if pick is None or rank < pick[0]:
+                    pick = (rank, best, probes, lp)
+            if pick is None:
+                ev["load"] = {"probes": misses_all[0][1] if misses_all else [],
+                              "best": None, "layouts": tried,
+                              "why": closest_miss(cfg, misses_all)}
+                failed.extend(misses_all)
             else:
-                ev["load"]["plan"] = load_plan(ctx, ev, best, probes)
+                _, best, probes, lp = pick
+                lp["layouts_searched"] = tried
+                ev["load"] = {"probes": probes, "best": best, "plan": lp, "layouts": tried}
                 out.append(ev)
             b.update(1)
     out.sort(key=lambda e: (e["load"]["plan"]["usd_per_mtok_total"],
@@ -347,8 +431,12 @@ def assumptions(ctx: Any) -> list[str]:
         "point by galloping and bisection, assuming more instances never serve a load worse; "
         f"up to {cfg.max_instances} per accelerator",
         f"per accelerator and memory option (host DRAM, SSD) the best {cfg.load_candidates} "
-        "plan(s) at the front are sized; the layout is the front's at the target, so a load "
-        "below one instance of it still pays a whole instance (binding 'one instance')",
+        "plan(s) at the front are sized, each in every layout whose own front meets the "
+        "target at the plan's hit shares (cost compare's best layout and the others), each "
+        "layout with its own prefix pool, running-request cap and front point; the cheapest "
+        "per hour at the load is kept (ties: $/M, then the layout); layouts go cheapest "
+        "instance first and one whose single instance costs more per hour than the best "
+        "sized so far is not sized (it cannot win)",
         "cluster instance: the layout's GPUs, timed by the serving model as that layout (DP "
         "attention, expert parallelism, MTP; a disaggregated layout as one instance of all "
         "its GPUs with its decode side's DPA: prefill and decode pools are not separated); "
@@ -395,4 +483,4 @@ def closest_miss(cfg: Any, failed: list[tuple[dict, list[Probe]]]) -> str:
 
 __all__ = ["LOAD_KEYS", "Probe", "assumptions", "binding", "by_hardware", "closest_miss",
            "cluster_config", "fewest_instances", "load_plan", "load_text", "misses",
-           "plan_for_load", "start_instances", "usd_per_hour"]
+           "layout_variants", "plan_for_load", "start_instances", "usd_per_hour"]

@@ -143,6 +143,7 @@ class _Context:
         span = float(arr.max() - arr.min()) if arr.size > 1 else 0.0
         self._recorded_rps = (arr.size - 1) / span if span > 0 else math.inf
         self.serve_cache: dict[tuple, dict] = {}
+        self.layout_cache: dict[tuple, list[dict]] = {}
         self.serve_s = 0.0
         self.selections: dict[int, dict] = {}
         self.k = 0
@@ -304,20 +305,45 @@ class _Context:
         eng_miss = engram["miss_bytes"] if engram else 0.0
         key = (hw, engine, cached, host, miss, buffer_model, bound, reserve, eng_hbm, eng_miss)
         if key not in self.serve_cache:
-            what_if = {k: v for k, v in (("host_prefix_fraction", host),
-                                         ("miss_rows_per_layer", miss),
-                                         ("device_buffer_tokens", buffer_model),
-                                         ("prefix_reserve_fraction", reserve),
-                                         ("engram_hbm_bytes", eng_hbm),
-                                         ("engram_miss_bytes", eng_miss)) if v}
-            if eng_miss:
-                what_if["engram_layers"] = float(self.eng_layers)
+            what_if = self._what_if(host, miss, buffer_model, reserve, eng_hbm, eng_miss)
             ccfg = self.compare_config(hw, engine, cached, bound)
             t0 = time.perf_counter()
             row = compare(ccfg, what_if=what_if or None).row(0, named=True)
             self.serve_s += time.perf_counter() - t0
             self.serve_cache[key] = row
         return self.serve_cache[key]
+
+    def _what_if(self, host: float, miss: float, buffer_model: float, reserve: float,
+                 eng_hbm: float, eng_miss: float) -> dict[str, float]:
+        what_if = {k: v for k, v in (("host_prefix_fraction", host),
+                                     ("miss_rows_per_layer", miss),
+                                     ("device_buffer_tokens", buffer_model),
+                                     ("prefix_reserve_fraction", reserve),
+                                     ("engram_hbm_bytes", eng_hbm),
+                                     ("engram_miss_bytes", eng_miss)) if v}
+        if eng_miss:
+            what_if["engram_layers"] = float(self.eng_layers)
+        return what_if
+
+    def layouts(self, ev: dict) -> list[dict]:
+        """Every layout whose own front meets the target at ``ev``'s plan's hit shares and
+        HBM split, the same question :meth:`serve` asked for its best one
+        (:func:`toolkit.cost.compare.layout_answers`); cached."""
+        from toolkit.cost.compare import layout_answers
+
+        c, p, eng = ev["candidate"], ev["plan"], ev.get("engram")
+        g, h, s = p["gpu_hit_share"], p["host_hit_share"], p["storage_hit_share"]
+        buf_model = c.buffer * self.miss_scale if c.buffer else 0.0
+        eng_hbm = eng["hbm_bytes"] if eng else 0.0
+        eng_miss = eng["miss_bytes"] if eng else 0.0
+        key = (c.hardware, c.engine, g + h + s, h + s, p["hisparse_misses_per_layer"],
+               buf_model, c.reserve, eng_hbm, eng_miss)
+        if key not in self.layout_cache:
+            what_if = self._what_if(h + s, p["hisparse_misses_per_layer"], buf_model,
+                                    c.reserve, eng_hbm, eng_miss)
+            ccfg = self.compare_config(c.hardware, c.engine, g + h + s, self.front_bound)
+            self.layout_cache[key] = layout_answers(ccfg, what_if=what_if or None)
+        return self.layout_cache[key]
 
     def compare_config(self, hw: str, engine: str, cached: float,
                        bound: float | None) -> CompareConfig:
