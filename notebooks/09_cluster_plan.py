@@ -123,7 +123,7 @@ print(explain(store, f"{r.plan_id}/1")["binding"])
 #
 # AgentX reports, for its agentic coding sessions on one B200 instance, the GPU share of
 # reused prompt tokens falling from 90.3% to 54.8% and the host share rising from 6.0% to
-# 40.3% as users per instance go from 8 to 16 (`../shared/BRIEF.md`). The replay below is
+# 40.3% as users per instance go from 8 to 16 (SemiAnalysis InferenceX AgentX). The replay below is
 # B200 + DeepSeek-R1 FP4 on a TP4 instance whose device pool is its **real** HBM left after
 # the weights (vLLM's 0.9 memory utilisation, not a chosen pool), vLLM semantics with its
 # CPU offloading tier (LRU) sized 2x the device pool (an ASSUMPTION: the benchmark's CPU
