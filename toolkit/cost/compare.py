@@ -347,6 +347,25 @@ def _layout_series(g: pl.DataFrame, xcol: str, ycols: dict[str, str],
             for s in _nested_series(part, xcol, ycols, ttft_col)]
 
 
+
+def _bounded_points(cfg: CompareConfig, params: ServingParams,
+                    what_if: dict[str, float] | None) -> pl.DataFrame:
+    """The modelled points of ``cfg``'s sweep (with ``what_if`` set on every row) that meet
+    its TTFT bound at its stated confidence: the bound is read on the p90 TTFT band's upper
+    end (``TTFT_KEY``), and the fronts nest by the same value (:func:`_nested_series`), so a
+    looser bound only adds points. Shared by :func:`compare` and :func:`layout_answers`."""
+    from toolkit.serving.calibration import active_calibration, upper
+
+    rows = sweep(cfg)
+    if what_if:
+        rows = rows.with_columns(pl.lit(float(v)).alias(k) for k, v in what_if.items())
+    pts = predict(candidates(rows, params, cfg.max_p90_ttft_s), params)
+    pts = pts.with_columns(pl.Series(TTFT_KEY, upper(pts, active_calibration(params),
+                                                     cfg.ttft_confidence), pl.Float64))
+    if cfg.max_p90_ttft_s is not None:
+        pts = pts.filter(pl.col(TTFT_KEY) <= cfg.max_p90_ttft_s)
+    return pts
+
 def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
             what_if: dict[str, float] | None = None) -> pl.DataFrame:
     """$/M total and output tokens per (hardware, engine) at each target interactivity.
@@ -368,19 +387,8 @@ def compare(cfg: CompareConfig, params: ServingParams | None = None, *,
         points and log shift, $/GPU-hr with its survey, $/M total (with band) and output, the
         model's uncorrected answer beside, and the ratios to the first hardware's first engine.
     """
-    from toolkit.serving.calibration import active_calibration, upper
-
     params = params or bundled_params()
-    rows = sweep(cfg)
-    if what_if:
-        rows = rows.with_columns(pl.lit(float(v)).alias(k) for k, v in what_if.items())
-    pts = predict(candidates(rows, params, cfg.max_p90_ttft_s), params)
-    # the bound at the stated confidence: the p90 TTFT band's upper end; the fronts nest by
-    # the same value (:func:`_nested_series`), so a looser bound only adds fronts
-    pts = pts.with_columns(pl.Series(TTFT_KEY, upper(pts, active_calibration(params),
-                                                     cfg.ttft_confidence), pl.Float64))
-    if cfg.max_p90_ttft_s is not None:
-        pts = pts.filter(pl.col(TTFT_KEY) <= cfg.max_p90_ttft_s)
+    pts = _bounded_points(cfg, params, what_if)
     meas_all = measured_points(cfg, ttft_bound=False)
     meas = (meas_all.filter(pl.col("p90_ttft") <= cfg.max_p90_ttft_s)
             if meas_all.height and cfg.max_p90_ttft_s is not None else meas_all)
@@ -439,17 +447,8 @@ def layout_answers(cfg: CompareConfig, params: ServingParams | None = None, *,
     sizes each of these for a load (:mod:`toolkit.plan.load`), where a smaller layout can
     need fewer GPUs. The model's points, corrected by the measured runs as :func:`compare`
     corrects them (``blended``); measured fronts are not split by layout here."""
-    from toolkit.serving.calibration import active_calibration, upper
-
     params = params or bundled_params()
-    rows = sweep(cfg)
-    if what_if:
-        rows = rows.with_columns(pl.lit(float(v)).alias(k) for k, v in what_if.items())
-    pts = predict(candidates(rows, params, cfg.max_p90_ttft_s), params)
-    pts = pts.with_columns(pl.Series(TTFT_KEY, upper(pts, active_calibration(params),
-                                                     cfg.ttft_confidence), pl.Float64))
-    if cfg.max_p90_ttft_s is not None:
-        pts = pts.filter(pl.col(TTFT_KEY) <= cfg.max_p90_ttft_s)
+    pts = _bounded_points(cfg, params, what_if)
     meas_all = measured_points(cfg, ttft_bound=False)
     ys = {"tput_per_gpu": "pred_tput_per_gpu", "tput_per_gpu_low": "pred_tput_per_gpu_low",
           "tput_per_gpu_high": "pred_tput_per_gpu_high", "p90_ttft_s": "pred_p90_ttft"}
