@@ -175,7 +175,9 @@ def test_cli_table_and_explain_name_the_binding(store) -> None:
     args = ["plan", "--store", str(store.root), "--trace", "head", "--model", "glm-5.2",
             "--hardware", "mi355x", "--host-dram-gb", "0", "--ssd-gb", "0",
             "--prefix-reserve", "0", "--interactivity", "50", "--users", "64"]
-    res = runner.invoke(app, args)
+    # a terminal wide enough for the table on one line (xdist workers set COLUMNS=80, where
+    # the renderer splits it into panels and wraps cells)
+    res = runner.invoke(app, args, env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     assert "best per accelerator" in res.output and "binding" in res.output
     assert "load: 64 closed-loop users" in res.output  # the assumptions beside the answer
