@@ -206,8 +206,14 @@ def run_cluster(store: Store, cfg: ClusterReplayConfig, *, stream: PageStream | 
 
     t = cfg.tiers
     hw, model = get_hardware(t.hardware), get_model(t.model)
+    decode = None
+    if cfg.decode is not None:  # the decode pool: its own layout, the instance's engine
+        d = cfg.decode
+        decode = TierServiceModel(hw, model, replace(
+            t.assumptions, gpus_per_replica=d.gpus, dp_attention=d.dp_attention,
+            expert_parallel=d.expert_parallel, mtp=d.mtp))
     result = replay_cluster(store, cfg, TierServiceModel(hw, model, t.assumptions),
-                            stream=stream, progress=progress)
+                            decode=decode, stream=stream, progress=progress)
     result = with_price(result, hw.price_usd_per_gpu_hour(t.price_tier),
                         usd_per_million_tokens)
     if save:
