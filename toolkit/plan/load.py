@@ -448,13 +448,13 @@ def assumptions(ctx: Any) -> list[str]:
         "per hour at the load is kept (ties: $/M, then the layout); layouts go cheapest "
         "instance first and one whose single instance costs more per hour than the best "
         "sized so far is not sized (it cannot win)",
-        "cluster instance: the layout's GPUs, timed by the serving model as that layout (DP "
-        "attention, expert parallelism, MTP; a disaggregated layout as one instance of all "
-        "its GPUs with its decode side's DPA: prefill and decode pools are not separated); "
-        "its device "
-        "pool = the layout's prefix caches summed (DPA ranks' pools added into one cache per "
-        "instance: an upper bound on the hits of per-rank trees), host DRAM and SSD = the "
-        "options x the cache-holding GPUs / 8",
+        "cluster instance: the layout, timed by the serving model as that layout (DP "
+        "attention, expert parallelism, MTP), one prefix cache per DPA rank (its GPU's pool; "
+        "the router addresses each rank) or per TP instance; a disaggregated layout is its "
+        "prefill side (the P GPUs' caches and prefill lane) and its decode pool (the D GPUs "
+        "timed as the decode layout, holding each request's KV while it decodes, filled "
+        "after the prefill and the KV transfer); host DRAM and SSD = the options x the "
+        "cache-holding GPUs / 8, split over the ranks (docs/cluster.md)",
         "at the load: hit shares, p90 TTFT, tok/s/GPU and $/M are the cluster replay's at "
         "the answer; $/M = usd_per_hour_total / (tok/s/GPU x GPUs x 3600 / 1e6), its band "
         "the serving model's relative band at the front point; usd_per_hour_total = GPUs x "
