@@ -490,7 +490,9 @@ DECODE_COSTS = pa.schema([
     pa.field("overlap", pa.bool_(), nullable=False),  # miss I/O overlapped with compute
     pa.field("mechanism", pa.string(), nullable=False),
     pa.field("kv_dtype", pa.string(), nullable=False),
-    pa.field("miss_scale", pa.float64(), nullable=False),
+    pa.field("miss_scale", pa.float64(), nullable=False),  # trace misses -> model misses
+    # how: the selection-scaling fit's label (an extrapolation, with its range) or a constant
+    pa.field("miss_scaling", pa.string()),
     pa.field("isl_tokens", pa.float64(), nullable=False),
     pa.field("osl_tokens", pa.float64(), nullable=False),
     pa.field("price_tier", pa.string(), nullable=False),
@@ -508,6 +510,9 @@ DECODE_COSTS = pa.schema([
     pa.field("output_tokens_per_s_per_gpu", pa.float64(), nullable=False),
     pa.field("usd_per_gpu_hour", pa.float64(), nullable=False),
     pa.field("usd_per_million_total_tokens", pa.float64(), nullable=False),
+    # the fit's band (10-90% held-out residuals) priced the same way; equal without a fit
+    pa.field("usd_per_million_total_tokens_low", pa.float64()),
+    pa.field("usd_per_million_total_tokens_high", pa.float64()),
     pa.field("usd_per_million_output_tokens", pa.float64(), nullable=False),
     pa.field("config_json", pa.string(), nullable=False),
     pa.field("toolkit_version", pa.string(), nullable=False),
