@@ -9,7 +9,9 @@ from toolkit.demo import run_demo
 from .conftest import ROOT
 
 
-def test_demo_writes_report_and_summaries(tmp_path):
+def test_demo_writes_report_and_summaries(tmp_path, monkeypatch):
+    # xdist workers set COLUMNS=80, where the table renderer wraps cells mid-phrase
+    monkeypatch.setenv("COLUMNS", "400")
     lines: list[str] = []
     html = run_demo(tmp_path / "store", tmp_path / "report", ROOT / "traces", echo=lines.append)
     out = "\n".join(lines)
