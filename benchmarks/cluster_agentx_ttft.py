@@ -193,6 +193,16 @@ def main() -> None:
             print(f"  {router:11s} p90 TTFT {m['p90_ttft_s']:6.2f} s, GPU hit "
                   f"{m['gpu_hit_share']:.3f}, host {m['host_hit_share']:.3f}, computed "
                   f"{m['computed_tokens'] / m['requests']:,.0f} tokens/request")
+        # the four TP4 decode workers as one pool: timed with DP attention (as above), as
+        # TP16, or as DEP16; the TTFT barely moves (the decode pool always has a slot)
+        print(f"\n{first.name}, by how the decode workers are timed:")
+        for dpa, ep, label in ((True, False, "DP attention, TP MoE"), (False, False, "TP16"),
+                               (True, True, "DEP16")):
+            dec = replace(first.cfg.decode, dp_attention=dpa, expert_parallel=ep)
+            m = run_cluster(s, replace(first.cfg, decode=dec), stream=streams["sglang"],
+                            save=False).summary
+            print(f"  {label:20s} p90 TTFT {m['p90_ttft_s']:5.2f} s, "
+                  f"{1 / m['median_tpot_s']:5.1f} tok/s/user")
         print("\nAssumptions: device pool = HBM after FP4 weights x mem fraction (0.8 GB200 "
               "prefill, the recipe; 0.9 MI355X, vLLM's default), per DP rank on GB200; host "
               "tier 135 GB per DP rank (GB200 HiCache) / 200 GiB per TP rank (MI355X LMCache, "
