@@ -190,9 +190,16 @@ def main() -> None:
             r = run_cluster(s, replace(first.cfg, router=router), stream=streams["sglang"],
                             save=False)
             m = r.summary
+            q = pl.from_arrow(r.requests).sort("session_id", "turn").with_columns(
+                pl.col("rank").shift(1).over("session_id").alias("prev"))
+            q = q.filter(pl.col("prev").is_not_null())
+            moved = float((q["rank"] != q["prev"]).mean())
+            busiest = pl.from_arrow(r.requests)["rank"].value_counts()["count"].max()
             print(f"  {router:11s} p90 TTFT {m['p90_ttft_s']:6.2f} s, GPU hit "
                   f"{m['gpu_hit_share']:.3f}, host {m['host_hit_share']:.3f}, computed "
-                  f"{m['computed_tokens'] / m['requests']:,.0f} tokens/request")
+                  f"{m['computed_tokens'] / m['requests']:,.0f} tokens/request, "
+                  f"{moved:.1%} of later turns on another DP rank than the previous turn, "
+                  f"busiest rank {busiest:,} of {m['requests']:,} requests")
         # the four TP4 decode workers as one pool: timed with DP attention (as above), as
         # TP16, or as DEP16; the TTFT barely moves (the decode pool always has a slot)
         print(f"\n{first.name}, by how the decode workers are timed:")
