@@ -15,7 +15,9 @@ from toolkit.replay.tiers import ClusterReplayConfig, ServiceAssumptions, TierRe
 from toolkit.replay.tiers.config import DecodePool
 
 # p90 TTFT (s) measured on 64 SYNTHETIC coding sessions, GB200 1P4D at 48 users, MI355X TP4 at 4
-P90 = {"gb200": 2.1787551049297527, "mi355x": 0.2875539599169855}  # measured, 64 sessions
+# (GB200 with the recipe's session affinity of 3600 s, and without it)
+P90 = {"gb200": 1.068398776649744, "gb200_no_affinity": 5.6929903571768765,
+       "mi355x": 0.2875539599169855}  # measured, 64 sessions
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,7 @@ def ws(tmp_path_factory):
         yield w
 
 
-def gb200_1p4d(users: int) -> ClusterReplayConfig:
+def gb200_1p4d(users: int, affinity_s: float = 3600.0) -> ClusterReplayConfig:
     a = ServiceAssumptions(gpus_per_replica=8, weight_precision="fp4", mem_fraction=0.8,
                            engine="dynamo-sglang", dp_attention=True, expert_parallel=True,
                            mtp=True)
@@ -34,7 +36,8 @@ def gb200_1p4d(users: int) -> ClusterReplayConfig:
                          assumptions=a)
     dec = DecodePool(gpus=16, dp_attention=True, expert_parallel=False, mtp=True,
                      max_running=64)
-    return ClusterReplayConfig(t, router="kv-router", ranks=8, decode=dec)
+    return ClusterReplayConfig(t, router="kv-router", ranks=8, decode=dec,
+                               session_affinity_ttl_s=affinity_s)
 
 
 def mi355x_tp4(users: int) -> ClusterReplayConfig:
@@ -63,5 +66,16 @@ def test_aggregated_mi355x_ttft(ws):
     r = run_cluster(ws.store, mi355x_tp4(4), save=False)
     assert r.summary["mean_decode_wait_s"] is None
     assert r.summary["p90_ttft_s"] == pytest.approx(P90["mi355x"], rel=1e-9)
-    assert r.summary["p90_ttft_s"] < P90["gb200"] / 5
+    assert r.summary["p90_ttft_s"] < P90["gb200"]
+
+
+def test_without_session_affinity_the_kv_router_moves_turns(ws):
+    """The recipe's session affinity keeps a session's turns on its DP rank; Dynamo's KV
+    router alone moves turns whose rank has queued prefill, which recompute their prefix:
+    the p90 TTFT grows about fivefold."""
+    sticky = run_cluster(ws.store, gb200_1p4d(48), save=False).summary
+    free = run_cluster(ws.store, gb200_1p4d(48, affinity_s=0.0), save=False).summary
+    assert free["p90_ttft_s"] == pytest.approx(P90["gb200_no_affinity"], rel=1e-9)
+    assert free["computed_tokens"] > sticky["computed_tokens"]
+    assert free["gpu_hit_share"] < sticky["gpu_hit_share"]
 
