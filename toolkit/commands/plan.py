@@ -109,9 +109,10 @@ def plan_cmd(
     ] = ",".join(_d("policy")),
     engine: Annotated[str, typer.Option(
         "--engine", help="Where exact evaluations run: local or ray.")] = "local",
-    workers: Annotated[int | None, typer.Option(
-        "--workers", min=1, callback=check_workers, help="Parallel exact evaluations "
-        "(threads with local, Ray CPUs with ray); same plans as one.")] = None,
+    workers: Annotated[int, typer.Option(
+        "--workers", min=0, callback=check_workers, help="Parallel exact evaluations and "
+        "accelerators sized at the load (threads with local, Ray CPUs with ray); 0 = every "
+        "core (default); same plans as one.")] = 0,
     exhaustive: Annotated[bool, typer.Option(
         "--exhaustive", help="Evaluate every candidate exactly (no pruning).")] = False,
     top: Annotated[int, typer.Option("--top", min=1, help="Plans printed.")] = _d("top"),

@@ -316,8 +316,8 @@ def layout_variants(ctx: Any, ev: dict) -> list[dict]:
     return out
 
 
-def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
-                  ) -> tuple[list[dict], list[tuple[dict, list[Probe]]]]:
+def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None,
+                  workers: int = 1) -> tuple[list[dict], list[tuple[dict, list[Probe]]]]:
     """For each accelerator and memory option (host DRAM, SSD), the best ``load_candidates``
     plans at the front (``feasible``, sorted by $/M there), each sized for the load: every
     layout whose own front meets the target (:func:`layout_variants`) by
@@ -327,6 +327,11 @@ def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
     cheapest sized so far is not sized (it cannot win: a cluster has at least one
     instance). The load plans are sorted by $/M at the load (ties: hardware, then label).
 
+    ``workers`` > 1 sizes the accelerators on that many threads (the cluster replay runs
+    without the GIL): each accelerator's plans are sized in order on one thread, and
+    nothing one accelerator's search reads (its warm starts, its cached replays) comes from
+    another's, so the answer is the same for any ``workers``.
+
     Every sized evaluation gets ``ev["load"]``: the chosen layout's probes, and the load
     plan (``plan``) or why none (``why``), and ``layouts`` (what each layout needed, or why
     it was not sized); ``ev["plan"]`` stays the plan at the front.
@@ -334,12 +339,11 @@ def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
     Returns the sized plans and the ones no count up to the ceiling serves, with their
     probes (the caller names the closest miss when no plan is sized).
     """
+    from toolkit.runtime.pool import thread_map
     from toolkit.runtime.progress import progress as bar
 
     cfg = ctx.cfg
     chosen: list[dict] = []
-    out: list[dict] = []
-    failed: list[tuple[dict, list[Probe]]] = []
     # per accelerator and memory option (host DRAM, SSD), the best at the front whose
     # cluster replays differ (candidates that differ only where the cluster does not look
     # are sized once): more memory options only add plans to size, never drop one
@@ -353,52 +357,72 @@ def plan_for_load(ctx: Any, feasible: list[dict], progress: bool | None = None
         if key not in group:
             group.add(key)
             chosen.append(e)
+    if chosen:  # the trace's stream, flattened once before any thread needs it
+        ctx.cluster_stream_for(cluster_config(ctx, chosen[0], 1))
+    by_hw: dict[str, list[dict]] = {}
+    for ev in chosen:
+        by_hw.setdefault(ev["candidate"].hardware, []).append(ev)
     with bar(len(chosen), f"instance search at {load_text(cfg)}", progress,
              unit="plan") as b:
-        starts: dict[tuple, int] = {}  # a layout's answer warm-starts its other options
-        for ev in chosen:
-            pick: tuple | None = None
-            tried: list[dict] = []
-            misses_all: list[tuple[dict, list[Probe]]] = []
-            for var in layout_variants(ctx, ev):
-                lay = (ev["candidate"].hardware, var["plan"]["layout"].rsplit(" conc ", 1)[0])
-                one = usd_per_hour(cfg, var, 1)["total"]
-                if pick is not None and one > pick[0][0]:
-                    tried.append({"layout": var["plan"]["layout"], "sized": False,
-                                  "why": f"one instance ${one:.2f}/h > the best "
-                                         f"${pick[0][0]:.2f}/h"})
-                    continue
-                best, probes = fewest_instances(ctx, var, ctx.recorded_rps,
-                                                start=starts.get(lay))
-                if best is None:
-                    misses_all.append((var, probes))
-                    tried.append({"layout": var["plan"]["layout"], "sized": False,
-                                  "why": "no count up to the ceiling meets the SLOs"})
-                    continue
-                starts.setdefault(lay, best.instances)
-                lp = load_plan(ctx, var, best, probes)
-                lp["layout_source"] = var["layout_source"]
-                tried.append({"layout": var["plan"]["layout"], "sized": True,
-                              "instances": best.instances, "gpus_total": lp["gpus_total"],
-                              "usd_per_hour_total": lp["usd_per_hour_total"]})
-                rank = (lp["usd_per_hour_total"], lp["usd_per_mtok_total"],
-                        var["plan"]["layout"])
-                if pick is None or rank < pick[0]:
-                    pick = (rank, best, probes, lp)
-            if pick is None:
-                ev["load"] = {"probes": misses_all[0][1] if misses_all else [],
-                              "best": None, "layouts": tried,
-                              "why": closest_miss(cfg, misses_all)}
+        def size_all(evs: list[dict]) -> list[tuple[dict, list]]:
+            starts: dict[tuple, int] = {}  # a layout's answer warm-starts its other options
+            return [(ev, _size(ctx, ev, starts, b)) for ev in evs]
+
+        sized = thread_map(size_all, list(by_hw.values()), workers)
+    out: list[dict] = []
+    failed: list[tuple[dict, list[Probe]]] = []
+    for part in sized:
+        for ev, misses_all in part:
+            if ev["load"].get("plan") is None:
                 failed.extend(misses_all)
             else:
-                _, best, probes, lp = pick
-                lp["layouts_searched"] = tried
-                ev["load"] = {"probes": probes, "best": best, "plan": lp, "layouts": tried}
                 out.append(ev)
-            b.update(1)
     out.sort(key=lambda e: (e["load"]["plan"]["usd_per_mtok_total"],
                             e["candidate"].hardware, e["candidate"].label()))
     return out, failed
+
+
+def _size(ctx: Any, ev: dict, starts: dict[tuple, int], b: Any
+          ) -> list[tuple[dict, list[Probe]]]:
+    """Size one front plan at the load in each of its layouts (:func:`plan_for_load`); set
+    ``ev["load"]`` and return the layouts no count serves, with their probes."""
+    cfg = ctx.cfg
+    pick: tuple | None = None
+    tried: list[dict] = []
+    misses_all: list[tuple[dict, list[Probe]]] = []
+    for var in layout_variants(ctx, ev):
+        lay = (ev["candidate"].hardware, var["plan"]["layout"].rsplit(" conc ", 1)[0])
+        one = usd_per_hour(cfg, var, 1)["total"]
+        if pick is not None and one > pick[0][0]:
+            tried.append({"layout": var["plan"]["layout"], "sized": False,
+                          "why": f"one instance ${one:.2f}/h > the best "
+                                 f"${pick[0][0]:.2f}/h"})
+            continue
+        best, probes = fewest_instances(ctx, var, ctx.recorded_rps, start=starts.get(lay))
+        if best is None:
+            misses_all.append((var, probes))
+            tried.append({"layout": var["plan"]["layout"], "sized": False,
+                          "why": "no count up to the ceiling meets the SLOs"})
+            continue
+        starts.setdefault(lay, best.instances)
+        lp = load_plan(ctx, var, best, probes)
+        lp["layout_source"] = var["layout_source"]
+        tried.append({"layout": var["plan"]["layout"], "sized": True,
+                      "instances": best.instances, "gpus_total": lp["gpus_total"],
+                      "usd_per_hour_total": lp["usd_per_hour_total"]})
+        rank = (lp["usd_per_hour_total"], lp["usd_per_mtok_total"], var["plan"]["layout"])
+        if pick is None or rank < pick[0]:
+            pick = (rank, best, probes, lp)
+    if pick is None:
+        ev["load"] = {"probes": misses_all[0][1] if misses_all else [], "best": None,
+                      "layouts": tried, "why": closest_miss(cfg, misses_all)}
+        b.update(1)
+        return misses_all
+    _, best, probes, lp = pick
+    lp["layouts_searched"] = tried
+    ev["load"] = {"probes": probes, "best": best, "plan": lp, "layouts": tried}
+    b.update(1)
+    return []
 
 
 def by_hardware(sized: list[dict]) -> list[dict]:

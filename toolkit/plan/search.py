@@ -220,18 +220,25 @@ class _Context:
                                           engram_hbm_bytes=engram_hbm_bytes)
         return self.pools[key]
 
-    def cluster(self, ccfg: Any) -> Any:
-        """The cluster replay of ``ccfg`` (:func:`toolkit.cost.from_replay.run_cluster`),
-        once per config; the trace's stream is flattened once per search."""
-        if ccfg not in self.clusters:
-            from toolkit.cost.from_replay import run_cluster
+    def cluster_stream_for(self, ccfg: Any) -> Any:
+        """The trace as the cluster replays read it, flattened once per search."""
+        if self.cluster_stream is None:
             from toolkit.replay.tiers.cluster import stream_for
 
-            if self.cluster_stream is None:
-                self.cluster_stream = stream_for(self.store, ccfg)
+            self.cluster_stream = stream_for(self.store, ccfg)
+        return self.cluster_stream
+
+    def cluster(self, ccfg: Any) -> Any:
+        """The cluster replay of ``ccfg`` (:func:`toolkit.cost.from_replay.run_cluster`),
+        once per config; the trace's stream is flattened once per search. Called from the
+        load stage's threads: each config is one accelerator's, so no two threads ask for
+        the same one (a repeat would only replay it twice)."""
+        if ccfg not in self.clusters:
+            from toolkit.cost.from_replay import run_cluster
+
+            stream = self.cluster_stream_for(ccfg)
             t0 = time.perf_counter()
-            self.clusters[ccfg] = run_cluster(self.store, ccfg, stream=self.cluster_stream,
-                                              save=False)
+            self.clusters[ccfg] = run_cluster(self.store, ccfg, stream=stream, save=False)
             self.cluster_s += time.perf_counter() - t0
         return self.clusters[ccfg]
 
@@ -670,7 +677,8 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
     if executor not in ("local", "ray"):
         raise PlanError(f"--engine {executor!r}: local or ray")
     try:
-        n_workers = (resolve_workers(workers) if executor == "ray" or workers
+        # None: one (the Python default); 0: every core (the CLI's default)
+        n_workers = (resolve_workers(workers) if executor == "ray" or workers is not None
                      else 1)
     except ValueError as e:
         raise PlanError(str(e)) from None
@@ -759,7 +767,7 @@ def plan(store: Store, cfg: PlanConfig, *, progress: bool | None = None,
             ev["plan"]["tput_per_gpu_low"] = ev["answer"]["tput_per_gpu_low"]
             ev["plan"]["tput_per_gpu_high"] = ev["answer"]["tput_per_gpu_high"]
     # the load: each accelerator's best plans, sized by cluster replays, ranked at the load
-    at_load, failed = plan_for_load(ctx, feasible, progress)
+    at_load, failed = plan_for_load(ctx, feasible, progress, workers=n_workers)
     if not at_load:
         from toolkit.plan.load import closest_miss
 
