@@ -30,6 +30,7 @@ from toolkit.serving.recipes import (
     RecipeError,
     admission_gates,
     age_days,
+    engine_caps,
     length_ratio,
     mtp_inputs,
     prefill_batching,
@@ -72,6 +73,8 @@ class Design:
     mtp_accept: np.ndarray  # tokens accepted per step (1 without MTP)
     age_days: np.ndarray  # engine age before the parameters' reference date
     max_running: np.ndarray  # engine cap on decoding requests per instance (inf = none)
+    sglang_default_cap: np.ndarray  # SGLang's own cap applies (sized from the KV pool)
+    context_len: np.ndarray  # the model's context length (SGLang sizes its request pool by it)
     gate_iters: np.ndarray  # iterations a waiting prompt may be held before prefill (1 = none)
     gate_kind: np.ndarray  # 0: SGLang receive interval; 1: TensorRT-LLM attention-DP balance
     gate_ranks: np.ndarray  # attention-DP ranks the balance waits for (kind 1)
@@ -236,6 +239,10 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     nope = mod_col(lambda m: m.qk_nope_head_dim)
     vdim = mod_col(lambda m: m.v_head_dim)
 
+    hbm_total = hw_col(lambda h: h.hbm_bytes)
+    max_running, sglang_cap = engine_caps(df, g_dec, hbm_total,
+                                          df["hardware"].to_numpy().astype(str))
+
     def opt(col: str, default: float) -> np.ndarray:
         if col in df.columns:
             return df[col].cast(pl.Float64).fill_null(default).to_numpy()
@@ -252,7 +259,9 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         mtp_draft=drafts,
         mtp_accept=accept,
         age_days=age_days(df, reference_date or REFERENCE_DATE),
-        max_running=opt("max_running_requests", np.inf),
+        max_running=max_running,
+        sglang_default_cap=sglang_cap,
+        context_len=mod_col(lambda m: m.max_position_embeddings or 0),
         gate_iters=gate_iters,
         gate_kind=gate_kind,
         gate_ranks=gate_ranks,
