@@ -665,7 +665,7 @@ def cost_band(compare: pl.DataFrame, published: pl.DataFrame | None = None,
         fill=color,
         shape=alt.Shape("source:N", title="answer from", scale=alt.Scale(
             domain=kinds, range=[ANSWER_SOURCES[k][0] for k in kinds])),
-        fillOpacity=alt.FillOpacity("source:N", legend=None, scale=alt.Scale(
+        fillOpacity=alt.FillOpacity("source:O", sort=kinds, legend=None, scale=alt.Scale(
             domain=kinds, range=[ANSWER_SOURCES[k][1] for k in kinds]))))
     layers = band + line
     if interactive:
