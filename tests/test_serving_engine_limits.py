@@ -41,9 +41,10 @@ class TestDefaults:
             _row(**mori, decode_ep=8),
             _row(**mori),
             _row(max_running_requests=77),
+            _row(**mori, date=None),  # not an InferenceX run: its recipe does not apply
         )
         assert d.max_running.tolist() == [1024.0, 2048.0 * 8, 160.0 * 8, np.inf, 256.0,
-                                          128.0, 77.0]
+                                          128.0, 77.0, np.inf]
         assert not d.sglang_default_cap.any()
 
     def test_sglang_request_pool_caps_short_contexts(self):
@@ -58,6 +59,13 @@ class TestDefaults:
         assert cap[0] == 4096.0
         assert cap[1] == 4096.0 * 8
         assert cap[2] > 4 * 4096.0  # only the KV pool bounds it
+
+    def test_what_if_capacity_is_hbm_alone(self):
+        """``engine_defaults=False`` (the scenario's capacity): HBM and a given cap only."""
+        short = dict(framework="sglang", hardware="b200", isl=64, osl=64)
+        df = validate(pl.DataFrame([_row(**short), _row(**short, max_running_requests=50)]))
+        cap = max_batch(design(df, engine_defaults=False))
+        assert cap[0] > 4 * 4096.0 and cap[1] == 50.0
 
     def test_bad_cap_names_the_row(self):
         with pytest.raises(RecipeError, match="row 2: max_running_requests 0"):

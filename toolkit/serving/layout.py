@@ -150,7 +150,7 @@ def _pow2_at_least(x: np.ndarray) -> np.ndarray:
 
 
 def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
-           reference_date: str | None = None) -> Design:
+           reference_date: str | None = None, engine_defaults: bool = True) -> Design:
     """Resolve validated configuration rows (``points.validate``) into a :class:`Design`.
 
     Optional per-row columns (see :mod:`toolkit.serving.reuse` for reading them from stored
@@ -163,7 +163,9 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     (Engram rows per GPU, out of the KV budget), ``engram_miss_bytes`` and ``engram_layers``
     (Engram row bytes each token fetches from host DRAM per Engram layer). Recipe columns
     (MTP drafts and acceptance, ``kv_dtype``, ``max_running_requests``, ``engine_date``) are
-    read by :mod:`toolkit.serving.recipes`.
+    read by :mod:`toolkit.serving.recipes`. ``engine_defaults=False``: no engine's own cap on
+    running requests, only HBM and a given ``max_running_requests`` (what-if capacity, as
+    :mod:`toolkit.serving.scenario` reports it).
     """
     n = df.height
     # each spec value is computed once per distinct accelerator / model and spread over the
@@ -242,6 +244,11 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     hbm_total = hw_col(lambda h: h.hbm_bytes)
     max_running, sglang_cap = engine_caps(df, g_dec, hbm_total,
                                           df["hardware"].to_numpy().astype(str))
+    if not engine_defaults:  # HBM alone (a given ``max_running_requests`` still applies)
+        given = (df["max_running_requests"].cast(pl.Float64, strict=False).to_numpy()
+                 if "max_running_requests" in df.columns else np.full(n, np.nan))
+        max_running = np.where(np.isfinite(given), max_running, np.inf)
+        sglang_cap = np.zeros(n, dtype=bool)
 
     def opt(col: str, default: float) -> np.ndarray:
         if col in df.columns:

@@ -327,8 +327,9 @@ def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
     """Per-row (cap on running requests per decode instance, SGLang-default flag).
 
     The optional column ``max_running_requests`` wins; else InferenceX's MoRI-SGLang recipe
-    (:data:`MORI_DECODE_CAPS`), TensorRT-LLM's ``max_batch_size`` and vLLM's ``max_num_seqs``
-    defaults per scheduler (x attention-DP ranks). SGLang's default depends on its KV pool:
+    (:data:`MORI_DECODE_CAPS`, rows with a run ``date`` only), TensorRT-LLM's
+    ``max_batch_size`` and vLLM's ``max_num_seqs`` defaults per scheduler (x attention-DP
+    ranks). SGLang's default depends on its KV pool:
     those rows get ``inf`` here and the flag, and :func:`toolkit.serving.model.max_batch`
     applies :data:`SGLANG_REQ_POOL_MIN` .. :data:`SGLANG_REQ_POOL_MAX`. Other engines (ATOM,
     unknown): no cap beyond HBM.
@@ -349,7 +350,9 @@ def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
     cap = np.where(fam == "vllm", vllm_seqs * ranks, cap)
     dated = (df["date"].cast(pl.String).fill_null("").to_numpy().astype(str)
              if "date" in df.columns else np.full(n, ""))
-    uncapped = dpa & ep & (dated >= MORI_DP_EP_UNCAPPED_FROM)
+    # the recipe is InferenceX's: it caps InferenceX's runs (rows with a run date), not a
+    # sweep or plan of a deployment someone would configure themselves
+    uncapped = (dated == "") | (dpa & ep & (dated >= MORI_DP_EP_UNCAPPED_FROM))
     cap = np.where(mori & ~uncapped, np.where(dpa, MORI_DECODE_CAPS["dp_per_rank"] * g_dec,
                                   np.where(ep, MORI_DECODE_CAPS["ep_only"],
                                            MORI_DECODE_CAPS["no_dp"])), cap)
