@@ -157,6 +157,31 @@ class TestCost:
         lo, hi = spec["layer"][0]["encoding"]["y"]["scale"]["domain"]
         assert lo < 0.044 and hi > cost["usd_per_mtok_total"].max()
 
+    @pytest.mark.parametrize("interactive", [False, True])
+    def test_cost_band_marks_measured_blended_and_model_apart(self, interactive):
+        """The cost chart's points encode ``source`` in shape and fill with one legend:
+        measured, blended and modelled answers are three distinct (shape, fill) pairs."""
+        rows = [{"hardware": "gb200", "engine": "dynamo-sglang", "model": "glm-5.2",
+                 "interactivity": x, "source": s, "basis": "fitted-pair", "layout": "8P+8D",
+                 "reachable": True, "usd_per_mtok_total": c, "usd_per_mtok_total_low": c * 0.8,
+                 "usd_per_mtok_total_high": c * 1.3, "p90_ttft_s": 2.0}
+                for x, s, c in [(20.0, "measured", 0.05), (40.0, "blended", 0.08),
+                                (60.0, "model", 0.12)]]
+        spec = ch.cost_band(pl.DataFrame(rows), interactive=interactive).to_dict()
+        pts = [la for la in spec["layer"] if la["mark"]["type"] == "point"][0]
+        enc = pts["encoding"]
+        assert enc["shape"]["field"] == "source" and enc["shape"]["title"] == "answer from"
+        assert enc["fillOpacity"]["field"] == "source"
+        kinds = enc["shape"]["scale"]["domain"]
+        assert kinds == ["measured", "blended", "model"]
+        pairs = set(zip(enc["shape"]["scale"]["range"], enc["fillOpacity"]["scale"]["range"],
+                        strict=True))
+        assert len(pairs) == 3
+        fill = dict(zip(kinds, enc["fillOpacity"]["scale"]["range"], strict=True))
+        assert fill["measured"] == 1.0 and fill["model"] == 0.0
+        assert 0.0 < fill["blended"] < 1.0
+        assert enc["fillOpacity"]["legend"] is None  # one legend (shape) names the sources
+
     def test_step_time_stacked_terms(self, analysis_store):
         """Work below exposed miss I/O, configurations sorted by hardware and batch."""
         spec = ch.step_time_breakdown(run_query(analysis_store, "step_time")).to_dict()

@@ -591,11 +591,17 @@ def sweep_surface(df: pl.DataFrame, x: str, y: str, value: str, title: str,
     return chart.properties(title=title)
 
 
+ANSWER_SOURCES: dict[str, tuple[str, float]] = {
+    "measured": ("circle", 1.0), "blended": ("square", 0.45), "model": ("triangle-up", 0.0)}
+"""``cost compare``'s answer sources -> (point shape, fill opacity) in :func:`cost_band`."""
+
+
 def cost_band(compare: pl.DataFrame, published: pl.DataFrame | None = None,
               title: str | None = None, interactive: bool = False) -> alt.LayerChart:
     """$ per M total tokens against target interactivity per hardware from ``cost compare``
     rows: a line through the reachable targets, the shaded 10-90% band of cross-validated
-    errors, filled points for measured answers and hollow ones for modelled answers;
+    errors; points marked by how the answer was reached (:data:`ANSWER_SOURCES`: measured
+    filled circles, blended half-filled squares, modelled hollow triangles, one legend);
     published figures (``published_costs``) as black-edged diamonds. ``interactive`` (the
     report): drop-downs choose the accelerator and model, a slider draws the target
     interactivity, a legend click isolates a series."""
@@ -649,10 +655,18 @@ def cost_band(compare: pl.DataFrame, published: pl.DataFrame | None = None,
         y2="usd_per_mtok_total_high:Q", color=color, detail=detail))
     line = only(alt.Chart(df).mark_line().encode(x=x, y=y, color=color, detail=detail,
                                                  opacity=fade))
-    pts = only(alt.Chart(df).mark_point(size=50).encode(
-        x=x, y=y, color=color, tooltip=tip, opacity=fade,
-        shape=alt.Shape("source:N", title="answer from"),
-        fill=alt.condition(alt.datum.source == "measured", color, alt.value("white"))))
+    # how an answer was reached, in shape and fill: measured (filled circle), blended (the
+    # model's curve corrected by the nearest measured runs: half-filled square) and model
+    # (hollow triangle); one legend names them
+    kinds = [k for k in ANSWER_SOURCES if k in set(df["source"].to_list())] or list(
+        ANSWER_SOURCES)
+    pts = only(alt.Chart(df).mark_point(size=60, filled=True, strokeWidth=1.5).encode(
+        x=x, y=y, stroke=color, tooltip=tip, opacity=fade,
+        fill=color,
+        shape=alt.Shape("source:N", title="answer from", scale=alt.Scale(
+            domain=kinds, range=[ANSWER_SOURCES[k][0] for k in kinds])),
+        fillOpacity=alt.FillOpacity("source:O", sort=kinds, legend=None, scale=alt.Scale(
+            domain=kinds, range=[ANSWER_SOURCES[k][1] for k in kinds]))))
     layers = band + line
     if interactive:
         pts = pts.add_params(sel, target, *params)

@@ -285,7 +285,9 @@ def _cost(store: Store) -> Section | None:
             "$ per million total tokens at target interactivities from `toolkit cost compare` "
             "(GLM-5.2, the demo's agentic mix, p90 TTFT <= 10 s), one line per accelerator and "
             "engine; the shaded band is the 10-90% range of the serving model's "
-            "cross-validated error (filled points: measured answers, hollow: modelled); "
+            "cross-validated error; points by how the answer was reached (filled circles: "
+            "measured, half-filled squares: blended, the model's curve corrected by the "
+            "nearest measured runs, hollow triangles: modelled); "
             "diamonds are published GLM-5.3 figures (a different workload, for scale). "
             "Fastest target reached: "
             + ", ".join(f"{h} {x:.0f} tok/s/user" for h, x in reach)

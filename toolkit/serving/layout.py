@@ -30,6 +30,7 @@ from toolkit.serving.recipes import (
     RecipeError,
     admission_gates,
     age_days,
+    engine_caps,
     length_ratio,
     mtp_inputs,
     prefill_batching,
@@ -72,6 +73,8 @@ class Design:
     mtp_accept: np.ndarray  # tokens accepted per step (1 without MTP)
     age_days: np.ndarray  # engine age before the parameters' reference date
     max_running: np.ndarray  # engine cap on decoding requests per instance (inf = none)
+    sglang_default_cap: np.ndarray  # SGLang's own cap applies (sized from the KV pool)
+    context_len: np.ndarray  # the model's context length (SGLang sizes its request pool by it)
     gate_iters: np.ndarray  # iterations a waiting prompt may be held before prefill (1 = none)
     gate_kind: np.ndarray  # 0: SGLang receive interval; 1: TensorRT-LLM attention-DP balance
     gate_ranks: np.ndarray  # attention-DP ranks the balance waits for (kind 1)
@@ -147,7 +150,7 @@ def _pow2_at_least(x: np.ndarray) -> np.ndarray:
 
 
 def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
-           reference_date: str | None = None) -> Design:
+           reference_date: str | None = None, engine_defaults: bool = True) -> Design:
     """Resolve validated configuration rows (``points.validate``) into a :class:`Design`.
 
     Optional per-row columns (see :mod:`toolkit.serving.reuse` for reading them from stored
@@ -160,7 +163,9 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     (Engram rows per GPU, out of the KV budget), ``engram_miss_bytes`` and ``engram_layers``
     (Engram row bytes each token fetches from host DRAM per Engram layer). Recipe columns
     (MTP drafts and acceptance, ``kv_dtype``, ``max_running_requests``, ``engine_date``) are
-    read by :mod:`toolkit.serving.recipes`.
+    read by :mod:`toolkit.serving.recipes`. ``engine_defaults=False``: no engine's own cap on
+    running requests, only HBM and a given ``max_running_requests`` (what-if capacity, as
+    :mod:`toolkit.serving.scenario` reports it).
     """
     n = df.height
     # each spec value is computed once per distinct accelerator / model and spread over the
@@ -236,6 +241,15 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     nope = mod_col(lambda m: m.qk_nope_head_dim)
     vdim = mod_col(lambda m: m.v_head_dim)
 
+    hbm_total = hw_col(lambda h: h.hbm_bytes)
+    max_running, sglang_cap = engine_caps(df, g_dec, hbm_total,
+                                          df["hardware"].to_numpy().astype(str))
+    if not engine_defaults:  # HBM alone (a given ``max_running_requests`` still applies)
+        given = (df["max_running_requests"].cast(pl.Float64, strict=False).to_numpy()
+                 if "max_running_requests" in df.columns else np.full(n, np.nan))
+        max_running = np.where(np.isfinite(given), max_running, np.inf)
+        sglang_cap = np.zeros(n, dtype=bool)
+
     def opt(col: str, default: float) -> np.ndarray:
         if col in df.columns:
             return df[col].cast(pl.Float64).fill_null(default).to_numpy()
@@ -252,7 +266,9 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         mtp_draft=drafts,
         mtp_accept=accept,
         age_days=age_days(df, reference_date or REFERENCE_DATE),
-        max_running=opt("max_running_requests", np.inf),
+        max_running=max_running,
+        sglang_default_cap=sglang_cap,
+        context_len=mod_col(lambda m: m.max_position_embeddings or 0),
         gate_iters=gate_iters,
         gate_kind=gate_kind,
         gate_ranks=gate_ranks,

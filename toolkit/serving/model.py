@@ -46,6 +46,11 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.serving.layout import Design
+from toolkit.serving.recipes import (
+    SGLANG_REQ_POOL_MAX,
+    SGLANG_REQ_POOL_MIN,
+    SGLANG_REQ_POOL_PER_CONTEXT,
+)
 
 KV_FREE_FRACTION = 0.9
 """Share of the HBM left after the weights that holds KV: TensorRT-LLM's
@@ -248,7 +253,16 @@ def max_batch(d: Design) -> np.ndarray:
     # pool is kept for the prefix cache (both 0 unless asked)
     free = np.maximum(free - d.engram_hbm_bytes, 0.0) * (1.0 - d.prefix_reserve_fraction)
     share = np.where(d.dp_attn, g, 1.0)
-    cap = np.minimum(free / per_req * share, d.max_running)
+    # SGLang without ``--max-running-requests``: each scheduler's request pool holds
+    # ``min(max(KV tokens / context_len x 512, 2048), 4096)`` requests
+    # (:data:`toolkit.serving.recipes.SGLANG_REQ_POOL_MIN`)
+    kv_tokens = free / np.maximum(d.layers * d.kv_row_bytes + d.idx_layers * d.idx_row_bytes,
+                                  1.0)
+    pool = np.clip(np.floor(kv_tokens / np.maximum(d.context_len, 1.0)
+                            * SGLANG_REQ_POOL_PER_CONTEXT),
+                   SGLANG_REQ_POOL_MIN, SGLANG_REQ_POOL_MAX)
+    engine = np.where(d.sglang_default_cap & (d.context_len > 0), pool * share, d.max_running)
+    cap = np.minimum(free / per_req * share, engine)
     host_cap = d.host_mem_per_gpu * g / (ctx * d.layers * d.kv_row_bytes)
     return np.maximum(np.where(d.device_buffer_tokens > 0, np.minimum(cap, host_cap), cap), 0.0)
 

@@ -11,7 +11,8 @@ Optional row columns (InferenceX rows carry none of them; defaults below):
 * ``mtp_draft_tokens``: draft tokens verified per MTP step;
 * ``mtp_accept``: tokens accepted per MTP step (1 .. 1 + drafts);
 * ``kv_dtype``: fp8 or bf16 KV cache;
-* ``max_running_requests``: the engine's cap on requests decoding per instance;
+* ``max_running_requests``: the engine's cap on requests decoding per instance (default: the
+  engine's own, :func:`engine_caps`);
 * ``engine_date``: the engine build's date (``YYYY-MM-DD``); else the row's ``date`` (the run
   date, a proxy for the image it pulled); else the reference date (age 0);
 * ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval`` (decode iterations between
@@ -90,6 +91,45 @@ PREFILL_BATCH_TRT: dict[tuple[str, str, str], tuple[int, int]] = {
 """A disaggregated TensorRT-LLM prefill worker's batch: tokens and prompts per forward. Other
 engines and shapes keep the client's default (one 8,192-token chunk, as many prompts as fit);
 the optional row columns ``prefill_max_tokens`` / ``prefill_max_prompts`` override both."""
+
+
+ENGINE_FAMILY: dict[str, str] = {
+    "sglang": "sglang", "dynamo-sglang": "sglang", "mori-sglang": "sglang",
+    "trt": "trt", "dynamo-trt": "trt", "vllm": "vllm", "dynamo-vllm": "vllm",
+}
+"""InferenceX framework labels -> the engine whose scheduler caps the running requests."""
+
+SGLANG_REQ_POOL_MIN, SGLANG_REQ_POOL_MAX, SGLANG_REQ_POOL_PER_CONTEXT = 2048, 4096, 512
+"""SGLang's default cap on running requests per scheduler (one per attention-DP rank) when
+``--max-running-requests`` is not given: its request pool, ``min(max(int(KV tokens /
+context_len x 512), 2048), 4096)`` (sgl-project/sglang
+``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py`` ``init_memory`` @
+001ccef), further bounded by ``KV tokens // 2`` (``model_runner.py``), which the KV pool of
+any real context binds first."""
+
+TRT_MAX_BATCH_SIZE = 2048
+"""TensorRT-LLM's default ``max_batch_size`` (requests one executor schedules):
+``BuildConfig.max_batch_size = 2048`` (NVIDIA/TensorRT-LLM ``tensorrt_llm/builder.py`` @
+008b2b8), the default of ``trtllm-serve --max_batch_size``; per attention-DP rank
+(assumed: each rank runs its own executor loop)."""
+
+VLLM_MAX_NUM_SEQS = 256
+VLLM_MAX_NUM_SEQS_LARGE = 1024
+VLLM_LARGE_GPU_BYTES = 70 * 2**30
+"""vLLM's default ``max_num_seqs`` for the OpenAI server: 1,024 on GPUs with >= 70 GiB that
+are not A100s, else 256 (vllm-project/vllm ``vllm/engine/arg_utils.py``
+``get_batch_defaults`` @ 99d7eb5); per data-parallel engine."""
+
+MORI_DECODE_CAPS = {"dp_per_rank": 160, "ep_only": 256, "no_dp": 128}
+"""``--max-running-requests`` of InferenceX's MoRI-SGLang DeepSeek-R1 decode workers on MI355X:
+with DP attention the end of ``cuda_graph_bs_range`` (1-160) x the worker's TP size, with
+expert parallelism only 256, else 128 (SemiAnalysisAI/InferenceX
+``benchmarks/multi_node/amd_utils/models.yaml`` and ``server.sh`` @ 749096c, 2026-03; the
+same values at 843c625). From 2026-05-27 (InferenceX 820adf2, "[AMD] Fix eval for dsr1 fp4")
+a decode worker with both DP attention and expert parallelism takes the benchmark's largest
+concurrency instead: no cap below the users (:data:`MORI_DP_EP_UNCAPPED_FROM`)."""
+
+MORI_DP_EP_UNCAPPED_FROM = "2026-05-27"
 
 
 class RecipeError(ValueError):
@@ -280,3 +320,43 @@ def length_ratio(df: pl.DataFrame) -> np.ndarray:
         i = int(np.flatnonzero(bad)[0])
         raise RecipeError(f"row {i + 1}: random_range_ratio {v[i]:g} must be in (0, 1]")
     return np.where(given, v, RANGE_RATIO)
+
+
+def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
+                hardware: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (cap on running requests per decode instance, SGLang-default flag).
+
+    The optional column ``max_running_requests`` wins; else InferenceX's MoRI-SGLang recipe
+    (:data:`MORI_DECODE_CAPS`, rows with a run ``date`` only), TensorRT-LLM's
+    ``max_batch_size`` and vLLM's ``max_num_seqs`` defaults per scheduler (x attention-DP
+    ranks). SGLang's default depends on its KV pool:
+    those rows get ``inf`` here and the flag, and :func:`toolkit.serving.model.max_batch`
+    applies :data:`SGLANG_REQ_POOL_MIN` .. :data:`SGLANG_REQ_POOL_MAX`. Other engines (ATOM,
+    unknown): no cap beyond HBM.
+
+    Raises:
+        RecipeError: a given cap below 1 (row named).
+    """
+    n = df.height
+    fam = np.array([ENGINE_FAMILY.get(e, "") for e in df["framework"].to_list()])
+    dpa = df["decode_dp_attention"].to_numpy().astype(bool)
+    ep = df["decode_ep"].to_numpy().astype(np.float64) > 1
+    ranks = np.where(dpa, g_dec, 1.0)
+    mori = (df["framework"] == "mori-sglang").to_numpy()
+    vllm_seqs = np.where((hbm_bytes >= VLLM_LARGE_GPU_BYTES) & (hardware != "a100"),
+                         VLLM_MAX_NUM_SEQS_LARGE, VLLM_MAX_NUM_SEQS)
+    cap = np.full(n, np.inf)
+    cap = np.where(fam == "trt", TRT_MAX_BATCH_SIZE * ranks, cap)
+    cap = np.where(fam == "vllm", vllm_seqs * ranks, cap)
+    dated = (df["date"].cast(pl.String).fill_null("").to_numpy().astype(str)
+             if "date" in df.columns else np.full(n, ""))
+    # the recipe is InferenceX's: it caps InferenceX's runs (rows with a run date), not a
+    # sweep or plan of a deployment someone would configure themselves
+    uncapped = (dated == "") | (dpa & ep & (dated >= MORI_DP_EP_UNCAPPED_FROM))
+    cap = np.where(mori & ~uncapped, np.where(dpa, MORI_DECODE_CAPS["dp_per_rank"] * g_dec,
+                                  np.where(ep, MORI_DECODE_CAPS["ep_only"],
+                                           MORI_DECODE_CAPS["no_dp"])), cap)
+    sglang_default = (fam == "sglang") & ~mori
+    given = _counts_column(df, "max_running_requests", np.full(n, np.nan))
+    has = np.isfinite(given)
+    return np.where(has, given, cap), sglang_default & ~has

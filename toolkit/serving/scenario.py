@@ -304,7 +304,7 @@ def decode(
     df = _frame(dep, n, isl, np.full(n, 2.0), np.maximum(np.round(b_inst), 1.0), {
         "miss_rows_per_layer": miss, "hisparse_overlap": float(overlap),
         "device_buffer_tokens": np.broadcast_to(buf, (n,))})
-    d = design(df, kv_dtype=dep.kv_dtype)
+    d = design(df, kv_dtype=dep.kv_dtype, engine_defaults=False)
     p = _params(params)
     terms = decode_terms(d, p.row_values(levels(d)), b_inst)
     return DecodeStep(
@@ -345,7 +345,7 @@ def prefill(dep: Deployment, *, new_tokens: npt.ArrayLike, cached_tokens: npt.Ar
     isl = new + cached
     df = _frame(dep, n, isl, np.full(n, 2.0), np.ones(n), {
         "cached_prefix_fraction": cached / isl, "host_prefix_fraction": 0.0})
-    d = design(df, kv_dtype=dep.kv_dtype)
+    d = design(df, kv_dtype=dep.kv_dtype, engine_defaults=False)
     p = _params(params)
     terms = prefill_terms(d, p.row_values(levels(d)))
     t = np.asarray(terms["t_prefill_s"], dtype=np.float64)
