@@ -440,6 +440,37 @@ def _bound(ctx: _Context, c: Candidate, best_share: float) -> tuple[float, dict]
     return _usd(price + dram + ssd, ans["tput_per_gpu"]) or math.inf, ans
 
 
+def _at_own_layout(ctx: _Context, c: Candidate, layout: str | None, ans: dict,
+                   cached: float, host: float, miss: float, buf_model: float,
+                   eng: dict | None) -> dict:
+    """``ans`` moved to ``layout``'s own front point at the same shares, when the rounds
+    ended without converging on a layout whose pool was replayed: at TP8's pool the front
+    may prefer TP4, and at TP4's smaller pool TP8, a cycle. Answering with one layout at
+    the other's pool printed a TP4 plan with TP8's 3,248,258-token pool; this keeps the
+    layout whose pool the shares come from (its own front's answer; unchanged when that
+    layout does not meet the target alone)."""
+    from toolkit.cost.compare import layout_answers
+
+    if layout is None:
+        return ans
+    base = layout.rsplit(" conc ", 1)[0]
+    if str(ans["layout"]).rsplit(" conc ", 1)[0] == base:
+        return ans
+    eng_hbm = eng["hbm_bytes"] if eng else 0.0
+    eng_miss = eng["miss_bytes"] if eng else 0.0
+    what_if = ctx._what_if(host, miss, buf_model, c.reserve, eng_hbm, eng_miss)
+    ccfg = ctx.compare_config(c.hardware, c.engine, cached, ctx.front_bound)
+    for a in layout_answers(ccfg, what_if=what_if or None):
+        if a["layout"].rsplit(" conc ", 1)[0] == base:
+            return dict(ans, layout=a["layout"], gpus=a["gpus"], conc=a["conc"],
+                        tput_per_gpu=a["tput_per_gpu"],
+                        tput_per_gpu_low=a["tput_per_gpu_low"],
+                        tput_per_gpu_high=a["tput_per_gpu_high"],
+                        p90_ttft_s=a["p90_ttft_s"], p90_ttft_s_low=None,
+                        p90_ttft_s_high=None)
+    return ans
+
+
 def _evaluate(ctx: _Context, c: Candidate, seed: tuple[str | None, int]) -> dict:
     """The exact plan of ``c``: replays and the serving front, iterated on the front point.
 
@@ -464,6 +495,7 @@ def _evaluate(ctx: _Context, c: Candidate, seed: tuple[str | None, int]) -> dict
     users = host_users = 1
     pool = ctx.pool(c.hardware, layout, eng_hbm)
     max_running = 0
+    rounds: list[tuple] = []  # each round's replayed layout and what it gave
     for _ in range(MAX_ROUNDS):
         pool = ctx.pool(c.hardware, layout, eng_hbm)
         if pool.tokens_per_rank <= 0:
@@ -506,6 +538,7 @@ def _evaluate(ctx: _Context, c: Candidate, seed: tuple[str | None, int]) -> dict
             out.update(why=_miss_reason(ctx, ans), users=users, tier=tier, answer=ans)
             return out
         seen.add((layout, conc))
+        rounds.append((layout, pool, users, host_users, max_running, tier, g, h, s, ans))
         nxt = (str(ans["layout"]), int(ans["conc"]))
         if nxt == (layout, conc):
             converged = True
@@ -514,6 +547,17 @@ def _evaluate(ctx: _Context, c: Candidate, seed: tuple[str | None, int]) -> dict
             break
         layout, conc = nxt
     assert ans is not None and tier is not None
+    if not converged:
+        # a cycle (or the last round): each round's layout answered at its own pool's
+        # shares, the one with the most tokens/s/GPU kept (the same price: the least $/M)
+        best = None
+        for rnd in rounds:
+            own = _at_own_layout(ctx, c, rnd[0], rnd[9], rnd[6] + rnd[7] + rnd[8],
+                                 rnd[7] + rnd[8], miss, buf_model, eng)
+            if best is None or own["tput_per_gpu"] > best[1]["tput_per_gpu"]:
+                best = (rnd, own)
+        assert best is not None
+        (layout, pool, users, host_users, max_running, tier, g, h, s, _), ans = best
     price = get_hardware(c.hardware).price_usd_per_gpu_hour(cfg.price_tier)
     dram, ssd = _memory_usd_per_gpu_hour(cfg, c)
     tput = ans["tput_per_gpu"]
