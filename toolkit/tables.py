@@ -70,7 +70,13 @@ class _Column:
 
 
 def _unit_of(name: str, values: list[Any]) -> tuple[str, str | None, float]:
-    """(base name, unit, divisor) for a column whose name carries a scalable unit."""
+    """(base name, unit, divisor) for a column whose name carries a scalable unit; a
+    band's ends (``p90_ttft_s_low``) take the unit of their figure (``p90_ttft_low (s)``)."""
+    for band in ("_low", "_high"):
+        if name.endswith(band):
+            base, unit, scale = _unit_of(name[: -len(band)], values)
+            if unit is not None:
+                return base + band, unit, scale
     nums = [abs(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
             and v == v]
     if name.endswith("_bytes"):
@@ -163,10 +169,15 @@ def _cell(v: Any, col: _Column, integral: bool, limit: int | None = CELL_CHARS) 
 def _columns(df: Any) -> list[tuple[_Column, bool]]:
     """Each column's display and whether its numbers are all whole (then shown as such)."""
     out = []
+    scales: dict[str, tuple[str | None, float]] = {}
     for name, dtype in df.schema.items():
         values = df.get_column(name).to_list()
         numeric = dtype.is_numeric()
         base, unit, scale = _unit_of(name, values) if numeric else (name, None, 1.0)
+        scales[name] = (unit, scale)
+        stem = name.removesuffix("_low").removesuffix("_high")
+        if unit is not None and stem != name and scales.get(stem, (None,))[0] is not None:
+            unit, scale = scales[stem]  # a band's ends read in their figure's unit
         scaled = unit is not None
         if numeric and unit is None:
             base, unit = _fixed_unit(name)
@@ -441,9 +452,20 @@ class Table:
     Args:
         df: a Polars frame.
         limit: rows shown (the rest counted in a note).
+        percent: columns holding shares (0.903) to show as percentages: the values times
+            100, the header marked ``(%)`` (``gpu`` -> ``gpu (%)``, 90.30).
     """
 
-    def __init__(self, df: Any, limit: int = 40) -> None:
+    def __init__(self, df: Any, limit: int = 40, percent: tuple[str, ...] | list[str] = ()) -> None:
+        if percent:
+            import polars as pl
+
+            missing = [c for c in percent if c not in df.columns]
+            if missing:
+                raise ValueError(f"Table: no column {missing[0]!r} to show as a percentage "
+                                 f"(columns: {', '.join(df.columns)})")
+            df = df.with_columns([pl.col(c) * 100 for c in percent]).rename(
+                {c: f"{c}_pct" for c in percent})
         self.df = df
         self.limit = limit
 
