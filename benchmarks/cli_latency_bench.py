@@ -100,6 +100,9 @@ BAD_NAMES = (
     "hardware show nosuch",
     "sql --store S --query nosuch",
     "sql --store S --query selection_runs --param trace=nosuch",
+    "cost compare --model glm-5.2 --store S --measured-points nosuch",
+    "serving validate --store S --measured-points nosuch",
+    "export perfetto --store S --run nosuch --out nosuch.json",
 )
 HEAVY = ("numba", "polars", "scipy")
 

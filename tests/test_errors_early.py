@@ -74,13 +74,21 @@ CASES = [
     ("plan explain --store S --plan nosuch/2", ["plan", "'nosuch'", "table plan_runs"]),
     ("sql --store S --query prefix_hit_curve --param trace=nosuch",
      ["trace=nosuch", "'nosuch'", "known: conv, syn", "toolkit info --store"]),
+    ("cost compare --model glm-5.2 --store S --measured-points nosuch",
+     ["measured points", "'nosuch'", "table measured_points"]),
+    ("serving validate --store S --measured-points nosuch",
+     ["measured points", "'nosuch'", "table measured_points"]),
+    ("export perfetto --store S --run nosuch --out S.json",
+     ["no tier replay 'nosuch'", "tier_runs, cluster_runs, plan_runs"]),
+    ("report --store S.missing --out S.report", ["no store at"]),
 ]
 
 
 @pytest.mark.parametrize(("line", "words"), CASES, ids=[c[0] for c in CASES])
 def test_bad_name_refused_before_heavy_imports(names_store: Path, line: str,
                                                words: list[str]) -> None:
-    argv = [str(names_store) if a == "S" else a for a in line.split()]
+    argv = [a.replace("S", str(names_store), 1) if a.startswith("S") else a
+            for a in line.split()]
     error, loaded = refused(argv)
     for w in words:
         assert w in error, (w, error)

@@ -582,9 +582,9 @@ def report_cmd(
         "KV-cache tiering report"),
 ) -> None:
     """Write a self-contained HTML report of a store plus SVG and PNG of every chart."""
-    from toolkit.report import write_report
+    with cli_store(store) as s:  # a missing store first: the charts' libraries take seconds
+        from toolkit.report import write_report
 
-    with cli_store(store) as s:
         path = guard(write_report, s, out, title)
     typer.echo(f"report: {path}")
 

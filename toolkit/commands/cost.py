@@ -187,6 +187,7 @@ def cost_at_interactivity_cmd(
     """$/M tokens per (hardware, engine, model, precision, ISL, OSL) at a target
     interactivity: Steffen spline on each series' throughput-vs-interactivity Pareto front,
     as InferenceX does."""
+    m.check_points_name(store, measured_points)
     from toolkit.cost.interpolate import cost_at_interactivity, read_measurements
 
     out = Output.from_options(fmt, as_json, output)
@@ -404,6 +405,7 @@ def cost_compare_cmd(
     check_names(hardware=hardware, model=model)  # before the serving model's libraries load
     if selections is not None and store is not None:
         check_key(store, "selections", selections, "selection trace")
+    m.check_points_name(store, measured_points)
     from toolkit.cost.compare import compare, engines_for, measurement_scope
     from toolkit.serving.params import ServingParams, bundled_params
 

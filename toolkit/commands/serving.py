@@ -23,6 +23,7 @@ from toolkit.commands.measured import (
     SpecOpt,
     StoreOpt,
     TpOpt,
+    check_points_name,
     measurement_source,
     show_notes,
 )
@@ -95,6 +96,7 @@ def fit_cmd(
     at full weight, TTFT at <= 64 users); writes them with kind = "fitted", the data used, in-sample
     residuals and cross-validated error bands. Exits 1 naming every parameter that ends at
     a bound of its range (the model is then compensating for something it lacks)."""
+    check_points_name(store, measured_points)
     from toolkit.serving.crossval import fit_with_bands
     from toolkit.serving.fit import bound_report, fit
 
@@ -244,6 +246,7 @@ def validate_cmd(
     of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only; the
     calibrated bands' coverage per column and (vendor, engine) group, and the p90 TTFT checks
     (each fold's bands calibrated without it)."""
+    check_points_name(store, measured_points)
     import polars as pl
 
     from toolkit.serving.calibration import CONFIDENCE
