@@ -174,7 +174,10 @@ Table(share)
 # (`toolkit.serving.hisparse_check`): GLM-5.1 on the sourced `rtx6000pro` spec, the bundled
 # DeepSeek-R1 fit, and HiSparse misses from this trace's LRU replay at buffer/k = 2 (section
 # 3), carried to k = 2048 and 33.8K tokens of context by `toolkit.replay.selection_scaling` (an extrapolation from a 135M
-# dense model's selections). Each arm runs `min(batch, requests that fit)`.
+# dense model's selections). Each arm runs `min(batch, requests that fit)`, and how many fit
+# is SGLang's own pool, not the serving model's rule: SGLang's default `mem_fraction_static`
+# for a 96 GB GPU at TP8 (`server_args.py@469c63e5`) applied to what its logged pool shows
+# loaded before the KV on the same node and checkpoint (InferenceX's GLM-5.2 NVFP4 recipe).
 
 # %%
 from toolkit.replay.selection_scaling import scale_misses  # noqa: E402
@@ -195,6 +198,31 @@ Table(check.select("batch", "measured_ratio", pl.col("model_ratio").round(2),
              pl.col("model_ratio_at_logged_running").round(2)))
 
 # %% [markdown]
+# Why the serving model fitted 20 baseline requests where SGLang held 6: the three pools.
+# The serving model keeps 90% of the HBM left after 372 GB of FP4 weights; SGLang keeps
+# `mem_fraction_static` of the GPU (0.849: 14,848 MiB reserved for a 8,192-token prefill
+# chunk and CUDA graphs up to batch 512) minus everything loaded before the pool (the
+# 433 GB checkpoint, 54 GB per GPU, and the runtime's own), which its logged pool of 464,768
+# tokens at 0.85 measures; the run's log (6 running, pool 87% full) implies a smaller pool
+# still. `before` is the serving model's capacity, `after` SGLang's.
+
+# %%
+from toolkit.serving.hisparse_check import capacity_note  # noqa: E402
+
+note = capacity_note()
+print(f"serving model: {note['model_fits']:.0f} baseline requests fit; SGLang "
+      f"(mem_fraction_static {note['sglang_mem_fraction_static']}): pool "
+      f"{note['sglang_pool_gb']:.1f} GB per GPU, {note['sglang_fits']:.0f} fit; the run's log: "
+      f"~{note['logged_pool_tokens']:,.0f} tokens = {note['logged_pool_gb']:.1f} GB per GPU "
+      f"at {note['bytes_per_token']:,.0f} B per token")
+before = reproduce(scaled.rows, capacity="model")
+Table(pl.DataFrame({"batch": check["batch"], "measured": check["measured_ratio"],
+              "before": before["model_ratio"].round(2),
+              "error before": before["ratio_error"].round(2),
+              "after": check["model_ratio"].round(2),
+              "error after": check["ratio_error"].round(2)}))
+
+# %% [markdown]
 # The intermediates: running requests (measured `rr=` and modelled), resident KV per request
 # per GPU, step time and the fetch time the step waits for.
 
@@ -213,6 +241,7 @@ with pl.Config(tbl_width_chars=200, tbl_cols=-1):
 # %%
 ratios = check.select("batch", pl.col("measured_ratio").alias("measured (sglang#33075)"),
                       pl.col("model_ratio").alias("model, fetches wait"),
+                      before["model_ratio"].alias("model, serving-model capacity"),
                       pl.col("model_ratio_at_logged_running").alias(
                           "model at the logged running requests"),
                       reproduce(scaled.rows, overlap=True)["model_ratio"].alias(
@@ -228,11 +257,18 @@ alt.Chart(ratios).mark_line(point=True).encode(
 # Where the ratio comes from. **Capacity**: a baseline request holds its whole 34.8K-token
 # context (2,140 MB per GPU: 78 layers x 656 B MLA rows + 132 B indexer keys per token);
 # under HiSparse only 4,097 MLA rows stay, but the indexer keys of every token stay too (568
-# MB). The model fits 20 baseline requests where SGLang held 6 (its KV pool was full at 87%),
-# so its baseline keeps climbing until batch 20 instead of flattening at 8; and its HiSparse
-# arm fits 78 (3.8x the baseline) where SGLang ran 54 without saturating (>= 9x). That is
-# most of the error at batch 8 and beyond (-24% at 8, -47% at 16, -59% at 32, -60% at 54:
-# `ratio_error` above; +4%, +3% and -2% at batches 1, 2 and 4). **Step time**: at the running counts the run logged, the model's
+# MB). Sized by SGLang's own pool (23.7 GB per GPU) the baseline stops at 11 requests, not
+# the serving model's 20, which moves the ratio toward the measurement from batch 16 on
+# (errors -47% / -59% / -60% at 16 / 32 / 54 before, -40% / -48% / -55% after; batches 1-8
+# fit either way and are unchanged: +4%, +3%, -2%, -24%). Two gaps stay. SGLang held 6, not
+# 11: its log (87% full at 6) implies a pool of ~233K tokens, 14.3 GB per GPU, 9.4 GB less
+# than its default fraction and the anchor give; no sourced setting of the run accounts for
+# it (the PR does not give its launch flags: a lower `--mem-fraction-static`, or memory the
+# PD decode side or the SM120 DSA kernels hold, would). And the same pool caps the HiSparse
+# arm at 41 requests (568 MB each) where the run held 54: with an indexer on every one of
+# GLM-5.1's 78 layers, 54 would not fit, which points to a model with fewer indexer layers
+# (GLM-5.2's IndexShare: 306 MB, 77 fit) or a different HiSparse pool layout; the model is
+# not switched to match. **Step time**: at the running counts the run logged, the model's
 # ratio at batch 54 is 1.9 against 3.0 measured: the model's baseline at 6 requests is 1.5x
 # faster than measured and its HiSparse step at 54 about 10% slower (the DSA caveat of
 # `cost compare`: the R1-fitted model is optimistic on DSA models). **Batch 1 (0.92x)**:

@@ -200,10 +200,11 @@ store.query("SELECT router, instances, gpu_hit_share, p50_ttft_s, p90_ttft_s "
 # %% [markdown]
 # ## What is modelled, and what is not
 #
-# Modelled: every instance's exact prefix cache (SGLang radix or vLLM blocks, the tier
-# replay's code), its step times, batching and running cap from the serving model, the
-# router's decision per request, the load (closed-loop sessions or the trace's arrivals,
-# rescaled). Not modelled: the network between router and instances, KV migration between
-# instances, HiSparse and Engram misses in the cluster's step times (the front prices them),
-# and a disaggregated layout's separate prefill and decode pools inside one instance
-# (`docs/plan.md`, `docs/cluster.md`).
+# Modelled: every prefix cache exactly (SGLang radix or vLLM blocks, the tier replay's
+# code; one per DP-attention rank, the router addressing each), each instance's step
+# times, batching and running cap from the serving model, a disaggregated layout's prefill
+# side and decode pool with the KV transfer between them, the router's decision per
+# request, the load (closed-loop sessions or the trace's arrivals, rescaled). Not modelled:
+# the network between router and instances, KV migration between instances, HiSparse and
+# Engram misses in the cluster's step times (the front prices them), imbalance between the
+# ranks of one DP instance (`docs/plan.md`, `docs/cluster.md`).

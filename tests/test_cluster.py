@@ -218,7 +218,7 @@ def test_cli_json_and_refusals(mooncake_store):
     assert rec["gpus"] == 16 and rec["users"] == 8 and rec["instances"] == 2
     before = mooncake_store.query("SELECT count(*) FROM cluster_runs").item() \
         if "cluster_runs" in mooncake_store.tables() else 0
-    for bad, word in ((["--router", "random"], "router"), (["--layout", "dp8"], "--layout"),
+    for bad, word in ((["--router", "random"], "router"), (["--layout", "pp8"], "--layout"),
                       (["--users", "4", "--rate", "2"], "one of"),
                       (["--rate", "0"], "--rate")):
         r = CliRunner().invoke(app, ["replay", "cluster", "--store", root, "--trace", "conv",

@@ -9,7 +9,9 @@ from toolkit.demo import run_demo
 from .conftest import ROOT
 
 
-def test_demo_writes_report_and_summaries(tmp_path):
+def test_demo_writes_report_and_summaries(tmp_path, monkeypatch):
+    # xdist workers set COLUMNS=80, where the table renderer wraps cells mid-phrase
+    monkeypatch.setenv("COLUMNS", "400")
     lines: list[str] = []
     html = run_demo(tmp_path / "store", tmp_path / "report", ROOT / "traces", echo=lines.append)
     out = "\n".join(lines)
@@ -35,6 +37,11 @@ def test_demo_writes_report_and_summaries(tmp_path):
     # one cost story: the HiSparse replay priced by the same model, against no offload
     assert "every time below" in out and "The same model with HiSparse offload" in out
     assert out.count("no offload") >= 3 and "overlapped" in out
+    # its misses reach k = 2048 by the measured scaling fit, with its band and range, not
+    # by the constant k ratio (x32)
+    assert "extrapolation from a 135M dense model's selections" in out
+    assert "k 2048 beyond the measured 16-512" in out and "$/Mtok_total_high" in out
+    assert "scaled to k = 2048: an assumption" not in out
     for hw in ("gb200", "gb300", "mi355x"):
         assert hw in out
 

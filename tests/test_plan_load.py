@@ -9,6 +9,7 @@ never needs fewer GPUs, a looser SLO never costs more, any worker count gives th
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from toolkit.plan.load import LOAD_KEYS, misses
 from toolkit.plan.pool import parse_layout, prefix_pool
 from toolkit.plan.search import PLAN_KEYS, PlanError, plan
 from toolkit.replay.tiers import TierReplayConfig
-from toolkit.replay.tiers.config import ClusterReplayConfig, ServiceAssumptions
+from toolkit.replay.tiers.config import ClusterReplayConfig, DecodePool, ServiceAssumptions
 
 ROOT = Path(__file__).resolve().parents[1]
 MOONCAKE = ROOT / "traces" / "mooncake" / "conversation_trace.jsonl"
@@ -52,17 +53,26 @@ def _plan(store, **kw):
 
 def _cluster(store, p: dict, n: int, **load) -> dict:
     """The cluster replay of ``n`` instances of plan ``p``, built here from its printed
-    figures (layout, engine, pool, memory), not by the planner's code."""
+    figures (layout, engine, pool, memory), not by the planner's code: one prefix cache per
+    DP-attention rank with one GPU's pool; a disaggregated layout's prefill side holds the
+    caches and its decode pool is the text's decode layout."""
     pool = prefix_pool(p["layout"], p["hardware"], "glm-5.2")
-    t = TierReplayConfig("head", p["hardware"], "glm-5.2", device_tokens=pool.total_tokens,
+    text = p["layout"]
+    m = re.search(r"D(\d+) decode TP(\d+) EP(\d+)( DPA)?(\+MTP)?", text)
+    dec = None if m is None else DecodePool(gpus=int(m[1]), dp_attention=bool(m[4]),
+                                            expert_parallel=int(m[3]) > 1, mtp=bool(m[5]))
+    side = ServiceAssumptions(
+        gpus_per_replica=p["gpus"] if dec is None else p["gpus"] - dec.gpus,
+        engine=p["engine"], dp_attention=" DPA" in text if dec is None else True,
+        mtp=dec is None and "+MTP" in text,
+        expert_parallel=" EP1" not in text if dec is None else True)
+    t = TierReplayConfig("head", p["hardware"], "glm-5.2", device_tokens=pool.tokens_per_rank,
                          host_tokens=0, storage_tokens=0, policy=p["policy"],
                          concurrency=load.get("users"),
-                         arrivals=load.get("arrivals", "trace"),
-                         assumptions=ServiceAssumptions(
-                             gpus_per_replica=p["gpus"], engine=p["engine"],
-                             dp_attention=" DPA" in p["layout"], mtp="+MTP" in p["layout"],
-                             expert_parallel=" EP1" not in p["layout"]))
-    return run_cluster(store, ClusterReplayConfig(t, instances=n, router=p["router"]),
+                         arrivals=load.get("arrivals", "trace"), assumptions=side)
+    ranks = side.gpus_per_replica if side.dp_attention else 1
+    return run_cluster(store, ClusterReplayConfig(t, instances=n, router=p["router"],
+                                                  ranks=ranks, decode=dec),
                        save=False).summary
 
 

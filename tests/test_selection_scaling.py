@@ -66,3 +66,17 @@ def test_shipped_table_and_fit():
     assert set(fits) == {2.0, 4.0}
     for f in fits.values():
         assert f.band_log[0] <= 0 <= f.band_log[1]
+
+
+def test_row_scale_carries_trace_misses_to_the_model_k():
+    """``row_scale`` multiplies one trace-scale miss count to the model's k: model k / trace
+    k x the fit's factor, at the fit and at its band's ends, so per-sample pricing
+    (``cost_of_replay``) lands on ``rows`` when nothing saturates; no scaling -> 1."""
+    s = scale_misses(0.05, trace_k=64, model_k=2048, buffer_ratio=2.0, context_tokens=1_000,
+                     target_context_tokens=2_000)
+    assert s.row_scale[0] == pytest.approx(32 * s.factor, rel=1e-12)
+    for scale, rows in zip(s.row_scale, (s.rows, s.rows_low, s.rows_high), strict=True):
+        assert 0.05 * 64 * scale == pytest.approx(rows, rel=1e-12)
+    same = scale_misses(0.05, trace_k=2048, model_k=2048, buffer_ratio=2.0,
+                        context_tokens=1_000)
+    assert same.row_scale == (1.0, 1.0, 1.0)

@@ -91,7 +91,6 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
                               rows=rows)
     runs = run_query(store, "selection_runs", trace=name)
     echo(render_table(runs.drop("trace", "indexshare")))
-    glm = get_model("glm-5.2")
     run_id = store.query(
         "SELECT run_id FROM selection_runs WHERE trace = 'smollm2' AND policy = 'lru' "
         "AND buffer_tokens = $n", {"n": 2 * rows.k}).item()
@@ -99,33 +98,42 @@ def _selections_part(store: Store, traces_dir: Path, echo: Callable[[str], None]
         for batch in DEMO_BATCHES:
             for overlap in (False, True):
                 record_replay_cost(store, DecodeCostConfig(
-                    run_id, "glm-5.2", hw, batch, overlap, miss_scale=glm.index_topk / rows.k,
-                    isl_tokens=32_768, osl_tokens=8_192))
+                    run_id, "glm-5.2", hw, batch, overlap, isl_tokens=32_768,
+                    osl_tokens=8_192))
     return run_id, rows.k
 
 
 def _hisparse_costs(store: Store, run_id: str, k: int, echo: Callable[[str], None]) -> None:
     """The serving model's step with the selection replay's misses, against the same step
-    without offload: what HiSparse's host fetches cost."""
+    without offload: what HiSparse's host fetches cost. The misses reach GLM-5.2's k and
+    context through the measured selection-scaling fit (the one ``cost compare --selections``
+    and ``plan`` use), so the table carries its band and its label."""
     glm = get_model("glm-5.2")
     miss_ratio = store.query("SELECT miss_ratio FROM selection_runs WHERE run_id = $r",
                              {"r": run_id}).item()
-    costs = []
+    costs, scaling = [], ""
     for hw in HARDWARE:
-        for mode, scale, overlap in (("no offload", 0.0, False), ("sync", 1.0, False),
-                                     ("overlapped", 1.0, True)):
+        for mode, scale, overlap in (("no offload", 0.0, False), ("sync", None, False),
+                                     ("overlapped", None, True)):
             s = cost_of_replay(store, run_id, glm, get_hardware(hw), batch_per_gpu=64,
-                               overlap=overlap, miss_scale=scale * glm.index_topk / k,
-                               isl_tokens=32_768, osl_tokens=8_192).summary
+                               overlap=overlap, miss_scale=scale, isl_tokens=32_768,
+                               osl_tokens=8_192).summary
+            if scale is None:
+                scaling = str(s["miss_scaling"])
+            tier = "hyperscaler"
             costs.append({"hardware": hw, "misses": mode,
                           "p50_tpot_s": s["p50_tpot_s"], "p99_tpot_s": s["p99_tpot_s"],
                           "miss_share": s["miss_share_of_step"],
                           "tput_per_gpu": round(s["total_tokens_per_s_per_gpu"]),
-                          "usd_per_mtok_total": s["usd_per_million_total_tokens_hyperscaler"]})
+                          "usd_per_mtok_total": s[f"usd_per_million_total_tokens_{tier}"],
+                          "usd_per_mtok_total_low": s[f"usd_per_million_total_tokens_{tier}_low"],
+                          "usd_per_mtok_total_high":
+                              s[f"usd_per_million_total_tokens_{tier}_high"]})
     echo(f"\nThe same model with HiSparse offload: GLM-5.2 decode at the SmolLM2 replay's "
-         f"misses (LRU, buffer 2k, miss ratio {miss_ratio:.4f}, scaled to k = 2048: an "
-         "assumption), batch 64/GPU, 32K in / 8K out, hyperscaler prices; 'no offload' is the "
-         "same step without host fetches:")
+         f"misses (LRU, buffer 2k = {2 * k} tokens, miss ratio {miss_ratio:.4f} at k = {k}), "
+         "batch 64/GPU, 32K in / 8K out, hyperscaler prices; 'no offload' is the same step "
+         "without host fetches; low/high = the scaling fit's band. Misses at k = "
+         f"{glm.index_topk}: {scaling}")
     echo(render_table(pl.DataFrame(costs)))
 
 

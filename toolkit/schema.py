@@ -322,6 +322,12 @@ CLUSTER_RUNS = pa.schema([
     pa.field("storage_capacity_tokens", pa.int64(), nullable=False),
     pa.field("page_tokens", pa.int64(), nullable=False),
     pa.field("max_instance_share", pa.float64(), nullable=False),  # busiest instance's requests
+    # the deployment: tpN / dpN / pPdD (docs/cluster.md); DP-attention ranks = prefix caches
+    # per instance; decode GPUs per instance (0: aggregated)
+    pa.field("layout", pa.string(), nullable=True),
+    pa.field("ranks_per_instance", pa.int64(), nullable=True),
+    pa.field("decode_gpus_per_instance", pa.int64(), nullable=True),
+    pa.field("mean_decode_wait_s", pa.float64(), nullable=True),  # prefill end -> decode admit
     pa.field("usd_per_gpu_hour", pa.float64(), nullable=True),
     pa.field("usd_per_hour_total", pa.float64(), nullable=True),
     pa.field("usd_per_million_total_tokens", pa.float64(), nullable=True),
@@ -353,6 +359,9 @@ CLUSTER_REQUESTS = pa.schema([
     pa.field("ttft_s", pa.float64(), nullable=False),
     pa.field("tpot_s", pa.float64(), nullable=True),  # null when output_tokens <= 1
     pa.field("running_at_admit", pa.int32(), nullable=False),  # on its instance
+    pa.field("rank", pa.int32(), nullable=True),  # its prefix cache in the instance (DPA rank)
+    pa.field("prefill_end_s", pa.float64(), nullable=True),
+    pa.field("decode_instance", pa.int32(), nullable=True),  # null: aggregated
 ])
 
 #: One row per token position x Engram layer x n-gram order x hash head: the table row read.
@@ -481,7 +490,9 @@ DECODE_COSTS = pa.schema([
     pa.field("overlap", pa.bool_(), nullable=False),  # miss I/O overlapped with compute
     pa.field("mechanism", pa.string(), nullable=False),
     pa.field("kv_dtype", pa.string(), nullable=False),
-    pa.field("miss_scale", pa.float64(), nullable=False),
+    pa.field("miss_scale", pa.float64(), nullable=False),  # trace misses -> model misses
+    # how: the selection-scaling fit's label (an extrapolation, with its range) or a constant
+    pa.field("miss_scaling", pa.string()),
     pa.field("isl_tokens", pa.float64(), nullable=False),
     pa.field("osl_tokens", pa.float64(), nullable=False),
     pa.field("price_tier", pa.string(), nullable=False),
@@ -499,6 +510,9 @@ DECODE_COSTS = pa.schema([
     pa.field("output_tokens_per_s_per_gpu", pa.float64(), nullable=False),
     pa.field("usd_per_gpu_hour", pa.float64(), nullable=False),
     pa.field("usd_per_million_total_tokens", pa.float64(), nullable=False),
+    # the fit's band (10-90% held-out residuals) priced the same way; equal without a fit
+    pa.field("usd_per_million_total_tokens_low", pa.float64()),
+    pa.field("usd_per_million_total_tokens_high", pa.float64()),
     pa.field("usd_per_million_output_tokens", pa.float64(), nullable=False),
     pa.field("config_json", pa.string(), nullable=False),
     pa.field("toolkit_version", pa.string(), nullable=False),

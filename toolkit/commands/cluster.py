@@ -9,6 +9,7 @@ N instances of one serving layout behind a router, each with its own exact tier 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -17,9 +18,12 @@ from toolkit.commands.common import StoreOpt, choices, cli_store, fail, field_de
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
-from toolkit.replay.tiers.config import ROUTERS, ClusterReplayConfig, TierReplayConfig
-
-LAYOUT_RE = re.compile(r"tp([1-9][0-9]*)")
+from toolkit.replay.tiers.config import (
+    ROUTERS,
+    ClusterReplayConfig,
+    DecodePool,
+    TierReplayConfig,
+)
 
 
 def _t(name: str) -> Any:
@@ -30,16 +34,59 @@ def _c(name: str) -> Any:
     return field_default(ClusterReplayConfig, name)
 
 
-def parse_layout(layout: str) -> int:
-    """``tpN`` -> N GPUs per instance (tensor-parallel attention and MoE, the layout the
-    tier replay's service model times; the instance's device pool is one GPU's free HBM,
-    since every GPU holds every token's MLA row)."""
-    m = LAYOUT_RE.fullmatch(layout.strip().lower())
-    if not m:
-        raise ValueError(f"--layout {layout!r}: expected tpN (e.g. tp8, tp4): N GPUs per "
-                         "instance, tensor-parallel; DP-attention layouts are not modelled by "
-                         "the cluster replay (pass --device-tokens for a per-rank pool)")
-    return int(m.group(1))
+_SIDE = r"(tp|dp)([1-9][0-9]*)"
+LAYOUT_RE = re.compile(rf"{_SIDE}(\+mtp)?")
+DISAGG_RE = re.compile(rf"disagg:{_SIDE}/{_SIDE}(\+mtp)?")
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """``--layout`` parsed: the instance (the prefill side when disaggregated) and the
+    decode pool (None: aggregated)."""
+
+    gpus: int
+    dp_attention: bool
+    mtp: bool
+    decode: DecodePool | None = None
+
+    @property
+    def ranks(self) -> int:
+        """Prefix caches per instance: one per DP-attention rank, else one."""
+        return self.gpus if self.dp_attention else 1
+
+
+def parse_layout(layout: str) -> ClusterLayout:
+    """``--layout``: ``tpN`` (N GPUs, tensor-parallel attention and MoE: one prefix cache, one
+    GPU's free HBM, since every GPU holds every token's MLA row), ``dpN`` (N GPUs, DP
+    attention and expert-parallel MoE: N prefix caches, one per rank), ``disagg:P/D`` with
+    ``P`` and ``D`` each ``tpN`` or ``dpN`` (a prefill side holding the prefix caches and a
+    decode pool), ``+mtp`` for multi-token prediction; or a ``cost compare`` layout text
+    (``TP8 EP8 DPA+MTP``, ``disagg P8/D16 decode TP16 EP16 DPA``)."""
+    text = layout.strip()
+    low = text.lower().replace(" ", "")
+    m = LAYOUT_RE.fullmatch(low)
+    if m:
+        return ClusterLayout(int(m[2]), m[1] == "dp", bool(m[3]))
+    m = DISAGG_RE.fullmatch(low)
+    if m:
+        dec = DecodePool(gpus=int(m[4]), dp_attention=m[3] == "dp",
+                         expert_parallel=m[3] == "dp", mtp=bool(m[5]))
+        return ClusterLayout(int(m[2]), m[1] == "dp", False, dec)
+    from toolkit.plan.pool import LayoutError, decode_side
+    from toolkit.plan.pool import parse_layout as compare_layout
+
+    try:
+        lay = compare_layout(text)
+    except LayoutError:
+        raise ValueError(f"--layout {layout!r}: expected tpN, dpN, disagg:P/D (P and D each "
+                         "tpN or dpN, e.g. disagg:dp8/dp16), optionally +mtp, or a cost "
+                         "compare layout text (e.g. 'TP8 EP8 DPA', 'disagg P8/D16 decode "
+                         "TP16 EP16 DPA')") from None
+    if not lay.disagg:
+        return ClusterLayout(lay.cache_gpus, lay.cache_dp_attention, "+MTP" in lay.text)
+    g, dpa, ep, mtp = decode_side(lay)
+    return ClusterLayout(lay.cache_gpus, lay.cache_dp_attention, False,
+                         DecodePool(gpus=g, dp_attention=dpa, expert_parallel=ep, mtp=mtp))
 
 
 def cluster_cmd(
@@ -50,7 +97,9 @@ def cluster_cmd(
     model: Annotated[str, typer.Option("--model", help=f"Model spec: {choices('model')}.")]
     = _t("model"),
     layout: Annotated[str, typer.Option(
-        "--layout", help="Instance layout: tpN = N GPUs, tensor-parallel (default tp8).")]
+        "--layout", help="Instance layout: tpN (N GPUs, tensor-parallel, one prefix cache), "
+                         "dpN (DP attention: a prefix cache per rank), disagg:P/D (prefill "
+                         "side P and decode pool D, each tpN or dpN), +mtp; default tp8.")]
     = "tp8",
     instances: Annotated[int, typer.Option(
         "--instances", min=1, help="Serving instances behind the router.")] = _c("instances"),
@@ -67,15 +116,16 @@ def cluster_cmd(
     rate_scale: Annotated[float | None, typer.Option(
         "--rate-scale", help="Open loop: the trace's arrival rate times X.")] = None,
     device_tokens: Annotated[int | None, typer.Option(
-        "--device-tokens", help="KV pool per instance in tokens; -1 unbounded; default: the "
-                                "layout's HBM left after weights.")] = None,
+        "--device-tokens", help="KV pool per prefix cache (instance, or DP rank) in tokens; -1 "
+                                "unbounded; default: the layout's HBM left after weights.")]
+    = None,
     host_tokens: Annotated[int | None, typer.Option(
-        "--host-tokens", help="Host (DRAM) tier per instance in tokens; -1 unbounded; "
+        "--host-tokens", help="Host (DRAM) tier per prefix cache in tokens; -1 unbounded; "
                               "default --host-ratio x device.")] = None,
     host_ratio: Annotated[float, typer.Option(
         "--host-ratio", min=0.0, max=1e6, help="Host pool / device pool.")] = _t("host_ratio"),
     storage_tokens: Annotated[int, typer.Option(
-        "--storage-tokens", help="Storage (SSD) tier per instance in tokens; 0 off, -1 "
+        "--storage-tokens", help="Storage (SSD) tier per prefix cache in tokens; 0 off, -1 "
                                  "unbounded.")] = _t("storage_tokens"),
     engine_semantics: Annotated[str, typer.Option(
         "--engine-semantics", help="sglang (SGLang's RadixCache + HiCache) or vllm (vLLM v1's "
@@ -84,7 +134,8 @@ def cluster_cmd(
         "--page-tokens", help="Page size: divides or is a multiple of the trace's block.")]
     = None,
     max_running: Annotated[int, typer.Option(
-        "--max-running", min=0, help="Running-request cap per instance; 0 none.")]
+        "--max-running", min=0, help="Running-request cap per prefix cache (and per decode "
+                                     "pool); 0 none.")]
     = _t("max_running"),
     offload_policy: Annotated[str, typer.Option(
         "--offload-policy", help="vLLM's CPU tier (with --engine-semantics vllm): none, lru "
@@ -121,7 +172,7 @@ def cluster_cmd(
             if not rate_scale > 0:
                 raise ValueError(f"--rate-scale must be > 0, got {rate_scale}")
             arrivals = f"scaled:{rate_scale:g}"
-        gpus = parse_layout(layout)
+        lay = parse_layout(layout)
         base = TierReplayConfig(trace=trace)
         tiers = TierReplayConfig(
             trace=trace, hardware=hardware, model=model, concurrency=concurrency,
@@ -129,9 +180,13 @@ def cluster_cmd(
             host_ratio=host_ratio, storage_tokens=storage_tokens, page_tokens=page_tokens,
             engine_semantics=engine_semantics, max_running=max_running,
             offload_policy=offload_policy, price_tier=price_tier,
-            assumptions=replace(base.assumptions, gpus_per_replica=gpus),
+            assumptions=replace(base.assumptions, gpus_per_replica=lay.gpus,
+                                dp_attention=lay.dp_attention,
+                                expert_parallel=lay.dp_attention, mtp=lay.mtp),
         )
-        cfg = ClusterReplayConfig(tiers, instances=instances, router=router, rate_rps=rate)
+        dec = None if lay.decode is None else replace(lay.decode, max_running=max_running)
+        cfg = ClusterReplayConfig(tiers, instances=instances, router=router, rate_rps=rate,
+                                  ranks=lay.ranks, decode=dec)
         with cli_store(store) as s, compile_notice(quiet):
             res = run_cluster(s, cfg, save=not no_save, progress=quiet)
     except (ToolkitError, RegistryError, ValueError) as e:

@@ -64,6 +64,24 @@ def _replay_rows(store: Store, run_id: str) -> tuple[pl.DataFrame, dict]:
     return rows, run.row(0, named=True)
 
 
+def _fitted_scale(store: Store, run: dict, rows: pl.DataFrame, model: ModelSpec,
+                  target_context_tokens: float):
+    """The run's misses carried to ``model``'s k and ``target_context_tokens`` by the
+    measured selection-scaling fit (the one :func:`toolkit.replay.selection_scaling.
+    scale_misses` that ``cost compare --selections``, ``plan`` and the serving what-ifs use)."""
+    from toolkit.replay.selection_scaling import scale_misses
+
+    trace_k = int(store.query("SELECT k FROM selection_traces WHERE trace = $t",
+                              {"t": run["trace"]}).item())
+    accesses = int(run["accesses"])
+    ratio = int(run["misses"]) / accesses if accesses else 0.0
+    return trace_k, scale_misses(
+        ratio, trace_k=trace_k, model_k=model.index_topk,
+        buffer_ratio=float(run["buffer_tokens"]) / trace_k,
+        context_tokens=float(rows["seq_len"].mean()),
+        target_context_tokens=target_context_tokens)
+
+
 def cost_of_replay(
     store: Store,
     run_id: str,
@@ -77,15 +95,23 @@ def cost_of_replay(
     kv_dtype: str = "fp8",
     isl_tokens: float | None = None,
     osl_tokens: float | None = None,
-    miss_scale: float = 1.0,
+    miss_scale: float | None = None,
 ) -> ReplayCost:
     """Price a selection replay run on ``hardware`` with ``model``'s geometry.
 
     Every (request, step) sample becomes one point of the serving model's decode step
     (:func:`toolkit.serving.scenario.decode`) at its context and its misses per layer.
-    ``miss_scale`` multiplies every replayed miss count; pricing a small-k recording at a
-    model's k (e.g. k = 64 -> 2048) with ``miss_scale = 2048 / 64`` keeps the trace's miss
-    ratio per row, which is an assumption, not a measurement.
+
+    The misses are carried from the trace's k to the model's k by the measured
+    selection-scaling fit at the workload's mean context ``ISL + OSL / 2``
+    (:func:`toolkit.replay.selection_scaling.scale_misses`, the same function ``cost compare
+    --selections``, ``plan`` and the HiSparse what-ifs use): each sample's misses times
+    ``model k / trace k x fit factor``, clipped at the model's k, the device buffer keeping
+    its buffer / k ratio. The summary carries the fit's label (an extrapolation from a 135M
+    dense model's selections, with its range) and the band's TPOT, throughput and $/M.
+    ``miss_scale`` replaces the fit with a constant multiplier of misses and buffer (0 = the
+    same step with no buffer and no host fetches); a constant is an assumption and is
+    labelled one.
     """
     rows, run = _replay_rows(store, run_id)
     n_t = int(rows["layer"].max()) + 1
@@ -96,16 +122,41 @@ def cost_of_replay(
     ctx = rows.group_by("request_id", "step").agg(pl.col("seq_len").first()).sort(
         "request_id", "step")
     miss = np.column_stack([wide[str(j)].fill_null(0).to_numpy() for j in range(n_t)])
-    miss_m = miss[:, layer_map].astype(np.float64) * miss_scale  # [samples, model layers]
+    miss_t = miss[:, layer_map].astype(np.float64)  # [samples, model layers], trace scale
     seq = ctx["seq_len"].to_numpy()
+    if isl_tokens is None:
+        isl_tokens = float(store.query(
+            "SELECT avg(prompt_tokens) FROM selection_requests WHERE trace = $t",
+            {"t": run["trace"]}).item())
+    if osl_tokens is None:
+        osl_tokens = float(wide.group_by("request_id").len()["len"].mean())
+    if miss_scale is None and model.index_topk > 0:
+        trace_k, scaled = _fitted_scale(store, run, rows, model, isl_tokens + osl_tokens / 2)
+        scales = scaled.row_scale
+        cap = float(model.index_topk)
+        buffer = float(run["buffer_tokens"]) * model.index_topk / trace_k
+        scaling = scaled.label
+    else:
+        scales = (1.0 if miss_scale is None else float(miss_scale),)
+        cap = np.inf
+        buffer = float(run["buffer_tokens"]) * scales[0]
+        scaling = ("dense model: misses as replayed" if miss_scale is None else
+                   f"misses x{scales[0]:g} (a constant: an assumption, not a measurement)")
     dep = Deployment(model.name, hardware.name, engine=engine, kv_dtype=kv_dtype,
                      gpus_per_instance=gpus_per_replica)
-    step = decode(dep, batch_per_gpu=batch_per_gpu, context_tokens=np.maximum(seq, 2),
-                  misses_per_layer=miss_m, overlap=overlap,
-                  device_buffer_tokens=float(run["buffer_tokens"]) * miss_scale)
-    sync = step if not overlap else decode(
-        dep, batch_per_gpu=batch_per_gpu, context_tokens=np.maximum(seq, 2),
-        misses_per_layer=miss_m)
+    prefill_gpu_s = float(prefill(dep, new_tokens=max(isl_tokens, 1.0)).gpu_s[0])
+
+    def step_at(scale: float, ovl: bool):
+        m = np.minimum(miss_t * scale, cap)
+        return m, decode(dep, batch_per_gpu=batch_per_gpu, context_tokens=np.maximum(seq, 2),
+                         misses_per_layer=m, overlap=ovl, device_buffer_tokens=buffer)
+
+    def total_tput(tpot: np.ndarray) -> float:
+        per_request_gpu_s = osl_tokens * float(tpot.mean()) / batch_per_gpu + prefill_gpu_s
+        return (isl_tokens + osl_tokens) / per_request_gpu_s
+
+    miss_m, step = step_at(scales[0], overlap)
+    sync = step if not overlap else step_at(scales[0], False)[1]
     tpot = step.tpot_s
     t_work = step.t_work_s
     steps = pl.DataFrame({
@@ -117,21 +168,19 @@ def cost_of_replay(
         "layer": np.arange(n_m), "trace_layer": layer_map,
         "mean_misses": miss_m.mean(axis=0), "p99_misses": np.percentile(miss_m, 99, axis=0),
     })
-    if isl_tokens is None:
-        isl_tokens = float(store.query(
-            "SELECT avg(prompt_tokens) FROM selection_requests WHERE trace = $t",
-            {"t": run["trace"]}).item())
-    if osl_tokens is None:
-        osl_tokens = float(steps.group_by("request_id").len()["len"].mean())
     decode_gpu_s = osl_tokens * float(tpot.mean()) / batch_per_gpu
-    prefill_gpu_s = float(prefill(dep, new_tokens=max(isl_tokens, 1.0)).gpu_s[0])
     per_request_gpu_s = decode_gpu_s + prefill_gpu_s
     out_tput = osl_tokens / per_request_gpu_s
-    total_tput = (isl_tokens + osl_tokens) / per_request_gpu_s
+    total = total_tput(tpot)
+    # the fit's band: the same pricing at its two ends (equal to the answer without a fit)
+    band = [total_tput(step_at(sc, overlap)[1].tpot_s) for sc in scales[1:]] or [total, total]
     summary: dict[str, float | int | str | bool] = {
         "run_id": run_id, "model": model.name, "hardware": hardware.name,
         "engine": engine, "batch_per_gpu": batch_per_gpu, "overlap": overlap,
-        "mechanism": "sm_kernel", "miss_scale": miss_scale, "times": label(),
+        "mechanism": "sm_kernel", "miss_scale": scales[0],
+        "miss_scale_low": scales[1] if len(scales) > 1 else scales[0],
+        "miss_scale_high": scales[2] if len(scales) > 1 else scales[0],
+        "miss_scaling": scaling, "device_buffer_tokens": buffer, "times": label(),
         "max_batch_per_gpu": float(step.max_batch_per_gpu.min()),
         "p50_tpot_s": float(np.percentile(tpot, 50)),
         "p90_tpot_s": float(np.percentile(tpot, 90)),
@@ -142,8 +191,10 @@ def cost_of_replay(
         "isl_tokens": isl_tokens, "osl_tokens": osl_tokens,
         "prefill_share_of_gpu_time": prefill_gpu_s / per_request_gpu_s,
         "output_tokens_per_s_per_gpu": out_tput,
-        "total_tokens_per_s_per_gpu": total_tput,
-        "input_tokens_per_s_per_gpu": total_tput - out_tput,
+        "total_tokens_per_s_per_gpu": total,
+        "input_tokens_per_s_per_gpu": total - out_tput,
+        # more misses -> lower throughput: the band's high-miss end is the low throughput
+        "total_tokens_per_s_per_gpu_low": min(band), "total_tokens_per_s_per_gpu_high": max(band),
     }
     for tier in PRICE_TIERS:
         price = hardware.price_usd_per_gpu_hour(tier)
@@ -151,6 +202,9 @@ def cost_of_replay(
         for kind in ("total", "input", "output"):
             tput = float(summary[f"{kind}_tokens_per_s_per_gpu"])
             summary[f"usd_per_million_{kind}_tokens_{tier}"] = float(
+                usd_per_million_tokens(price, tput))
+        for end, tput in (("low", max(band)), ("high", min(band))):
+            summary[f"usd_per_million_total_tokens_{tier}_{end}"] = float(
                 usd_per_million_tokens(price, tput))
     return ReplayCost(steps, layers, summary)
 
@@ -206,8 +260,14 @@ def run_cluster(store: Store, cfg: ClusterReplayConfig, *, stream: PageStream | 
 
     t = cfg.tiers
     hw, model = get_hardware(t.hardware), get_model(t.model)
+    decode = None
+    if cfg.decode is not None:  # the decode pool: its own layout, the instance's engine
+        d = cfg.decode
+        decode = TierServiceModel(hw, model, replace(
+            t.assumptions, gpus_per_replica=d.gpus, dp_attention=d.dp_attention,
+            expert_parallel=d.expert_parallel, mtp=d.mtp))
     result = replay_cluster(store, cfg, TierServiceModel(hw, model, t.assumptions),
-                            stream=stream, progress=progress)
+                            decode=decode, stream=stream, progress=progress)
     result = with_price(result, hw.price_usd_per_gpu_hour(t.price_tier),
                         usd_per_million_tokens)
     if save:

@@ -34,7 +34,9 @@ class DecodeCostConfig:
         batch_per_gpu: requests decoding together per GPU.
         overlap: miss I/O overlapped with compute (plan-then-IO) instead of synchronous.
         engine: engine whose fitted serving-model terms time the step.
-        miss_scale: multiplies replayed misses (e.g. model k / trace k; an assumption).
+        miss_scale: None (default) carries the replayed misses to the model's k by the
+            measured selection-scaling fit, with its band; a number multiplies misses and
+            buffer by that constant instead (0 = no offload; a constant is an assumption).
         isl_tokens, osl_tokens: workload shape; ``None`` takes the trace's own.
         price_tier: hyperscaler | neocloud | rental.
     """
@@ -46,7 +48,7 @@ class DecodeCostConfig:
     overlap: bool = False
     engine: str = "sglang"
     kv_dtype: str = "fp8"
-    miss_scale: float = 1.0
+    miss_scale: float | None = None
     isl_tokens: float | None = None
     osl_tokens: float | None = None
     price_tier: str = "hyperscaler"
@@ -76,7 +78,8 @@ def record_replay_cost(store: Store, cfg: DecodeCostConfig) -> dict[str, Any]:
         "run_id": cfg.run_id, "selection_run_id": cfg.selection_run_id, "trace": trace,
         "model": cfg.model, "hardware": cfg.hardware, "batch_per_gpu": cfg.batch_per_gpu,
         "overlap": cfg.overlap, "mechanism": str(s["mechanism"]), "kv_dtype": cfg.kv_dtype,
-        "miss_scale": float(cfg.miss_scale), "isl_tokens": float(s["isl_tokens"]),
+        "miss_scale": float(s["miss_scale"]), "miss_scaling": str(s["miss_scaling"]),
+        "isl_tokens": float(s["isl_tokens"]),
         "osl_tokens": float(s["osl_tokens"]), "price_tier": tier,
         **{f"{q}_tpot_s": float(s[f"{q}_tpot_s"]) for q in ("p50", "p90", "p99", "mean")},
         "mean_t_work_s": mean_work, "mean_t_miss_s": float(steps["t_miss_s"].mean()),
@@ -88,6 +91,10 @@ def record_replay_cost(store: Store, cfg: DecodeCostConfig) -> dict[str, Any]:
         "output_tokens_per_s_per_gpu": float(s["output_tokens_per_s_per_gpu"]),
         "usd_per_gpu_hour": float(s[f"usd_per_gpu_hour_{tier}"]),
         "usd_per_million_total_tokens": float(s[f"usd_per_million_total_tokens_{tier}"]),
+        "usd_per_million_total_tokens_low": float(
+            s[f"usd_per_million_total_tokens_{tier}_low"]),
+        "usd_per_million_total_tokens_high": float(
+            s[f"usd_per_million_total_tokens_{tier}_high"]),
         "usd_per_million_output_tokens": float(s[f"usd_per_million_output_tokens_{tier}"]),
         "config_json": config_json(cfg), "toolkit_version": __version__,
     }

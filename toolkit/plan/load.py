@@ -63,35 +63,46 @@ def load_text(cfg: Any) -> str:
 
 
 def cluster_config(ctx: Any, ev: dict, instances: int) -> Any:
-    """The cluster replay of ``instances`` instances of ``ev``'s plan at the load: the plan's
-    layout (its GPUs per instance, the caches of its DPA ranks summed into one device pool),
-    engine, eviction policy, host DRAM and SSD, behind the configured router."""
+    """The cluster replay of ``instances`` deployments of ``ev``'s plan at the load: the
+    plan's layout with one prefix cache per DP-attention rank (each its layout's per-GPU
+    pool and its share of the host DRAM and SSD, the plan's running cap per rank), and, for
+    a disaggregated layout, its prefill side holding the caches and its decode pool timed
+    as its own layout; the engine and eviction policy, behind the configured router."""
+    from toolkit.plan.pool import decode_side
     from toolkit.replay.tiers import TierReplayConfig
-    from toolkit.replay.tiers.config import ClusterReplayConfig, ServiceAssumptions
+    from toolkit.replay.tiers.config import ClusterReplayConfig, DecodePool, ServiceAssumptions
 
     cfg, c, p = ctx.cfg, ev["candidate"], ev["plan"]
     eng = ev.get("engram")
     pool = ctx.pool(c.hardware, p["layout"], eng["hbm_bytes"] if eng else 0.0)
     lay = pool.layout
-    per = lay.cache_gpus / cfg.gpus_per_replica
+    # one cache's share of the host DRAM and SSD (options are per gpus_per_replica GPUs)
+    share = lay.cache_gpus / cfg.gpus_per_replica / pool.ranks
     hs_pool = p.get("host_pool_gb") or 0.0
     eng_dram = p.get("engram_dram_gb") or 0.0
-    host = ctx.tokens(max(c.host_dram_gb - hs_pool - eng_dram, 0.0) * per)
-    # the instance is timed as the layout: its GPUs, DPA (the decode side's when
-    # disaggregated), expert parallelism and MTP, the engine's fitted terms
-    assume = ServiceAssumptions(gpus_per_replica=lay.gpus, kv_dtype=cfg.kv_dtype,
-                                weight_precision=cfg.precision, engine=c.engine,
-                                dp_attention=" DPA" in lay.text,
-                                expert_parallel=_ep(lay.text) > 1, mtp="+MTP" in lay.text)
+    host = ctx.tokens(max(c.host_dram_gb - hs_pool - eng_dram, 0.0) * share)
+    decode = None
+    if lay.disagg:  # the prefill side: its P GPUs with DPA and EP, as the recipes build it
+        g, dpa, ep, mtp = decode_side(lay)
+        decode = DecodePool(gpus=g, dp_attention=dpa, expert_parallel=ep, mtp=mtp)
+        assume = ServiceAssumptions(gpus_per_replica=lay.cache_gpus, kv_dtype=cfg.kv_dtype,
+                                    weight_precision=cfg.precision, engine=c.engine,
+                                    dp_attention=lay.cache_dp_attention,
+                                    expert_parallel=lay.cache_gpus > 1)
+    else:  # the instance: its GPUs, DPA, expert parallelism and MTP, the engine's terms
+        assume = ServiceAssumptions(gpus_per_replica=lay.gpus, kv_dtype=cfg.kv_dtype,
+                                    weight_precision=cfg.precision, engine=c.engine,
+                                    dp_attention=lay.cache_dp_attention,
+                                    expert_parallel=_ep(lay.text) > 1, mtp="+MTP" in lay.text)
     tiers = TierReplayConfig(
         cfg.trace, c.hardware, cfg.model, concurrency=cfg.users,
         arrivals=(f"scaled:{cfg.rate_scale:g}" if cfg.rate_scale is not None else "trace"),
-        device_tokens=pool.total_tokens, host_tokens=host,
-        storage_tokens=ctx.tokens(c.ssd_gb * per), policy=c.policy,
-        max_running=(p.get("max_running") or 0) * pool.ranks, price_tier=cfg.price_tier,
+        device_tokens=pool.tokens_per_rank, host_tokens=host,
+        storage_tokens=ctx.tokens(c.ssd_gb * share), policy=c.policy,
+        max_running=p.get("max_running") or 0, price_tier=cfg.price_tier,
         assumptions=assume)
     return ClusterReplayConfig(tiers=tiers, instances=instances, router=cfg.router,
-                               rate_rps=cfg.rate_rps)
+                               rate_rps=cfg.rate_rps, ranks=pool.ranks, decode=decode)
 
 
 def _ep(text: str) -> int:
@@ -437,13 +448,13 @@ def assumptions(ctx: Any) -> list[str]:
         "per hour at the load is kept (ties: $/M, then the layout); layouts go cheapest "
         "instance first and one whose single instance costs more per hour than the best "
         "sized so far is not sized (it cannot win)",
-        "cluster instance: the layout's GPUs, timed by the serving model as that layout (DP "
-        "attention, expert parallelism, MTP; a disaggregated layout as one instance of all "
-        "its GPUs with its decode side's DPA: prefill and decode pools are not separated); "
-        "its device "
-        "pool = the layout's prefix caches summed (DPA ranks' pools added into one cache per "
-        "instance: an upper bound on the hits of per-rank trees), host DRAM and SSD = the "
-        "options x the cache-holding GPUs / 8",
+        "cluster instance: the layout, timed by the serving model as that layout (DP "
+        "attention, expert parallelism, MTP), one prefix cache per DPA rank (its GPU's pool; "
+        "the router addresses each rank) or per TP instance; a disaggregated layout is its "
+        "prefill side (the P GPUs' caches and prefill lane) and its decode pool (the D GPUs "
+        "timed as the decode layout, holding each request's KV while it decodes, filled "
+        "after the prefill and the KV transfer); host DRAM and SSD = the options x the "
+        "cache-holding GPUs / 8, split over the ranks (docs/cluster.md)",
         "at the load: hit shares, p90 TTFT, tok/s/GPU and $/M are the cluster replay's at "
         "the answer; $/M = usd_per_hour_total / (tok/s/GPU x GPUs x 3600 / 1e6), its band "
         "the serving model's relative band at the front point; usd_per_hour_total = GPUs x "

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
-from toolkit.serving.layout import DENSE_WEIGHT_BYTES, ROUTED_WEIGHT_BYTES
 from toolkit.serving.tier_service import kv_bytes_per_token
+from toolkit.serving.tier_service import weights_per_gpu_bytes as _weights
 
 _AGG = re.compile(r"^TP(\d+) EP(\d+)( DPA)?(\+MTP)?(?: conc (\d+))?$")
 _DISAGG = re.compile(r"^disagg P(\d+)/D(\d+) decode TP(\d+) EP(\d+)( DPA)?(\+MTP)?"
@@ -77,6 +77,19 @@ def parse_layout(text: str) -> Layout:
                       "disagg Pp/Dd decode TPt EPe [DPA])")
 
 
+def decode_side(lay: Layout) -> tuple[int, bool, bool, bool]:
+    """A disaggregated layout's decode pool: ``(GPUs, DP attention, expert-parallel, MTP)``
+    (``disagg P8/D16 decode TP16 EP16 DPA+MTP`` -> ``(16, True, True, True)``).
+
+    Raises:
+        LayoutError: ``lay`` is aggregated.
+    """
+    m = _DISAGG.match(lay.text)
+    if not m:
+        raise LayoutError(f"layout {lay.text!r} is not disaggregated")
+    return int(m[2]), bool(m[5]), int(m[4]) > 1, bool(m[6])
+
+
 @dataclass(frozen=True)
 class PrefixPool:
     """A deployment's prefix caches: ``ranks`` separate caches of ``tokens_per_rank`` each
@@ -99,12 +112,9 @@ class PrefixPool:
 
 def weights_per_gpu_bytes(model: str, precision: str, hardware: str, gpus: int,
                           dp_attention: bool) -> float:
-    """One GPU's weights in a ``gpus``-GPU instance (the serving model's split)."""
-    spec, m = get_hardware(hardware), get_model(model)
-    prec = precision if (precision != "fp4" or spec.dense_fp4_tflops) else "fp8"
-    dense = m.dense_params * DENSE_WEIGHT_BYTES[prec]
-    routed = m.routed_expert_params * ROUTED_WEIGHT_BYTES[prec]
-    return dense / (1 if dp_attention else gpus) + routed / gpus
+    """One GPU's weights in a ``gpus``-GPU instance (the serving model's split,
+    :func:`toolkit.serving.tier_service.weights_per_gpu_bytes`), by spec names."""
+    return _weights(get_hardware(hardware), get_model(model), precision, gpus, dp_attention)
 
 
 def prefix_pool(layout: str | Layout, hardware: str, model: str, *, precision: str = "fp8",
@@ -126,5 +136,5 @@ def prefix_pool(layout: str | Layout, hardware: str, model: str, *, precision: s
     return PrefixPool(lay, ranks, tokens, w)
 
 
-__all__ = ["Layout", "LayoutError", "PrefixPool", "parse_layout", "prefix_pool",
+__all__ = ["Layout", "LayoutError", "PrefixPool", "decode_side", "parse_layout", "prefix_pool",
            "weights_per_gpu_bytes"]

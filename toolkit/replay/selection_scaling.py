@@ -110,6 +110,11 @@ class ScaledMisses:
     rows_high: float
     label: str
     factor: float = 1.0  # miss-ratio multiplier the fit applied (1 = none)
+    #: multipliers that carry one trace-scale miss count (rows fetched at the trace's k) to
+    #: the model's k: ``model k / trace k x factor`` at the fit and at its band's two ends.
+    #: Per-sample pricing (``toolkit.cost.from_replay.cost_of_replay``) applies them and clips
+    #: each sample at the model's k, so its mean matches ``rows`` unless a sample saturates.
+    row_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
 
 def scale_misses(miss_ratio: float, *, trace_k: int, model_k: int, buffer_ratio: float,
@@ -151,5 +156,7 @@ def scale_misses(miss_ratio: float, *, trace_k: int, model_k: int, buffer_ratio:
              f"to k {model_k}, context {target:,.0f} by x{factor:.3g} (miss ratio ~ "
              f"k^{f.k_slope:.2f} context^{f.context_slope:.2f}{near}); band = held-out "
              f"residuals 10-90%" + (f"; {'; '.join(beyond)}" if beyond else ""))
+    k_ratio = model_k / trace_k
     return ScaledMisses(rows_at(0.0), rows_at(f.band_log[0]), rows_at(f.band_log[1]), label,
-                        factor)
+                        factor, tuple(k_ratio * math.exp(log_factor + shift)
+                                      for shift in (0.0, *f.band_log)))

@@ -321,11 +321,14 @@ class PrefillTime:
         t_s: seconds from the first to the last prompt chunk (compute + one weight read
             and one step overhead per chunk), without queueing or a KV transfer.
         gpu_s: GPU-seconds (``t_s`` x GPUs of the instance).
+        kv_transfer_s: moving the prompt's whole KV to a decode instance, were the instance
+            a disaggregated prefill (the model's prefill -> decode link and efficiency).
     """
 
     t_s: np.ndarray
     gpu_s: np.ndarray
     params_kind: str
+    kv_transfer_s: np.ndarray | None = None
 
 
 def prefill(dep: Deployment, *, new_tokens: npt.ArrayLike, cached_tokens: npt.ArrayLike = 0,
@@ -344,8 +347,10 @@ def prefill(dep: Deployment, *, new_tokens: npt.ArrayLike, cached_tokens: npt.Ar
         "cached_prefix_fraction": cached / isl, "host_prefix_fraction": 0.0})
     d = design(df, kv_dtype=dep.kv_dtype)
     p = _params(params)
-    t = np.asarray(prefill_terms(d, p.row_values(levels(d)))["t_prefill_s"], dtype=np.float64)
-    return PrefillTime(t_s=t, gpu_s=t * d.g_pre, params_kind=p.kind)
+    terms = prefill_terms(d, p.row_values(levels(d)))
+    t = np.asarray(terms["t_prefill_s"], dtype=np.float64)
+    return PrefillTime(t_s=t, gpu_s=t * d.g_pre, params_kind=p.kind,
+                       kv_transfer_s=np.asarray(terms["t_kv_transfer_s"], dtype=np.float64))
 
 
 def label(params: ServingParams | None = None) -> str:

@@ -41,6 +41,7 @@ import numpy as np
 from toolkit.hardware import HardwareSpec
 from toolkit.models import ModelSpec
 from toolkit.replay.tiers.config import ServiceAssumptions, ServiceTimes
+from toolkit.serving.layout import DENSE_WEIGHT_BYTES, ROUTED_WEIGHT_BYTES
 from toolkit.serving.scenario import Deployment, decode, prefill
 from toolkit.serving.transfer import transfer_path
 
@@ -70,15 +71,28 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "fp8") -> int:
     return model.mla_bytes_per_token(kv_dtype) + model.indexer_bytes_per_token()
 
 
+def weights_per_gpu_bytes(hw: HardwareSpec, model: ModelSpec, precision: str, gpus: int,
+                          dp_attention: bool) -> float:
+    """One GPU's weights in a ``gpus``-GPU instance (the serving model's split,
+    :func:`toolkit.serving.model.max_batch`): attention and dense layers replicated on DP
+    attention ranks and tensor-sharded otherwise; routed experts sharded."""
+    prec = precision if (precision != "fp4" or hw.dense_fp4_tflops) else "fp8"
+    dense = model.dense_params * DENSE_WEIGHT_BYTES[prec]
+    routed = model.routed_expert_params * ROUTED_WEIGHT_BYTES[prec]
+    return dense / (1 if dp_attention else gpus) + routed / gpus
+
+
 def default_device_tokens(hw: HardwareSpec, model: ModelSpec, a: ServiceAssumptions) -> int:
-    """KV pool of one instance in tokens: one GPU's HBM left after its share of weights.
+    """KV pool of one GPU in tokens: its HBM left after its share of weights (with DP
+    attention a rank's pool, its dense weights replicated; else the instance's pool, every
+    GPU holding every token's MLA row).
 
     Raises:
         ValueError: the weights alone do not fit.
     """
-    free = hw.hbm_usable_bytes * a.mem_fraction - model.weight_bytes(a.weight_precision) / (
-        a.gpus_per_replica
-    )
+    w = (weights_per_gpu_bytes(hw, model, a.weight_precision, a.gpus_per_replica, True)
+         if a.dp_attention else model.weight_bytes(a.weight_precision) / a.gpus_per_replica)
+    free = hw.hbm_usable_bytes * a.mem_fraction - w
     if free <= 0:
         raise ValueError(
             f"{model.name} {a.weight_precision} weights do not fit on {a.gpus_per_replica} x "
@@ -137,6 +151,9 @@ def service_model(
     """Build the coefficients for one (hardware, model, assumptions) at a mean context."""
     per_tok, per_ctx = prefill_coefficients(hw, model, a, context_tokens)
     kvb = kv_bytes_per_token(model, a.kv_dtype)
+    # the prompt's KV to a decode pool (read by a disaggregated cluster replay): linear in
+    # the prompt, read off the model's transfer of one probe chunk
+    xfer = prefill(deployment(hw, model, a), new_tokens=PROBE_TOKENS).kv_transfer_s
     path = transfer_path(hw, a.mechanism, concurrent=True)
     return ServiceTimes(
         kv_bytes_per_token=kvb,
@@ -148,4 +165,5 @@ def service_model(
         storage_s_per_token=kvb / hw.nvme_read_bytes_per_s_per_gpu,
         tpot_by_batch_s=tpot_table(hw, model, a, context_tokens, max(1, max_batch)),
         context_tokens=int(context_tokens),
+        kv_transfer_s_per_token=float(xfer[0]) / PROBE_TOKENS if xfer is not None else 0.0,
     )

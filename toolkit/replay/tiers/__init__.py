@@ -49,6 +49,7 @@ from toolkit.replay.tiers.config import (
     SEMANTICS,
     UNBOUNDED,
     ClusterReplayConfig,
+    DecodePool,
     ServiceAssumptions,
     ServiceTimes,
     TierReplayConfig,
@@ -81,7 +82,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CLUSTER_REQUESTS", "CLUSTER_RUNS", "ROUTERS", "RUN_KEYS", "ClusterReplayConfig",
+    "CLUSTER_REQUESTS", "CLUSTER_RUNS", "ROUTERS", "RUN_KEYS", "ClusterReplayConfig", "DecodePool",
     "ClusterReplayResult", "cluster_json", "replay_cluster", "save_cluster", "stream_for",
     "SEMANTICS", "SUMMARY_KEYS", "TIER_REQUESTS", "TIER_RUNS", "TOKEN_KEYS", "UNBOUNDED",
     "PageStream", "ServiceAssumptions", "ServiceTimes", "TierReplayConfig",

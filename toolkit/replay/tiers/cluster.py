@@ -3,9 +3,13 @@
 Each instance is the tier replay of :class:`~toolkit.replay.tiers.config.TierReplayConfig`
 (its own exact device/host/storage cache, SGLang or vLLM semantics, its own FCFS queue,
 prefill lane, running cap and batch-dependent TPOT); the router in front sends each
-arriving request to one instance. It is :func:`toolkit.replay.tiers.loop.event_loop`, the
-same compiled loop a single-instance replay runs (one instance *is* that replay, event for
-event: ``tests/test_cluster.py`` checks it request by request).
+arriving request to one prefix cache. With DP attention an instance has a cache per rank
+(``ranks``), sharing its prefill lane and decode batch; a disaggregated instance is that
+prefill side plus a decode pool (:class:`~toolkit.replay.tiers.config.DecodePool`) the
+request moves to when its prefill ends (``docs/cluster.md``). It is
+:func:`toolkit.replay.tiers.loop.event_loop`, the same compiled loop a single-instance
+replay runs (one instance *is* that replay, event for event: ``tests/test_cluster.py``
+checks it request by request).
 
 Routers (``docs/cluster.md`` has the sources and what each sees):
 
@@ -40,7 +44,9 @@ from toolkit.config import config_json
 from toolkit.errors import ToolkitError
 from toolkit.replay.tiers.config import (
     ROUTERS,
+    UNBOUNDED,
     ClusterReplayConfig,
+    ServiceTimes,
     TierService,
 )
 from toolkit.replay.tiers.loop import ClusterRoute
@@ -85,12 +91,22 @@ def stream_for(store: Store, cfg: ClusterReplayConfig) -> PageStream:
     return page_stream(reqs, t.page_tokens, t.radix_semantics)
 
 
-def route_of(cfg: ClusterReplayConfig, ps: PageStream) -> ClusterRoute:
-    """The loop's router settings for ``cfg`` (block size: the stream's page)."""
-    return ClusterRoute(
-        instances=cfg.instances, router=ROUTERS[cfg.router],
+def route_of(cfg: ClusterReplayConfig, ps: PageStream, svc: ServiceTimes | None = None,
+             decode: tuple[int, ServiceTimes] | None = None) -> ClusterRoute:
+    """The loop's router and topology for ``cfg`` (block size: the stream's page): its
+    prefix caches (instances x ranks) and, when disaggregated, the prefill side's KV
+    transfer (``svc``) and the decode pools' ``(KV tokens, service times)``."""
+    base = dict(
+        instances=cfg.caches, router=ROUTERS[cfg.router], ranks=cfg.ranks,
         params=(cfg.cache_threshold, float(cfg.balance_abs_threshold),
                 cfg.balance_rel_threshold, cfg.overlap_score_weight, float(ps.page_tokens)))
+    if cfg.decode is None or decode is None:
+        return ClusterRoute(**base)
+    tokens, dsvc = decode
+    xfer = svc.kv_transfer_s_per_token if svc is not None else 0.0
+    return ClusterRoute(**base, disagg=True, transfer_s=(0.0, xfer), decode_tokens=tokens,
+                        decode_max_running=cfg.decode.max_running,
+                        decode_tpot_s=dsvc.tpot_by_batch_s)
 
 
 def _arrivals(store: Store, cfg: ClusterReplayConfig, ps: PageStream) -> np.ndarray:
@@ -139,24 +155,49 @@ def _watch(prog: np.ndarray, total: int, enabled: bool | None, label: str) -> An
     return finish
 
 
+def decode_tokens(cfg: ClusterReplayConfig, decode: TierService) -> int:
+    """KV tokens one decode pool holds: ``cfg.decode.device_tokens``, else its GPUs' free
+    HBM (each DP-attention rank its own pool; else one GPU's, every GPU holding every
+    token)."""
+    d = cfg.decode
+    if d is None:
+        return UNBOUNDED
+    if d.device_tokens is not None:
+        return int(d.device_tokens)
+    per = int(decode.default_device_tokens())
+    return per * (d.gpus if d.dp_attention else 1)
+
+
 def replay_cluster(store: Store, cfg: ClusterReplayConfig, service: TierService, *,
-                   stream: PageStream | None = None,
+                   decode: TierService | None = None, stream: PageStream | None = None,
                    progress: bool | None = False) -> ClusterReplayResult:
-    """Replay ``cfg`` with ``service``'s per-instance times; nothing priced or saved.
+    """Replay ``cfg`` with ``service``'s per-instance times (the prefill side's when
+    disaggregated, ``decode``'s for the decode pools); nothing priced or saved.
 
     ``progress``: None shows a bar on a terminal (``toolkit.runtime.progress``), False
     never. Pass ``stream`` (:func:`stream_for`) to reuse one flattened trace.
+
+    Raises:
+        ValueError: a disaggregated ``cfg`` without a ``decode`` service.
     """
     t = cfg.tiers
     ps = stream if stream is not None else stream_for(store, cfg)
     want = "vllm" if t.engine_semantics == "vllm" else t.radix_semantics
     if ps.semantics != want:
         raise ValueError(f"stream is for {ps.semantics} semantics, config asks {want}")
-    max_batch = min(t.concurrency or (t.max_running or 1024), max(1, ps.prompt.size))
+    if cfg.decode is not None and decode is None:
+        raise ValueError("a disaggregated cluster replay needs the decode pool's service times")
+    n = max(1, ps.prompt.size)
+    max_batch = min(t.concurrency or (t.max_running or 1024), n)
     svc = service.times(int(ps.prompt.mean()), max_batch)
     caps = capacities(t, service, ps.page_tokens)
     t_open = _arrivals(store, cfg, ps)
-    route = route_of(cfg, ps)
+    dec = None
+    if cfg.decode is not None and decode is not None:
+        d_tok = decode_tokens(cfg, decode)
+        d_batch = min(t.concurrency or (cfg.decode.max_running or 4096), n)
+        dec = (d_tok, decode.times(int(ps.prompt.mean()), d_batch))
+    route = route_of(cfg, ps, svc, dec)
     finish = _watch(route.prog, int(ps.prompt.size), progress,
                     f"replay cluster x{cfg.instances}") if progress is not False else None
     try:
@@ -164,15 +205,29 @@ def replay_cluster(store: Store, cfg: ClusterReplayConfig, service: TierService,
     finally:
         if finish is not None:
             finish()
-    return _assemble(cfg, ps, svc, caps, out, t_open)
+    return _assemble(cfg, ps, svc, caps, out, t_open, dec)
 
 
 def _q(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q))
 
 
+def layout_text(cfg: ClusterReplayConfig) -> str:
+    """The deployment in ``--layout``'s words: ``tpN`` (tensor-parallel over N GPUs), ``dpN``
+    (DP attention over N GPUs, expert-parallel MoE), or ``disagg:SIDE/SIDE`` (prefill side,
+    decode pool; each ``tpN`` or ``dpN``); ``+mtp`` when the decode runs MTP."""
+    a = cfg.tiers.assumptions
+    side = f"{'dp' if a.dp_attention else 'tp'}{a.gpus_per_replica}"
+    if cfg.decode is None:
+        return side + ("+mtp" if a.mtp else "")
+    d = cfg.decode
+    return (f"disagg:{side}/{'dp' if d.dp_attention else 'tp'}{d.gpus}"
+            + ("+mtp" if d.mtp else ""))
+
+
 def _assemble(cfg: ClusterReplayConfig, ps: PageStream, svc: Any, caps: tuple[int, int, int],
-              out: dict[str, Any], t_open: np.ndarray) -> ClusterReplayResult:
+              out: dict[str, Any], t_open: np.ndarray,
+              dec: tuple[int, Any] | None = None) -> ClusterReplayResult:
     t = cfg.tiers
     run_id = cfg.run_id
     n = ps.prompt.size
@@ -182,12 +237,14 @@ def _assemble(cfg: ClusterReplayConfig, ps: PageStream, svc: Any, caps: tuple[in
     steps = ps.output - 1
     tpot = np.where(steps > 0, (out["fin"] - out["first"]) / np.maximum(steps, 1), np.nan)
     sid = ps.session_id
+    cache = out["inst"].astype(np.int32)
+    dinst = out["dinst"].astype(np.int32)
     reqs = pa.table({
         "run_id": pa.array([run_id] * n, pa.string()),
         "request_id": ps.request_id,
         "session_id": pa.array(sid, mask=sid < 0),
         "turn": pa.array(ps.turn.astype(np.int32), mask=sid < 0),
-        "instance": out["inst"].astype(np.int32),
+        "instance": cache // cfg.ranks,
         "arrival_s": out["arr"], "admit_s": out["adm"], "first_token_s": out["first"],
         "finish_s": out["fin"], "prompt_tokens": ps.prompt, "output_tokens": ps.output,
         "device_hit_tokens": out["dev"], "host_hit_tokens": out["host"],
@@ -195,6 +252,8 @@ def _assemble(cfg: ClusterReplayConfig, ps: PageStream, svc: Any, caps: tuple[in
         "queue_wait_s": wait, "ttft_s": ttft,
         "tpot_s": pa.array(tpot, mask=np.isnan(tpot)),
         "running_at_admit": out["batch"],
+        "rank": cache % cfg.ranks, "prefill_end_s": out["pre"],
+        "decode_instance": pa.array(dinst, mask=dinst < 0),
     }, schema=CLUSTER_REQUESTS)
     prompt = int(ps.prompt.sum())
     output = int(ps.output.sum())
@@ -213,7 +272,10 @@ def _assemble(cfg: ClusterReplayConfig, ps: PageStream, svc: Any, caps: tuple[in
         rate = (n - 1) / span if span > 0 else 0.0
         arrivals = f"rate:{cfg.rate_rps:g}" if cfg.rate_rps is not None else t.arrivals
     tp_ok = tpot[~np.isnan(tpot)]
-    per_inst = np.bincount(out["inst"], minlength=cfg.instances)
+    per_inst = np.bincount(cache // cfg.ranks, minlength=cfg.instances)
+    # a disaggregated request's wait for a decode slot: admitted at first token - transfer
+    xfer = svc.kv_transfer_s_per_token * ps.prompt
+    dwait = (out["first"] - xfer - out["pre"]) if cfg.decode is not None else None
     summary: dict[str, Any] = {
         "run_id": run_id, "instances": cfg.instances, "router": cfg.router,
         "users": t.concurrency, "rate_rps": float(rate),
@@ -225,7 +287,7 @@ def _assemble(cfg: ClusterReplayConfig, ps: PageStream, svc: Any, caps: tuple[in
         "tput_per_gpu": (prompt + output) / makespan / gpus, "gpus": gpus,
         "trace": t.trace, "hardware": t.hardware, "model": t.model,
         "engine_semantics": t.engine_semantics,
-        "gpus_per_instance": t.assumptions.gpus_per_replica, "arrivals": arrivals,
+        "gpus_per_instance": cfg.gpus_per_instance, "arrivals": arrivals,
         "requests": int(n), "prompt_tokens": prompt, "output_tokens": output,
         "computed_tokens": int(computed.sum()), "overall_hit_share": share(dev + host + sto),
         "p99_ttft_s": _q(ttft, 0.99),
@@ -235,6 +297,10 @@ def _assemble(cfg: ClusterReplayConfig, ps: PageStream, svc: Any, caps: tuple[in
         "device_capacity_tokens": caps[0], "host_capacity_tokens": caps[1],
         "storage_capacity_tokens": caps[2], "page_tokens": ps.page_tokens,
         "max_instance_share": float(per_inst.max() / max(n, 1)),
+        "layout": layout_text(cfg), "ranks_per_instance": cfg.ranks,
+        "decode_gpus_per_instance": cfg.decode.gpus if cfg.decode is not None else 0,
+        "mean_decode_wait_s": float(np.maximum(dwait, 0.0).mean()) if dwait is not None
+        else None,
         "usd_per_gpu_hour": None, "usd_per_hour_total": None,
         "usd_per_million_total_tokens": None, "usd_per_million_output_tokens": None,
         **out["counters"],
@@ -274,5 +340,5 @@ def with_price(result: ClusterReplayResult, usd_per_gpu_hour: float,
     return replace(result, summary=priced)
 
 
-__all__ = ["RUN_KEYS", "ClusterReplayResult", "cluster_json", "replay_cluster",
-           "route_of", "save_cluster", "stream_for", "with_price"]
+__all__ = ["RUN_KEYS", "ClusterReplayResult", "cluster_json", "decode_tokens", "layout_text",
+           "replay_cluster", "route_of", "save_cluster", "stream_for", "with_price"]

@@ -94,6 +94,7 @@ class ServiceTimes:
     storage_s_per_token: float
     tpot_by_batch_s: Any  # float64 array, index = running requests (index 0 unused)
     context_tokens: int
+    kv_transfer_s_per_token: float = 0.0  # to a decode pool, when the instance is a prefill
 
 
 class TierService(Protocol):
@@ -291,6 +292,35 @@ DYNAMO_OVERLAP_SCORE_WEIGHT = 1.0
 
 
 @dataclass(frozen=True)
+class DecodePool:
+    """The decode side of one disaggregated deployment (SGLang PD, Dynamo): its layout
+    times the decode steps; it holds each request's whole KV (prompt + output) while it
+    decodes and keeps no prefix cache (SGLang's PD decode server runs without a radix
+    cache; the prefix caches are the prefill side's).
+
+    Attributes:
+        gpus: GPUs of the decode pool.
+        dp_attention, expert_parallel, mtp: its layout (the serving model's decode step).
+        device_tokens: KV tokens the pool holds across its GPUs; None: from the HBM its
+            weights leave (per GPU with DP attention, else one GPU's, as the caller sizes).
+        max_running: cap on requests decoding in the pool; 0 none.
+    """
+
+    gpus: int
+    dp_attention: bool = True
+    expert_parallel: bool = True
+    mtp: bool = False
+    device_tokens: int | None = None
+    max_running: int = 0
+
+    def __post_init__(self) -> None:
+        check_number("decode.gpus", self.gpus, lo=1, hi=1 << 16)
+        if self.device_tokens is not None:
+            check_count("decode.device_tokens", self.device_tokens, lo=UNBOUNDED)
+        check_count("decode.max_running", self.max_running)
+
+
+@dataclass(frozen=True)
 class ClusterReplayConfig:
     """N instances of one serving layout behind a router: a cluster replay.
 
@@ -300,8 +330,18 @@ class ClusterReplayConfig:
     * ``tiers.concurrency``: closed-loop users over the whole cluster (sessions with their
       think times); None replays open-loop arrivals from the trace's timestamps
       (``tiers.arrivals``: ``scaled:F`` multiplies the rate by F, i.e. ``--rate-scale``);
-    * ``tiers.device_tokens`` / ``host_tokens`` / ``storage_tokens``: per instance;
-    * ``tiers.assumptions.gpus_per_replica``: GPUs per instance (the layout's width).
+    * ``tiers.device_tokens`` / ``host_tokens`` / ``storage_tokens``: per prefix cache
+      (per instance, or per DP-attention rank when ``ranks`` > 1);
+    * ``tiers.max_running``: per prefix cache (per rank);
+    * ``tiers.assumptions``: the instance's layout (the prefill side's when disaggregated):
+      ``gpus_per_replica`` GPUs, DP attention, expert parallelism, MTP.
+
+    A deployment ("instance") is aggregated, with ``ranks`` prefix caches (1: tensor-parallel
+    attention, every GPU holds every token; ``gpus_per_replica`` with DP attention, each rank
+    its own requests' KV and radix tree), one prefill lane and one decode batch; or, with
+    ``decode``, disaggregated: those caches and lane are its prefill side, and a
+    :class:`DecodePool` decodes. The router addresses every cache (Dynamo's KV router and
+    SGLang's router route to ``(worker, dp_rank)``).
 
     Attributes:
         tiers: the per-instance tier replay (trace, hardware, model, tiers, load).
@@ -312,6 +352,9 @@ class ClusterReplayConfig:
         cache_threshold, balance_abs_threshold, balance_rel_threshold: SGLang router's
             cache_aware knobs (defaults: its published defaults).
         overlap_score_weight: Dynamo KV router's weight on prefill blocks (default 1.0).
+        ranks: prefix caches per instance (DP-attention ranks; needs
+            ``tiers.assumptions.dp_attention`` when > 1).
+        decode: the decode pool of a disaggregated instance; None: aggregated.
     """
 
     tiers: TierReplayConfig
@@ -322,6 +365,8 @@ class ClusterReplayConfig:
     balance_abs_threshold: float = SGLANG_BALANCE_ABS_THRESHOLD
     balance_rel_threshold: float = SGLANG_BALANCE_REL_THRESHOLD
     overlap_score_weight: float = DYNAMO_OVERLAP_SCORE_WEIGHT
+    ranks: int = 1
+    decode: DecodePool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.tiers, TierReplayConfig):
@@ -340,10 +385,31 @@ class ClusterReplayConfig:
         check_number("balance_abs_threshold", self.balance_abs_threshold, lo=0.0, hi=1e9)
         check_number("balance_rel_threshold", self.balance_rel_threshold, lo=0.0, hi=1e9)
         check_number("overlap_score_weight", self.overlap_score_weight, lo=0.0, hi=1e9)
+        g = self.tiers.assumptions.gpus_per_replica
+        check_number("ranks", self.ranks, lo=1, hi=g)
+        if self.ranks > 1 and not self.tiers.assumptions.dp_attention:
+            raise ValueError(f"ranks {self.ranks}: separate prefix caches per instance are "
+                             "DP-attention ranks; set assumptions.dp_attention")
+        if self.decode is not None and not isinstance(self.decode, DecodePool):
+            raise ValueError("decode must be a DecodePool or None")
+        if self.instances * self.ranks > 1 << 16:
+            raise ValueError(f"instances x ranks = {self.instances * self.ranks:,} prefix "
+                             "caches; at most 65,536")
+
+    @property
+    def caches(self) -> int:
+        """Prefix caches the router chooses among: instances x ranks."""
+        return self.instances * self.ranks
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """GPUs of one deployment: its instance, plus its decode pool when disaggregated."""
+        g = self.tiers.assumptions.gpus_per_replica
+        return g + (self.decode.gpus if self.decode is not None else 0)
 
     @property
     def gpus(self) -> int:
-        return self.instances * self.tiers.assumptions.gpus_per_replica
+        return self.instances * self.gpus_per_instance
 
     @property
     def run_id(self) -> str:

@@ -131,15 +131,32 @@ class ClusterRoute:
     router: int = R_RR
     params: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 1.0)
     prog: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))
+    ranks: int = 1
+    disagg: bool = False
+    transfer_s: tuple[float, float] = (0.0, 0.0)
+    decode_tokens: int = -1
+    decode_max_running: int = 0
+    decode_tpot_s: Any = None
 
     def kernel_args(self, ps: Any) -> tuple:
         """The loop's ``route`` tuple over page stream ``ps`` (keys, starts, lengths and
         tokens per key occurrence) and the key array the caches read: the stream's own
-        with one instance, else a fresh one the loop fills with each instance's local ids."""
+        with one instance, else a fresh one the loop fills with each instance's local ids.
+
+        ``instances`` here counts prefix caches (deployments x ``ranks``); the last item is
+        the topology (:func:`event_loop`'s ``topo``) with two per-request outputs: the
+        decode pool of each request (-1 when aggregated) and its prefill's end."""
         lkeys = ps.keys if self.instances == 1 else np.empty_like(ps.keys)
+        n = ps.prompt.size
+        tpot_d = (np.zeros(1) if self.decode_tpot_s is None
+                  else np.ascontiguousarray(self.decode_tpot_s, np.float64))
+        topo = (np.int64(self.ranks), np.bool_(self.disagg),
+                np.asarray(self.transfer_s, np.float64),
+                np.array([self.decode_tokens, self.decode_max_running], np.int64), tpot_d,
+                np.full(n, -1, np.int32), np.full(n, -1.0))
         return (np.int64(self.router), np.asarray(self.params, np.float64), ps.keys,
                 ps.starts, ps.lengths, np.ascontiguousarray(ps.tokens, np.int64),
-                np.int64(ps.n_keys), self.prog, lkeys)
+                np.int64(ps.n_keys), self.prog, lkeys, topo)
 
     def heap_requests(self, requests: int) -> int:
         """Requests one instance's lazy heaps are sized for: any instance may get all."""
@@ -266,6 +283,38 @@ def _route(router, rp, mks, mvs, rtree, gkeys, rstart, rlen, rtok, peek, cs, szs
     return best
 
 
+@nb.njit(cache=True, nogil=True)
+def _decode_admit(d, now, dq_head, dq_tail, dq_next, dq_n, drun, dused, dcap, prompt, outtok,
+                  xfer, tpot_d, t_first, t_fin, batch, rh_t, rh_i, rh_n):  # pragma: no cover
+    """Admit decode pool ``d``'s waiting requests FCFS while they fit (its token budget
+    ``dcap[0]``, -1 unbounded, and running cap ``dcap[1]``, 0 none; an empty pool takes any
+    one request); each then receives its prompt's KV (``xfer``: fixed s, s per token) and
+    decodes at the pool's batch. Returns the finish heap's new size."""
+    n_tp = tpot_d.shape[0]
+    while dq_head[d] >= 0:
+        r = dq_head[d]
+        need = prompt[r] + outtok[r]
+        if drun[d] > 0:
+            if dcap[1] > 0 and drun[d] >= dcap[1]:
+                break
+            if dcap[0] >= 0 and dused[d] + need > dcap[0]:
+                break
+        dq_head[d] = dq_next[r]
+        if dq_head[d] < 0:
+            dq_tail[d] = -1
+        dq_n[d] -= 1
+        drun[d] += 1
+        dused[d] += need
+        first = now + xfer[0] + xfer[1] * prompt[r]
+        t_first[r] = first
+        batch[r] = drun[d]
+        bi = drun[d] if drun[d] < n_tp else n_tp - 1
+        steps = outtok[r] - 1 if outtok[r] > 1 else 0
+        t_fin[r] = first + tpot_d[bi] * steps
+        rh_n = _hpush(rh_t, rh_i, rh_n, t_fin[r], r)
+    return rh_n
+
+
 @nb.njit(cache=True, nogil=True, inline="always")
 def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, route, coef,
                tpot_b, out, cnt, areas):  # pragma: no cover - compiled
@@ -285,12 +334,23 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
     per-key arrays are touched only as far as the keys it saw (allocated, not written: the
     operating system maps their pages on first touch). ``out`` =
     (tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used, inst).
-    ``max_running`` and the prefill lane are per instance. With one instance this is the
-    single-instance replay, event for event. Returns the makespan in seconds.
+    ``max_running`` is per cache. With one instance this is the single-instance replay,
+    event for event. Returns the makespan in seconds.
+
+    ``topo`` (the route's last item) = (ranks, disagg, xfer, dcap, tpot_d, dinst, t_pre):
+    the caches are ``len(cs) / ranks`` deployments of ``ranks`` caches each (DP-attention
+    ranks, numbered deployment-major); a deployment's caches share its prefill lane, and
+    (aggregated) its decode batch, which picks the TPOT. With ``disagg`` each deployment is
+    a prefill side (the caches) and a decode pool: a request's prefill ends at ``t_pre``
+    (a handoff event, id ``R + r`` in the finish heap), releases its prefill cache, and
+    waits in the decode pool with the fewest running + waiting requests
+    (:func:`_decode_admit`: capacity ``dcap``, transfer ``xfer``, TPOT ``tpot_d``); its
+    first token comes after the transfer, its finish after the decode steps.
     """
     closed, t_open, conc, sess_req, sess_start, sess_len, gap, max_running = sched
     tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used, inst = out
-    router, rp, gkeys, rstart, rlen, rtok, n_keys, prog, lkeys = route
+    router, rp, gkeys, rstart, rlen, rtok, n_keys, prog, lkeys, topo = route
+    ranks, disagg, xfer, dcap, tpot_d, dinst, t_pre = topo
     c_tok = coef[CF_TOK]
     c_ctx = coef[CF_CTX]
     lh_fixed = coef[CF_HOST_FIXED]
@@ -311,7 +371,16 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
     q_head = np.full(n_inst, -1, np.int64)
     q_tail = np.full(n_inst, -1, np.int64)
     running = np.zeros(n_inst, np.int64)
-    pf_free = np.zeros(n_inst, np.float64)
+    n_grp = n_inst // ranks
+    grun = np.zeros(n_grp, np.int64)  # a deployment's running (its decode batch)
+    pf_free = np.zeros(n_grp, np.float64)  # a deployment's prefill lane
+    # disaggregated decode pools: FIFO queues, running, tokens held
+    dq_next = np.full(R if disagg else 1, -1, np.int64)
+    dq_head = np.full(n_grp, -1, np.int64)
+    dq_tail = np.full(n_grp, -1, np.int64)
+    dq_n = np.zeros(n_grp, np.int64)
+    drun = np.zeros(n_grp, np.int64)
+    dused = np.zeros(n_grp, np.int64)
     outst = np.zeros(n_inst, np.int64)  # routed, not finished (the router's load)
     act_blk = np.zeros(n_inst, np.int64)  # prompt blocks of those (Dynamo's active blocks)
     pend_tok = np.zeros(n_inst, np.int64)  # uncached tokens routed, not yet admitted
@@ -371,25 +440,53 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
         last_t = ev_t
         now = ev_t
         if tf <= ta:
-            r = rh_i[0]
+            e = rh_i[0]
             rh_n = _hpop(rh_t, rh_i, rh_n)
+            handoff = disagg and e >= R
+            r = e - R if handoff else e
             gi = inst[r]
-            running[gi] -= 1
-            if local:  # the router's load figures (constant-folded away for one instance)
-                outst[gi] -= 1
-                act_blk[gi] -= -(-prompt[r] // bs)
-            done += 1
-            prog[0] = done
-            sz = sz_one if n_inst == 1 else szs[gi]
-            tot_dev -= sz[SZ_DEV]
-            tot_host -= sz[SZ_HOST]
-            if n_inst == 1:  # see the admission below
-                release(c_one, r)
-            else:
-                release(cs[gi], r)
-            tot_dev += sz[SZ_DEV]
-            tot_host += sz[SZ_HOST]
-            if closed:
+            if disagg and not handoff:  # decode finished: free the pool, admit its queue
+                d = dinst[r]
+                drun[d] -= 1
+                dused[d] -= prompt[r] + outtok[r]
+                rh_n = _decode_admit(d, now, dq_head, dq_tail, dq_next, dq_n, drun, dused, dcap,
+                                     prompt, outtok, xfer, tpot_d, t_first, t_fin, batch,
+                                     rh_t, rh_i, rh_n)
+            else:  # the request leaves its cache: aggregated finish, or prefill handoff
+                running[gi] -= 1
+                if ranks > 1:
+                    grun[gi // ranks] -= 1
+                if local:  # the router's load figures (constant-folded for one instance)
+                    outst[gi] -= 1
+                    act_blk[gi] -= -(-prompt[r] // bs)
+                sz = sz_one if n_inst == 1 else szs[gi]
+                tot_dev -= sz[SZ_DEV]
+                tot_host -= sz[SZ_HOST]
+                if n_inst == 1:  # see the admission below
+                    release(c_one, r)
+                else:
+                    release(cs[gi], r)
+                tot_dev += sz[SZ_DEV]
+                tot_host += sz[SZ_HOST]
+            if handoff:  # to the decode pool with the fewest running + waiting
+                d = 0
+                for g in range(1, n_grp):
+                    if drun[g] + dq_n[g] < drun[d] + dq_n[d]:
+                        d = g
+                dinst[r] = d
+                if dq_tail[d] >= 0:
+                    dq_next[dq_tail[d]] = r
+                else:
+                    dq_head[d] = r
+                dq_tail[d] = r
+                dq_n[d] += 1
+                rh_n = _decode_admit(d, now, dq_head, dq_tail, dq_next, dq_n, drun, dused, dcap,
+                                     prompt, outtok, xfer, tpot_d, t_first, t_fin, batch,
+                                     rh_t, rh_i, rh_n)
+            if not handoff:
+                done += 1
+                prog[0] = done
+            if closed and not handoff:
                 s = req_sess[r]
                 j = req_turn[r] + 1
                 if j < sess_len[s]:
@@ -473,7 +570,10 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
             host_used[r] = sz[SZ_HOST]
             t_adm[r] = now
             running[gi] += 1
-            batch[r] = running[gi]
+            grp = gi // ranks if ranks > 1 else gi
+            if ranks > 1:
+                grun[grp] += 1
+            b_now = grun[grp] if ranks > 1 else running[gi]
             computed = prompt[r] - td - th - ts
             if computed < 0:
                 computed = 0
@@ -481,11 +581,16 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
             t_comp = c_tok * computed + c_ctx * computed * 0.5 * (cached + prompt[r])
             t_lh = lh_fixed + lh_tok * th if th > 0 else 0.0
             t_ls = ls_fixed + ls_tok * ts if ts > 0 else 0.0
-            start = now if now > pf_free[gi] else pf_free[gi]
+            start = now if now > pf_free[grp] else pf_free[grp]
             first = start + (t_comp if t_comp > t_lh else t_lh) + t_ls
-            pf_free[gi] = first
+            pf_free[grp] = first
+            t_pre[r] = first
+            if disagg:  # the prefill's end hands the request to a decode pool
+                rh_n = _hpush(rh_t, rh_i, rh_n, first, R + r)
+                continue
+            batch[r] = b_now
             t_first[r] = first
-            bi = running[gi] if running[gi] < n_tpot else n_tpot - 1
+            bi = b_now if b_now < n_tpot else n_tpot - 1
             steps = outtok[r] - 1 if outtok[r] > 1 else 0
             t_fin[r] = first + tpot_b[bi] * steps
             rh_n = _hpush(rh_t, rh_i, rh_n, t_fin[r], r)

@@ -225,7 +225,10 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
     """Call the compiled loop; returns its per-request arrays, counters and integrals.
 
     ``cluster`` runs that many instances behind its router (the same loop; ``None`` is
-    one instance, today's tier replay). ``out["inst"]`` holds each request's instance.
+    one instance, today's tier replay). ``out["inst"]`` holds each request's cache;
+    ``out["dinst"]`` its decode pool (-1 unless disaggregated) and ``out["pre"]`` its
+    prefill's end. A disaggregated prefill cache holds no decode slots (the decode pool
+    does), as a sequential replay holds none.
     """
     r = ps.prompt.size
     cl = cluster or ClusterRoute()
@@ -246,13 +249,15 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
     arrays = tuple(out[k] for k in ("dev", "host", "sto", "arr", "adm", "first", "fin",
                                     "batch", "host_pages", "inst"))
     route = cl.kernel_args(ps)
+    out["dinst"], out["pre"] = route[-1][5], route[-1][6]
     n_inst = int(cl.instances)
+    no_decode = cfg.sequential or cl.disagg
     rules = (POLICY_CODES[cfg.policy], WRITE_CODES[cfg.write_policy],
              cfg.write_through_threshold)
     t0 = time.perf_counter()
     if ps.semantics == "vllm":
         bt = page
-        held = ps.prompt if cfg.sequential else ps.prompt + ps.output
+        held = ps.prompt if no_decode else ps.prompt + ps.output
         nblocks = -(-held // bt)
         hitcap = np.minimum(ps.lengths, np.maximum(ps.prompt - 1, 0) // bt)
         big = int(nblocks.sum() + 1)
@@ -273,7 +278,7 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         areas /= page
     elif ps.semantics == "sglang":
         aligned = ps.prompt // page * page
-        rest = ps.prompt - aligned + (0 if cfg.sequential else ps.output)
+        rest = ps.prompt - aligned + (0 if no_decode else ps.output)
         trans = -(-rest // page) * page  # partial page (+ decode) slots, whole pages
         big = int(ps.prompt.sum() + trans.sum() + 1)
         dev, host, sto = (big if c == UNBOUNDED else c for c in caps)
@@ -291,7 +296,7 @@ def run_kernel(cfg: TierReplayConfig, ps: PageStream, svc: ServiceTimes,
         out["host_pages"] //= page
         areas /= page
     else:
-        dpages = np.zeros(r, np.int64) if cfg.sequential else -(-ps.output // page)
+        dpages = np.zeros(r, np.int64) if no_decode else -(-ps.output // page)
         big = int(ps.n_keys + dpages.sum() + 1)
         dev, host, sto = (_pages(c, page, big) for c in caps)
         lim = np.array([ps.n_keys, dev, host, sto, *rules], np.int64)
