@@ -56,6 +56,8 @@ CASES = [
      ["--model nosuch", "unknown model", "glm-5.2", "toolkit models list"]),
     ("replay prefix --store S --trace conv --capacity-gb 1 --model nosuch",
      ["--model nosuch", "unknown model"]),
+    ("replay selections --store S --trace nosuch",
+     ["selection trace", "'nosuch'", "table selections", "known: syn"]),
     ("replay selections --store S --trace syn --model nosuch", ["--model nosuch"]),
     ("replay mrc --store S --trace nosuch --kind prefix",
      ["'nosuch'", "table requests", "known: conv"]),

@@ -17,6 +17,7 @@ from toolkit.commands.common import (
     fail,
     field_default,
     guard,
+    require_key,
 )
 from toolkit.commands.mrc import PolicyOpt, SampleKeysOpt, SampleRateOpt, policy_curve_rows
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
@@ -129,9 +130,7 @@ def replay_selections_cmd(
         policy = "opt-bypass"
     quiet = False if out.quiet else None
     with cli_store(store) as s, compile_notice(quiet):
-        if trace not in s.keys("selections"):
-            known = ", ".join(s.keys("selections")) or "none"
-            fail(f"no selection trace {trace!r} in {s.root}; known: {known}")
+        require_key(s, "selections", trace, "selection trace")
         options = {"policy": policy, "buffer_tokens": buffer_tokens, "mode": mode,
                    "initial": initial}
         if model is not None:
