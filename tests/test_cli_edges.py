@@ -440,6 +440,18 @@ class TestReadableOutput:
         with pytest.raises(ValueError, match="no column 'host'"):
             Table(df, percent=("host",))
 
+    def test_decimal_sums_read_as_numbers(self):
+        """DuckDB's ``sum()`` of integers arrives as a Decimal column (HUGEINT): shown with
+        separators like any whole number, not as ``1057408``."""
+        import duckdb
+
+        from toolkit.tables import Table, value_text
+
+        df = duckdb.sql("SELECT sum(x) AS lookups, 5::DECIMAL(10, 2) AS d "
+                        "FROM range(1000) t(x)").pl()
+        assert repr(Table(df)).splitlines()[2].split() == ["499,500", "5"]
+        assert value_text("lookups", df["lookups"][0]) == "499,500"
+
     def test_prefix_sweep_one_row_per_capacity(self, cli_store):
         """Several capacities print one row each (capacity, tokens, hit ratios, time), not a
         block per capacity, and the kernel load is reported apart from every elapsed_s; JSON

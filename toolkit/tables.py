@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 CELL_CHARS = 80  # longest value shown in a grid or a record
@@ -147,6 +148,17 @@ def _as_number(s: str) -> float | int | None:
     return int(v) if v.is_integer() and abs(v) < 1e15 else v
 
 
+def _plain(v: Any) -> Any:
+    """A DuckDB DECIMAL or HUGEINT (``sum()`` of integers: Polars' Decimal) as the int
+    (no fractional digits: ``DECIMAL(38, 0)``) or float (``0.903``, ``6.000``) it is, so it
+    gets separators and significant digits like any number."""
+    if isinstance(v, Decimal):
+        exponent = v.as_tuple().exponent
+        whole = isinstance(exponent, int) and exponent >= 0 and abs(v) < 10**15
+        return int(v) if whole else float(v)
+    return v
+
+
 def _cell(v: Any, col: _Column, integral: bool, limit: int | None = CELL_CHARS) -> str:
     if v is None:
         return "null"
@@ -171,7 +183,7 @@ def _columns(df: Any) -> list[tuple[_Column, bool]]:
     out = []
     scales: dict[str, tuple[str | None, float]] = {}
     for name, dtype in df.schema.items():
-        values = df.get_column(name).to_list()
+        values = [_plain(v) for v in df.get_column(name).to_list()]
         numeric = dtype.is_numeric()
         base, unit, scale = _unit_of(name, values) if numeric else (name, None, 1.0)
         scales[name] = (unit, scale)
@@ -258,7 +270,7 @@ def _grid(df: Any, text_limit: int | None = CELL_CHARS) -> _Grid:
     rows = list(df.iter_rows())
     cells = []
     for j, (c, integral) in enumerate(cols):
-        values = [r[j] for r in rows]
+        values = [_plain(r[j]) for r in rows]
         cells.append([_cell(v, c, integral) for v in values] if c.numeric
                      else _text_cells(values, c, text_limit))
     return _Grid([c.header for c, _ in cols], cells, [c.numeric for c, _ in cols])
@@ -419,6 +431,7 @@ def format_record(row: dict[str, Any]) -> str:
 
 def value_text(name: str, v: Any) -> str:
     """One value of column ``name`` on its own, with its unit."""
+    v = _plain(v)
     if isinstance(v, int | float) and not isinstance(v, bool):
         _, unit, scale = _unit_of(name, [v])
         scaled = unit is not None
