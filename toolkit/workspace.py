@@ -189,11 +189,14 @@ class Workspace:
         return run_tiers(self.store, TierReplayConfig(trace, **config), save=save)
 
     def replay_cluster(self, trace: str, *, instances: int = 1, router: str = "round-robin",
-                       rate_rps: float | None = None, save: bool = True,
-                       progress: bool | None = False, **config: Any) -> Any:
+                       rate_rps: float | None = None, layout: str | None = None,
+                       save: bool = True, progress: bool | None = False,
+                       **config: Any) -> Any:
         """Replay a request timeline over ``instances`` serving instances behind ``router``
         (round-robin, least-load, cache-aware, kv-router), each with its own device/host/
-        storage tiers, timed by the serving model and priced.
+        storage tiers, timed by the serving model and priced. ``layout``: as ``toolkit
+        replay cluster --layout`` (``tp8``, ``dp8``, ``disagg:dp8/dp16``, a cost compare
+        layout text); it sets the instance's assumptions, ``ranks`` and ``decode``.
 
         ``config``: the fields of :class:`toolkit.replay.tiers.TierReplayConfig` (per
         instance: ``device_tokens``, ``host_tokens``, ``storage_tokens``; ``concurrency`` =
@@ -210,6 +213,13 @@ class Workspace:
         knobs = {f.name for f in fields(ClusterReplayConfig)} - {"tiers", "instances",
                                                                   "router", "rate_rps"}
         extra = {k: config.pop(k) for k in list(config) if k in knobs}
+        if layout is not None:
+            from toolkit.plan.pool import cluster_layout
+
+            lay = cluster_layout(layout)
+            base = config.pop("assumptions", TierReplayConfig(trace).assumptions)
+            config["assumptions"] = lay.assumptions(base)
+            extra = {"ranks": lay.ranks, "decode": lay.decode, **extra}
         cfg = ClusterReplayConfig(TierReplayConfig(trace, **config), instances=instances,
                                   router=router, rate_rps=rate_rps, **extra)
         return run_cluster(self.store, cfg, save=save, progress=progress)

@@ -8,8 +8,6 @@ N instances of one serving layout behind a router, each with its own exact tier 
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -18,12 +16,7 @@ from toolkit.commands.common import StoreOpt, choices, cli_store, fail, field_de
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
-from toolkit.replay.tiers.config import (
-    ROUTERS,
-    ClusterReplayConfig,
-    DecodePool,
-    TierReplayConfig,
-)
+from toolkit.replay.tiers.config import ROUTERS, ClusterReplayConfig, TierReplayConfig
 
 
 def _t(name: str) -> Any:
@@ -32,61 +25,6 @@ def _t(name: str) -> Any:
 
 def _c(name: str) -> Any:
     return field_default(ClusterReplayConfig, name)
-
-
-_SIDE = r"(tp|dp)([1-9][0-9]*)"
-LAYOUT_RE = re.compile(rf"{_SIDE}(\+mtp)?")
-DISAGG_RE = re.compile(rf"disagg:{_SIDE}/{_SIDE}(\+mtp)?")
-
-
-@dataclass(frozen=True)
-class ClusterLayout:
-    """``--layout`` parsed: the instance (the prefill side when disaggregated) and the
-    decode pool (None: aggregated)."""
-
-    gpus: int
-    dp_attention: bool
-    mtp: bool
-    decode: DecodePool | None = None
-
-    @property
-    def ranks(self) -> int:
-        """Prefix caches per instance: one per DP-attention rank, else one."""
-        return self.gpus if self.dp_attention else 1
-
-
-def parse_layout(layout: str) -> ClusterLayout:
-    """``--layout``: ``tpN`` (N GPUs, tensor-parallel attention and MoE: one prefix cache, one
-    GPU's free HBM, since every GPU holds every token's MLA row), ``dpN`` (N GPUs, DP
-    attention and expert-parallel MoE: N prefix caches, one per rank), ``disagg:P/D`` with
-    ``P`` and ``D`` each ``tpN`` or ``dpN`` (a prefill side holding the prefix caches and a
-    decode pool), ``+mtp`` for multi-token prediction; or a ``cost compare`` layout text
-    (``TP8 EP8 DPA+MTP``, ``disagg P8/D16 decode TP16 EP16 DPA``)."""
-    text = layout.strip()
-    low = text.lower().replace(" ", "")
-    m = LAYOUT_RE.fullmatch(low)
-    if m:
-        return ClusterLayout(int(m[2]), m[1] == "dp", bool(m[3]))
-    m = DISAGG_RE.fullmatch(low)
-    if m:
-        dec = DecodePool(gpus=int(m[4]), dp_attention=m[3] == "dp",
-                         expert_parallel=m[3] == "dp", mtp=bool(m[5]))
-        return ClusterLayout(int(m[2]), m[1] == "dp", False, dec)
-    from toolkit.plan.pool import LayoutError, decode_side
-    from toolkit.plan.pool import parse_layout as compare_layout
-
-    try:
-        lay = compare_layout(text)
-    except LayoutError:
-        raise ValueError(f"--layout {layout!r}: expected tpN, dpN, disagg:P/D (P and D each "
-                         "tpN or dpN, e.g. disagg:dp8/dp16), optionally +mtp, or a cost "
-                         "compare layout text (e.g. 'TP8 EP8 DPA', 'disagg P8/D16 decode "
-                         "TP16 EP16 DPA')") from None
-    if not lay.disagg:
-        return ClusterLayout(lay.cache_gpus, lay.cache_dp_attention, "+MTP" in lay.text)
-    g, dpa, ep, mtp = decode_side(lay)
-    return ClusterLayout(lay.cache_gpus, lay.cache_dp_attention, False,
-                         DecodePool(gpus=g, dp_attention=dpa, expert_parallel=ep, mtp=mtp))
 
 
 def cluster_cmd(
@@ -106,6 +44,11 @@ def cluster_cmd(
     router: Annotated[str, typer.Option(
         "--router", help=f"{', '.join(ROUTERS)} (cache-aware: SGLang's router; kv-router: "
                          "Dynamo's KV router; docs/cluster.md).")] = _c("router"),
+    affinity_ttl: Annotated[float, typer.Option(
+        "--session-affinity-ttl-s", min=0.0, max=1e9,
+        help="Keep a session's turns on the cache its last turn went to if routed within "
+             "this many seconds (Dynamo's --router-session-affinity-ttl-secs); 0 off.")]
+    = _c("session_affinity_ttl_s"),
     concurrency: Annotated[int | None, typer.Option(
         "--concurrency", "--users", min=1,
         help="Closed loop: N users over the cluster (sessions with their think times).")]
@@ -172,7 +115,9 @@ def cluster_cmd(
             if not rate_scale > 0:
                 raise ValueError(f"--rate-scale must be > 0, got {rate_scale}")
             arrivals = f"scaled:{rate_scale:g}"
-        lay = parse_layout(layout)
+        from toolkit.plan.pool import cluster_layout
+
+        lay = cluster_layout(layout)
         base = TierReplayConfig(trace=trace)
         tiers = TierReplayConfig(
             trace=trace, hardware=hardware, model=model, concurrency=concurrency,
@@ -180,13 +125,12 @@ def cluster_cmd(
             host_ratio=host_ratio, storage_tokens=storage_tokens, page_tokens=page_tokens,
             engine_semantics=engine_semantics, max_running=max_running,
             offload_policy=offload_policy, price_tier=price_tier,
-            assumptions=replace(base.assumptions, gpus_per_replica=lay.gpus,
-                                dp_attention=lay.dp_attention,
-                                expert_parallel=lay.dp_attention, mtp=lay.mtp),
+            assumptions=lay.assumptions(base.assumptions),
         )
         dec = None if lay.decode is None else replace(lay.decode, max_running=max_running)
         cfg = ClusterReplayConfig(tiers, instances=instances, router=router, rate_rps=rate,
-                                  ranks=lay.ranks, decode=dec)
+                                  ranks=lay.ranks, decode=dec,
+                                  session_affinity_ttl_s=affinity_ttl)
         with cli_store(store) as s, compile_notice(quiet):
             res = run_cluster(s, cfg, save=not no_save, progress=quiet)
     except (ToolkitError, RegistryError, ValueError) as e:

@@ -27,8 +27,8 @@ from toolkit.commands.common import fail
 #: Work items; each runs in its own process with its own scratch store. The demo starts
 #: first on one process; "serving" starts first on the other, so the serving client's
 #: kernels are cached before the demo reaches its cost part (the demo then loads them).
-TASKS = ("demo", "serving", "selections-plain", "selections-hisparse", "prefix", "mrc",
-         "tiers")
+TASKS = ("demo", "serving", "cluster", "tiers", "selections-plain", "selections-hisparse",
+         "prefix", "mrc")
 
 
 def _run_task(task: str, scratch: str, traces: str) -> tuple[str, float, int]:
@@ -130,8 +130,7 @@ def _mrc(root: Path, traces: Path) -> None:
 def _tiers(root: Path, traces: Path) -> None:
     """The tier engines the demo does not run: vLLM's block pool (offload none, LRU, ARC)
     and page-granular SGLang, open and closed loop and sequential (a first vLLM replay of
-    the Mooncake trace compiled for 11 s without this), and the cluster replay over each
-    engine."""
+    the Mooncake trace compiled for 11 s without this)."""
     from toolkit.cost.from_replay import run_tiers
     from toolkit.replay.tiers import TierReplayConfig
     from toolkit.store import open_store
@@ -144,17 +143,26 @@ def _tiers(root: Path, traces: Path) -> None:
         for kw in runs:
             for loop in ({}, {"concurrency": 2}, {"sequential": True}):
                 run_tiers(store, TierReplayConfig("warm", "gb200", "glm-5.2", **kw, **loop))
-        # the cluster replay's loops (N instances from a list: their own compilations)
-        from toolkit.cost.from_replay import run_cluster
-        from toolkit.replay.tiers import ClusterReplayConfig
 
+
+def _cluster(root: Path, traces: Path) -> None:
+    """The cluster replay's loops over each engine (N caches from a list: their own
+    compilations, as long as the tier item's, so a work item of their own: the two compile
+    on the two processes at once). Ranks and disaggregation change no argument type."""
+    from toolkit.cost.from_replay import run_cluster
+    from toolkit.replay.tiers import ClusterReplayConfig, TierReplayConfig
+    from toolkit.store import open_store
+    from toolkit.synth.agentic import AgenticConfig, write_agentic
+
+    with open_store(root / "store", create=True) as store:
+        write_agentic(store, AgenticConfig(sessions=4), "warm")
         for kw in ({}, {"radix_semantics": "page"}, {"engine_semantics": "vllm"}):
             run_cluster(store, ClusterReplayConfig(TierReplayConfig(
                 "warm", "gb200", "glm-5.2", concurrency=2, **kw), instances=2,
                 router="kv-router"), save=False)
 
 
-_TASK_FUNCTIONS = {"demo": _demo, "serving": _serving, "tiers": _tiers,
+_TASK_FUNCTIONS = {"demo": _demo, "serving": _serving, "tiers": _tiers, "cluster": _cluster,
                    "selections-plain": _selections("plain"),
                    "selections-hisparse": _selections("hisparse"), "prefix": _prefix,
                    "mrc": _mrc}

@@ -25,10 +25,11 @@ for a disaggregated layout its prefill instance (``g`` = prefill GPUs, DPA as
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from toolkit.hardware import get_hardware
 from toolkit.models import get_model
+from toolkit.replay.tiers.config import DecodePool, ServiceAssumptions
 from toolkit.serving.tier_service import kv_bytes_per_token
 from toolkit.serving.tier_service import weights_per_gpu_bytes as _weights
 
@@ -90,6 +91,68 @@ def decode_side(lay: Layout) -> tuple[int, bool, bool, bool]:
     return int(m[2]), bool(m[5]), int(m[4]) > 1, bool(m[6])
 
 
+_SIDE = r"(tp|dp)([1-9][0-9]*)"
+LAYOUT_RE = re.compile(rf"{_SIDE}(\+mtp)?")
+DISAGG_RE = re.compile(rf"disagg:{_SIDE}/{_SIDE}(\+mtp)?")
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """``--layout`` parsed: the instance (the prefill side when disaggregated) and the
+    decode pool (None: aggregated)."""
+
+    gpus: int
+    dp_attention: bool
+    mtp: bool
+    decode: DecodePool | None = None
+    expert_parallel: bool | None = None  # None: with DP attention
+
+    @property
+    def ranks(self) -> int:
+        """Prefix caches per instance: one per DP-attention rank, else one."""
+        return self.gpus if self.dp_attention else 1
+
+    def assumptions(self, base: ServiceAssumptions) -> ServiceAssumptions:
+        """``base`` timed as this instance (its GPUs, DP attention, expert parallelism, MTP)."""
+        ep = self.dp_attention if self.expert_parallel is None else self.expert_parallel
+        return replace(base, gpus_per_replica=self.gpus, dp_attention=self.dp_attention,
+                       expert_parallel=ep, mtp=self.mtp)
+
+
+def cluster_layout(layout: str) -> ClusterLayout:
+    """``--layout``: ``tpN`` (N GPUs, tensor-parallel attention and MoE: one prefix cache, one
+    GPU's free HBM, since every GPU holds every token's MLA row), ``dpN`` (N GPUs, DP
+    attention and expert-parallel MoE: N prefix caches, one per rank), ``disagg:P/D`` with
+    ``P`` and ``D`` each ``tpN`` or ``dpN`` (a prefill side holding the prefix caches and a
+    decode pool), ``+mtp`` for multi-token prediction; or a ``cost compare`` layout text
+    (``TP8 EP8 DPA+MTP``, ``disagg P8/D16 decode TP16 EP16 DPA``)."""
+    text = layout.strip()
+    low = text.lower().replace(" ", "")
+    m = LAYOUT_RE.fullmatch(low)
+    if m:
+        return ClusterLayout(int(m[2]), m[1] == "dp", bool(m[3]))
+    m = DISAGG_RE.fullmatch(low)
+    if m:
+        dec = DecodePool(gpus=int(m[4]), dp_attention=m[3] == "dp",
+                         expert_parallel=m[3] == "dp", mtp=bool(m[5]))
+        return ClusterLayout(int(m[2]), m[1] == "dp", False, dec)
+    try:
+        lay = parse_layout(text)
+    except LayoutError:
+        raise ValueError(f"--layout {layout!r}: expected tpN, dpN, disagg:P/D (P and D each "
+                         "tpN or dpN, e.g. disagg:dp8/dp16), optionally +mtp, or a cost "
+                         "compare layout text (e.g. 'TP8 EP8 DPA', 'disagg P8/D16 decode "
+                         "TP16 EP16 DPA')") from None
+    if not lay.disagg:
+        ep = re.search(r"EP(\d+)", lay.text)
+        return ClusterLayout(lay.cache_gpus, lay.cache_dp_attention, "+MTP" in lay.text,
+                             expert_parallel=bool(ep) and int(ep[1]) > 1)
+    g, dpa, ep_d, mtp = decode_side(lay)
+    return ClusterLayout(lay.cache_gpus, lay.cache_dp_attention, False,
+                         DecodePool(gpus=g, dp_attention=dpa, expert_parallel=ep_d, mtp=mtp),
+                         expert_parallel=lay.cache_gpus > 1)
+
+
 @dataclass(frozen=True)
 class PrefixPool:
     """A deployment's prefix caches: ``ranks`` separate caches of ``tokens_per_rank`` each
@@ -136,5 +199,6 @@ def prefix_pool(layout: str | Layout, hardware: str, model: str, *, precision: s
     return PrefixPool(lay, ranks, tokens, w)
 
 
-__all__ = ["Layout", "LayoutError", "PrefixPool", "decode_side", "parse_layout", "prefix_pool",
+__all__ = ["ClusterLayout", "Layout", "LayoutError", "PrefixPool", "cluster_layout", "decode_side",
+           "parse_layout", "prefix_pool",
            "weights_per_gpu_bytes"]

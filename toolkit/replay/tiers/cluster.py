@@ -98,6 +98,7 @@ def route_of(cfg: ClusterReplayConfig, ps: PageStream, svc: ServiceTimes | None 
     transfer (``svc``) and the decode pools' ``(KV tokens, service times)``."""
     base = dict(
         instances=cfg.caches, router=ROUTERS[cfg.router], ranks=cfg.ranks,
+        affinity_ttl_s=float(cfg.session_affinity_ttl_s),
         params=(cfg.cache_threshold, float(cfg.balance_abs_threshold),
                 cfg.balance_rel_threshold, cfg.overlap_score_weight, float(ps.page_tokens)))
     if cfg.decode is None or decode is None:

@@ -355,6 +355,10 @@ class ClusterReplayConfig:
         ranks: prefix caches per instance (DP-attention ranks; needs
             ``tiers.assumptions.dp_attention`` when > 1).
         decode: the decode pool of a disaggregated instance; None: aggregated.
+        session_affinity_ttl_s: > 0: a request whose session was routed within the last
+            this many seconds goes to that session's cache, whatever the router would
+            choose (Dynamo's ``--router-session-affinity-ttl-secs``, a sticky layer in
+            front of any router here); each routing renews the binding; 0 off.
     """
 
     tiers: TierReplayConfig
@@ -367,6 +371,7 @@ class ClusterReplayConfig:
     overlap_score_weight: float = DYNAMO_OVERLAP_SCORE_WEIGHT
     ranks: int = 1
     decode: DecodePool | None = None
+    session_affinity_ttl_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.tiers, TierReplayConfig):
@@ -385,6 +390,7 @@ class ClusterReplayConfig:
         check_number("balance_abs_threshold", self.balance_abs_threshold, lo=0.0, hi=1e9)
         check_number("balance_rel_threshold", self.balance_rel_threshold, lo=0.0, hi=1e9)
         check_number("overlap_score_weight", self.overlap_score_weight, lo=0.0, hi=1e9)
+        check_number("session_affinity_ttl_s", self.session_affinity_ttl_s, lo=0.0, hi=1e9)
         g = self.tiers.assumptions.gpus_per_replica
         check_number("ranks", self.ranks, lo=1, hi=g)
         if self.ranks > 1 and not self.tiers.assumptions.dp_attention:

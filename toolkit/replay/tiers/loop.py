@@ -137,6 +137,7 @@ class ClusterRoute:
     decode_tokens: int = -1
     decode_max_running: int = 0
     decode_tpot_s: Any = None
+    affinity_ttl_s: float = 0.0
 
     def kernel_args(self, ps: Any) -> tuple:
         """The loop's ``route`` tuple over page stream ``ps`` (keys, starts, lengths and
@@ -150,10 +151,16 @@ class ClusterRoute:
         n = ps.prompt.size
         tpot_d = (np.zeros(1) if self.decode_tpot_s is None
                   else np.ascontiguousarray(self.decode_tpot_s, np.float64))
+        rsess = np.full(n if self.affinity_ttl_s > 0 else 1, -1, np.int64)
+        if self.affinity_ttl_s > 0:  # each request's session, numbered densely
+            sid = np.asarray(ps.session_id)
+            has = sid >= 0
+            rsess[has] = np.unique(sid[has], return_inverse=True)[1]
         topo = (np.int64(self.ranks), np.bool_(self.disagg),
                 np.asarray(self.transfer_s, np.float64),
                 np.array([self.decode_tokens, self.decode_max_running], np.int64), tpot_d,
-                np.full(n, -1, np.int32), np.full(n, -1.0))
+                np.full(n, -1, np.int32), np.full(n, -1.0), np.float64(self.affinity_ttl_s),
+                rsess)
         return (np.int64(self.router), np.asarray(self.params, np.float64), ps.keys,
                 ps.starts, ps.lengths, np.ascontiguousarray(ps.tokens, np.int64),
                 np.int64(ps.n_keys), self.prog, lkeys, topo)
@@ -337,22 +344,36 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
     ``max_running`` is per cache. With one instance this is the single-instance replay,
     event for event. Returns the makespan in seconds.
 
-    ``topo`` (the route's last item) = (ranks, disagg, xfer, dcap, tpot_d, dinst, t_pre):
-    the caches are ``len(cs) / ranks`` deployments of ``ranks`` caches each (DP-attention
-    ranks, numbered deployment-major); a deployment's caches share its prefill lane, and
-    (aggregated) its decode batch, which picks the TPOT. With ``disagg`` each deployment is
-    a prefill side (the caches) and a decode pool: a request's prefill ends at ``t_pre``
-    (a handoff event, id ``R + r`` in the finish heap), releases its prefill cache, and
-    waits in the decode pool with the fewest running + waiting requests
-    (:func:`_decode_admit`: capacity ``dcap``, transfer ``xfer``, TPOT ``tpot_d``); its
-    first token comes after the transfer, its finish after the decode steps.
+    ``topo`` (the route's last item) = (ranks, disagg, xfer, dcap, tpot_d, dinst, t_pre,
+    aff_ttl, rsess): the caches are ``len(cs) / ranks`` deployments of ``ranks`` caches each
+    (DP-attention ranks, numbered deployment-major); each rank prefills its own requests on
+    its own lane at 1/ranks of the instance's speed (``coef`` is the instance's), and
+    (aggregated) the ranks share the deployment's decode batch, which picks the TPOT. With
+    ``disagg`` each deployment is a prefill side (the caches) and a decode pool: a
+    request's prefill ends at ``t_pre`` (a handoff event, id ``R + r`` in the finish heap),
+    releases its prefill cache, and waits in the decode pool with the fewest running +
+    waiting requests (:func:`_decode_admit`: capacity ``dcap``, transfer ``xfer``, TPOT
+    ``tpot_d``); its first token comes after the transfer, its finish after the decode
+    steps. With ``aff_ttl`` > 0 a request whose session (``rsess``, -1 none) was routed
+    within the last ``aff_ttl`` seconds goes to that session's cache whatever the router
+    would say
+    (Dynamo's ``--router-session-affinity-ttl-secs``); each routing renews the binding.
     """
     closed, t_open, conc, sess_req, sess_start, sess_len, gap, max_running = sched
     tok_dev, tok_host, tok_sto, t_arr, t_adm, t_first, t_fin, batch, host_used, inst = out
     router, rp, gkeys, rstart, rlen, rtok, n_keys, prog, lkeys, topo = route
-    ranks, disagg, xfer, dcap, tpot_d, dinst, t_pre = topo
-    c_tok = coef[CF_TOK]
-    c_ctx = coef[CF_CTX]
+    ranks, disagg, xfer, dcap, tpot_d, dinst, t_pre, aff_ttl, rsess = topo
+    # session affinity: each session's bound cache and when it was last routed
+    n_bind = 1
+    if aff_ttl > 0:
+        for r in range(prompt.shape[0]):
+            if rsess[r] + 1 > n_bind:
+                n_bind = rsess[r] + 1
+    sb_cache = np.full(n_bind, -1, np.int64)
+    sb_time = np.zeros(n_bind, np.float64)
+    # a DP-attention rank prefills its own requests at 1/ranks of the instance's speed
+    c_tok = coef[CF_TOK] * ranks
+    c_ctx = coef[CF_CTX] * ranks
     lh_fixed = coef[CF_HOST_FIXED]
     lh_tok = coef[CF_HOST_TOK]
     ls_fixed = coef[CF_STO_FIXED]
@@ -373,7 +394,7 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
     running = np.zeros(n_inst, np.int64)
     n_grp = n_inst // ranks
     grun = np.zeros(n_grp, np.int64)  # a deployment's running (its decode batch)
-    pf_free = np.zeros(n_grp, np.float64)  # a deployment's prefill lane
+    pf_free = np.zeros(n_inst, np.float64)  # each cache's (rank's) prefill lane
     # disaggregated decode pools: FIFO queues, running, tokens held
     dq_next = np.full(R if disagg else 1, -1, np.int64)
     dq_head = np.full(n_grp, -1, np.int64)
@@ -505,8 +526,15 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
                 r = open_ptr
                 open_ptr += 1
             t_arr[r] = now
-            gi = _route(router, rp, mks, mvs, rtree, gkeys, rstart, rlen, rtok, peek, cs, szs,
-                        r, prompt[r], k_arr, outst, act_blk, pend_tok, tmp)
+            sess = rsess[r] if aff_ttl > 0 else -1
+            if sess >= 0 and sb_cache[sess] >= 0 and now - sb_time[sess] <= aff_ttl:
+                gi = sb_cache[sess]  # the session's binding holds: its cache, no scoring
+            else:
+                gi = _route(router, rp, mks, mvs, rtree, gkeys, rstart, rlen, rtok, peek, cs,
+                            szs, r, prompt[r], k_arr, outst, act_blk, pend_tok, tmp)
+            if sess >= 0:
+                sb_cache[sess] = gi
+                sb_time[sess] = now
             k_arr += 1
             inst[r] = gi
             if local:
@@ -581,9 +609,9 @@ def event_loop(admit, release, peek, fresh, cs, szs, prompt, outtok, sched, rout
             t_comp = c_tok * computed + c_ctx * computed * 0.5 * (cached + prompt[r])
             t_lh = lh_fixed + lh_tok * th if th > 0 else 0.0
             t_ls = ls_fixed + ls_tok * ts if ts > 0 else 0.0
-            start = now if now > pf_free[grp] else pf_free[grp]
+            start = now if now > pf_free[gi] else pf_free[gi]
             first = start + (t_comp if t_comp > t_lh else t_lh) + t_ls
-            pf_free[grp] = first
+            pf_free[gi] = first
             t_pre[r] = first
             if disagg:  # the prefill's end hands the request to a decode pool
                 rh_n = _hpush(rh_t, rh_i, rh_n, first, R + r)
