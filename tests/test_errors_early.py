@@ -107,3 +107,27 @@ def test_named_query_with_a_held_trace_still_runs(names_store: Path) -> None:
                              env={**os.environ, "TOOLKIT_PROGRESS": "0"})
         assert res.returncode == 0, res.stderr
         assert res.stdout.splitlines()[0].startswith("trace,"), res.stdout
+
+
+@pytest.mark.parametrize(("field", "value"), [("hardware", "tpu9"), ("model", "gpt-9")])
+def test_serving_predict_names_in_the_file(tmp_path: Path, field: str, value: str) -> None:
+    """``serving predict --points FILE``: an unknown accelerator or model in a row is the
+    full validation's one line (file, row, field) before Polars or the serving model load;
+    a file without such a name still predicts."""
+    import csv
+
+    from toolkit.serving.points import bundled_points_path
+
+    with bundled_points_path().open(newline="") as f:
+        rows = [r for _, r in zip(range(2), csv.DictReader(f), strict=False)]
+    rows[1][field] = value
+    path = tmp_path / "configs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    error, loaded = refused(["serving", "predict", "--points", str(path), "--out",
+                             str(tmp_path / "out.csv")])
+    assert f"{path}: row 2 field '{field}': unknown {field} '{value}'" in error, error
+    assert not loaded, loaded
+    assert not (tmp_path / "out.csv").exists()

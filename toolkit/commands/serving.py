@@ -50,6 +50,41 @@ def _points(path: Path | None):
     return guard(read_points, path or bundled_points_path())
 
 
+def _names_in_file(path: Path) -> None:
+    """A configurations CSV's unknown ``hardware`` or ``model`` (the names people mistype)
+    refused before Polars and the serving model load, in the words of the full validation
+    (:func:`toolkit.serving.points.validate`); anything else (Parquet, an unreadable or
+    ragged file, empty cells, other columns) is left to it."""
+    import csv
+
+    from toolkit.hardware import hardware_names
+    from toolkit.models import get_model, model_names
+    from toolkit.registry import RegistryError
+
+    if path.suffix.lower() != ".csv" or not path.is_file():
+        return
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if not {"hardware", "model"} <= set(reader.fieldnames or ()):
+                return
+            known, seen = set(hardware_names()), set()
+            for i, row in enumerate(reader):
+                hw, model = row.get("hardware"), row.get("model")
+                if hw and hw not in known:
+                    fail(f"{path}: row {i + 1} field 'hardware': unknown hardware {hw!r}; "
+                         "known: toolkit hardware list")
+                if model and model not in seen:
+                    try:
+                        get_model(model)
+                    except RegistryError:
+                        fail(f"{path}: row {i + 1} field 'model': unknown model {model!r}; "
+                             f"known: {', '.join(model_names())}")
+                    seen.add(model)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return
+
+
 def _measured(points: Path | None, store: Path | None, name: str | None, **layout):
     """The fit's rows: ``--points FILE``, ``--store S --measured-points NAME`` or the
     bundled InferenceX points, through the one measurement loader."""
@@ -145,6 +180,7 @@ def predict_cmd(
 ) -> None:
     """Predict median TPOT, median / p90 TTFT (s), interactivity and throughput per GPU
     (InferenceX divisors) for every row; unknown hardware, model or engine stops at its row."""
+    _names_in_file(points)  # before Polars and the serving model load
     from toolkit.commands.output import write_file
     from toolkit.serving.predict import predict
 
