@@ -131,3 +131,33 @@ def test_serving_predict_names_in_the_file(tmp_path: Path, field: str, value: st
     assert f"{path}: row 2 field '{field}': unknown {field} '{value}'" in error, error
     assert not loaded, loaded
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_sweep_grid_names(names_store: Path, tmp_path: Path) -> None:
+    """A grid's mistyped trace, accelerator or model is refused, naming the file, before
+    the sweep package (replays, serving model) loads."""
+    cases = [('kind = "tiers"\ntrace = "nosuch"\n[axes]\nconcurrency = [4, 8]\n',
+              ["trace 'nosuch' is not in store", "(table requests)", "known: conv"]),
+             ('kind = "selections"\ntraces = ["syn", "nosuch"]\n[axes]\npolicy = ["lru"]\n',
+              ["trace 'nosuch'", "(table selections)", "known: syn"]),
+             ('kind = "tiers"\ntrace = "conv"\n[axes]\nhardware = ["gb200", "gb999"]\n',
+              ["hardware gb999", "unknown hardware 'gb999'"]),
+             ('kind = "serving"\n[fixed]\nmodel = "glm-9"\n[axes]\nhardware = ["gb200"]\n',
+              ["model glm-9", "unknown model 'glm-9'"])]
+    for i, (text, words) in enumerate(cases):
+        grid = tmp_path / f"g{i}.toml"
+        grid.write_text(text)
+        error, loaded = refused(["sweep", "--grid", str(grid), "--store", str(names_store)])
+        assert error.startswith(f"error: {grid}: "), error
+        for w in words:
+            assert w in error, (w, error)
+        assert not loaded, loaded
+
+
+def test_grid_trace_tables_match_the_sweep_kinds() -> None:
+    """The CLI's copy of each kind's trace table is the sweep kinds' own."""
+    from toolkit.commands.sweep import GRID_TRACE_TABLES
+    from toolkit.sweep.kinds import kinds
+
+    assert GRID_TRACE_TABLES == {n: kinds.get(n).trace_table for n in kinds.names()
+                                 if kinds.get(n).trace_table is not None}
