@@ -21,6 +21,12 @@ layers, 32K-token prompt: 16.8M accesses in HiSparse mode at 4,096 slots, LRU).
   ``refresh``: numba's implementation registries, which import SciPy's BLAS wrappers and
   cffi's C parser), with NumPy, PyArrow and DuckDB, which the replay reads the store with.
 
+- a mistyped name: ``toolkit replay tiers --trace nosuch``, ``--hardware nosuch``,
+  ``--model nosuch`` and the same mistakes in every command that takes such a name (cost
+  compare, plan, plan explain, replay prefix/selections/mrc/cluster/engram, sql --query):
+  the one-line error's wall time and whether numba, Polars or the serving model's SciPy
+  were imported before it (``python -X importtime``); ``--bad-names-only`` runs just these.
+
 CLI figures are wall times of ``python -m toolkit.cli`` subprocesses (median of
 ``--runs``) and that run's CPU seconds: on a machine other processes load, wall time
 stretches with the load while CPU time stays close to what a quiet machine needs.
@@ -54,10 +60,11 @@ FLOOR = ("import numpy, pyarrow.parquet, duckdb, numba\n"
          "cpu_target.target_context.refresh()")
 
 
-def cli_wall(args: list[str], env: dict[str, str] | None = None) -> float:
+def cli_wall(args: list[str], env: dict[str, str] | None = None, fails: bool = False
+             ) -> float:
     """Wall seconds of one ``python -m toolkit.cli ARGS`` (``python -c CODE`` for
     ``["-c", CODE]``); its CPU seconds (user + system, which load from other processes
-    barely changes) are kept in ``CPU``."""
+    barely changes) are kept in ``CPU``. ``fails``: the command must exit 2 (a refusal)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     argv = args if args[:1] == ["-c"] else ["-m", "toolkit.cli", *args]
@@ -67,14 +74,60 @@ def cli_wall(args: list[str], env: dict[str, str] | None = None) -> float:
     dt = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU[dt] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    if res.returncode != 0:
-        raise SystemExit(f"toolkit {' '.join(args)} failed: {res.stderr.strip()}")
+    if (res.returncode != 2) if fails else (res.returncode != 0):
+        raise SystemExit(f"toolkit {' '.join(args)}: exit {res.returncode}: "
+                         f"{res.stderr.strip()}")
     return dt
 
 
-def median_wall(args: list[str], runs: int, env: dict[str, str] | None = None
-                ) -> tuple[float, str]:
-    walls = sorted(cli_wall(args, env) for _ in range(runs))
+#: Mistyped names, one per command that takes one (``S``: the bench's store).
+BAD_NAMES = (
+    "replay tiers --store S --trace nosuch",
+    "replay tiers --store S --trace syn --hardware nosuch",
+    "replay tiers --store S --trace syn --model nosuch",
+    "replay prefix --store S --trace nosuch",
+    "replay selections --store S --trace nosuch",
+    "replay selections --store S --trace syn --model nosuch",
+    "replay mrc --store S --trace nosuch",
+    "replay cluster --store S --trace nosuch",
+    "replay cluster --store S --trace syn --hardware nosuch",
+    "replay engram --store S --trace nosuch --hbm-cache-gb 1",
+    "cost compare --model nosuch",
+    "cost compare --model glm-5.2 --hardware gb200,nosuch",
+    "plan --store S --trace nosuch --model glm-5.2",
+    "plan --store S --trace syn --model nosuch",
+    "plan explain --store S --plan nosuch",
+    "hardware show nosuch",
+    "sql --store S --query nosuch",
+    "sql --store S --query selection_runs --param trace=nosuch",
+    "cost compare --model glm-5.2 --store S --measured-points nosuch",
+    "serving validate --store S --measured-points nosuch",
+    "export perfetto --store S --run nosuch --out nosuch.json",
+)
+HEAVY = ("numba", "polars", "scipy")
+
+
+def bad_names(root: Path, runs: int) -> list[tuple[str, float, str]]:
+    """Median wall of each mistyped-name command (each must exit 2), and the heavy
+    libraries its process imported before refusing (none expected)."""
+    rows = []
+    for line in BAD_NAMES:
+        argv = [str(root) if a == "S" else a for a in line.split()]
+        cli_wall(argv, fails=True)  # page cache
+        wall, ld = median_wall(argv, runs, fails=True)
+        err = subprocess.run([sys.executable, "-X", "importtime", "-m", "toolkit.cli", *argv],
+                             capture_output=True, text=True, cwd=ROOT).stderr
+        loaded = sorted({m for m in HEAVY for ln in err.splitlines()
+                         if ln.startswith("import time:") and ln.rsplit("|", 1)[-1].strip()
+                         == m})
+        heavy = ", ".join(loaded) or "no numba, Polars, SciPy"
+        rows.append((f"`toolkit {line}` (imports: {heavy})", wall, ld))
+    return rows
+
+
+def median_wall(args: list[str], runs: int, env: dict[str, str] | None = None,
+                fails: bool = False) -> tuple[float, str]:
+    walls = sorted(cli_wall(args, env, fails) for _ in range(runs))
     return walls[len(walls) // 2], load()
 
 
@@ -104,12 +157,25 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warm-cache", type=Path, default=None)
     ap.add_argument("--no-cold", action="store_true")
+    ap.add_argument("--bad-names-only", action="store_true",
+                    help="Only the mistyped-name commands (a small store, seconds).")
     args = ap.parse_args()
 
     from toolkit.runtime import keep_freed_memory
 
     keep_freed_memory()  # as the CLI does
     with tempfile.TemporaryDirectory(prefix="cli-latency-") as tmp:
+        if args.bad_names_only:
+            from toolkit.store import open_store
+            from toolkit.synth.selections import SyntheticSelectionConfig, generate
+
+            root = Path(tmp) / "store"
+            with open_store(root, create=True) as store:
+                store.write_many(generate(SyntheticSelectionConfig(
+                    requests=1, prompt_tokens=4096, steps=4, layers=2, k=2048, seed=1), "syn"),
+                    "syn")
+            print_rows(None, bad_names(root, args.runs))
+            return
         run(args, Path(tmp) / "store")
 
 
@@ -173,6 +239,20 @@ def run(args: argparse.Namespace, root: Path) -> None:
                          "(TOOLKIT_AOT=0)",
                          cli_wall(replay, {"NUMBA_CACHE_DIR": cold, "TOOLKIT_AOT": "0"}),
                          load()))
+    rows += bad_names(root, args.runs)
+    print_rows((base, inproc), rows)
+
+
+def print_rows(replay: tuple[float, dict] | None, rows: list[tuple[str, float, str]]) -> None:
+    """The Markdown table of RESULTS.md (without the replay columns when ``replay`` is
+    None: ``--bad-names-only``)."""
+    if replay is None:
+        print("\n| what | wall (s) | CPU (s) | load (1/5/15 min) |")
+        print("|---|---|---|---|")
+        for label, wall, ld in rows:
+            print(f"| {label} | {wall:.2f} | {CPU.get(wall, 0):.2f} | {ld} |")
+        return
+    base, inproc = replay
     print("\n| what | wall (s) | / in-process replay | CPU (s) | load (1/5/15 min) |")
     print("|---|---|---|---|---|")
     print(f"| in-process replay, 1 worker | {base:.3f} | 1.00 | | {inproc[1][1]} |")

@@ -27,6 +27,7 @@ import polars as pl
 
 import toolkit
 from toolkit import charts
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")  # deterministic output for nbval (the HTML renderer is not)
 pl.Config(tbl_rows=20, tbl_width_chars=120, tbl_hide_column_data_types=True,
@@ -49,7 +50,7 @@ for fmt, rel, name in [
 ]:
     res = ws.ingest(TRACES / rel, fmt, name)
     print(f"{res.trace}: {res.rows:,} requests")
-ws.query("trace_summary").drop("block_tokens")
+Table(ws.query("trace_summary").drop("block_tokens"))
 
 # %% [markdown]
 # ## 2. Replay LRU over a range of capacities
@@ -66,7 +67,7 @@ print(f"{len(runs)} runs stored")
 # Capacity in tokens is blocks x 512; the "unbounded" row is the most any cache could hit.
 
 # %%
-ws.sql("""
+Table(ws.sql("""
     SELECT capacity_blocks,
            capacity_blocks * 512 / 1e6         AS capacity_mtokens,
            block_hits,
@@ -76,7 +77,7 @@ ws.sql("""
     FROM replay_runs
     WHERE kind = 'prefix' AND trace = 'mooncake_conversation'
     ORDER BY capacity_blocks NULLS LAST
-""")
+"""), percent=("block_hit_ratio", "token_hit_ratio", "share_of_max"))
 
 # %% [markdown]
 # ## 4. The hit-ratio curve

@@ -29,6 +29,7 @@ import polars as pl
 import toolkit
 from toolkit import charts
 from toolkit.models import indexer_layer_ids
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=120, tbl_hide_column_data_types=True,
@@ -39,15 +40,16 @@ shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty st
 ws = toolkit.open(STORE_DIR, create=True)
 ws.ingest(ROOT / "traces" / "smollm2", "bundle", "smollm2", select="smollm2-softmax-sum")
 ws.synth_selections("synthetic_k2048", prompt_tokens=16_384, steps=32, layers=8)
-ws.sql("SELECT trace, model, k, score, \"order\", n_layers, synthetic FROM selection_traces")
+Table(ws.sql("SELECT trace, model, k, score, \"order\", n_layers, synthetic "
+             "FROM selection_traces"))
 
 # %%
-ws.sql("""
+Table(ws.sql("""
     SELECT r.request_id, r.source_text, r.prompt_tokens, count(DISTINCT s.step) AS steps,
            min(s.seq_len) AS first_seq_len, max(s.seq_len) AS last_seq_len
     FROM selection_requests r JOIN selections s USING (trace, request_id)
     WHERE r.trace = 'smollm2' GROUP BY ALL ORDER BY r.request_id
-""")
+"""))
 
 # %% [markdown]
 # ## 1. Recency, sinks and position 0, per layer
@@ -64,7 +66,7 @@ charts.metric_by_layer(loc, ["frac_recent", "frac_sinks", "pos0_rate"],
                 f"SmolLM2 (real): where the top-{k} falls, per layer (W = {2 * k}, S = 4)")
 
 # %%
-loc.select("layer", "frac_recent", "frac_sinks", "pos0_rate").describe()
+Table(loc.select("layer", "frac_recent", "frac_sinks", "pos0_rate").describe())
 
 # %% [markdown]
 # ## 2. Overlap between adjacent layers and adjacent steps
@@ -77,11 +79,12 @@ charts.metric_by_layer(loc, ["step_overlap_of_k", "layer_overlap_of_k"],
                 "SmolLM2 (real): overlap with the next step / the next layer", "|A∩B| / k")
 
 # %%
-ws.query("selection_locality").group_by("trace").agg(
+Table(ws.query("selection_locality").group_by("trace").agg(
     pl.col("step_overlap_of_k").mean().alias("mean_step_overlap_of_k"),
     pl.col("layer_overlap_of_k").mean().alias("mean_layer_overlap_of_k"),
 ).sort("trace").with_columns(pl.col("trace").replace(
-    {"synthetic_k2048": "synthetic_k2048 (SYNTHETIC)"}))
+    {"synthetic_k2048": "synthetic_k2048 (SYNTHETIC)"})),
+    percent=("mean_step_overlap_of_k", "mean_layer_overlap_of_k"))
 
 # %% [markdown]
 # ## 3. IndexShare: what a Shared layer still gets from its Full layer
@@ -94,7 +97,7 @@ n_layers = ws.sql("SELECT n_layers FROM selection_traces WHERE trace='smollm2'")
 full = indexer_layer_ids(n_layers, 4, 3)
 share = ws.query("indexshare_overlap", trace="smollm2", freq=4, offset=3)
 print(f"Full layers ({len(full)} of {n_layers}): {list(full)}")
-share
+Table(share)
 
 # %%
 charts.indexshare_bars(share, "SmolLM2 (real): a Shared layer's overlap with its Full layer")

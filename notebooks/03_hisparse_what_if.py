@@ -32,6 +32,7 @@ import polars as pl
 import toolkit
 from toolkit import charts
 from toolkit.models import indexer_layer_ids
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=60, tbl_width_chars=120, tbl_hide_column_data_types=True,
@@ -107,7 +108,7 @@ charts.grouped_bars(gap, "buffer_tokens", "misses_over_opt", "policy",
              "Misses relative to OPT (1.0 = optimal)")
 
 # %%
-gap.filter(pl.col("buffer_tokens") == 2 * k)
+Table(gap.filter(pl.col("buffer_tokens") == 2 * k))
 
 # %% [markdown]
 # ## 3. HiSparse mode: misses per decode step at the default buffer (2k)
@@ -128,7 +129,7 @@ per_step = ws.query("selection_misses_per_step", trace="smollm2").filter(
 charts.misses_per_step(per_step, f"SmolLM2 (real), HiSparse mode, buffer 2k = {2 * k}")
 
 # %%
-ws.query("selection_runs", trace="smollm2").filter(pl.col("mode") == "hisparse")
+Table(ws.query("selection_runs", trace="smollm2").filter(pl.col("mode") == "hisparse"))
 
 # %% [markdown]
 # ## 4. IndexShare: transferred bytes with and without shared selections
@@ -162,7 +163,7 @@ charts.grouped_bars(share, "buffer_tokens", "mb_h2d", "layers",
              "HiSparse LRU: host-to-device MB, all layers and steps", "MB host -> device")
 
 # %%
-share
+Table(share)
 
 # %% [markdown]
 # ## 5. HiSparse's published gain (sglang#33075) against the serving model, nothing fitted
@@ -192,9 +193,9 @@ print(SOURCE)
 print(f"misses per request, layer and step at k = 2048: {scaled.rows:.0f} "
       f"[{scaled.rows_low:.0f}, {scaled.rows_high:.0f}]; {scaled.label}")
 check = reproduce(scaled.rows)
-check.select("batch", "measured_ratio", pl.col("model_ratio").round(2),
+Table(check.select("batch", "measured_ratio", pl.col("model_ratio").round(2),
              pl.col("ratio_error").round(2),
-             pl.col("model_ratio_at_logged_running").round(2))
+             pl.col("model_ratio_at_logged_running").round(2)))
 
 # %% [markdown]
 # Why the serving model fitted 20 baseline requests where SGLang held 6: the three pools.
@@ -215,11 +216,11 @@ print(f"serving model: {note['model_fits']:.0f} baseline requests fit; SGLang "
       f"~{note['logged_pool_tokens']:,.0f} tokens = {note['logged_pool_gb']:.1f} GB per GPU "
       f"at {note['bytes_per_token']:,.0f} B per token")
 before = reproduce(scaled.rows, capacity="model")
-pl.DataFrame({"batch": check["batch"], "measured": check["measured_ratio"],
+Table(pl.DataFrame({"batch": check["batch"], "measured": check["measured_ratio"],
               "before": before["model_ratio"].round(2),
               "error before": before["ratio_error"].round(2),
               "after": check["model_ratio"].round(2),
-              "error after": check["ratio_error"].round(2)})
+              "error after": check["ratio_error"].round(2)}))
 
 # %% [markdown]
 # The intermediates: running requests (measured `rr=` and modelled), resident KV per request
@@ -227,7 +228,7 @@ pl.DataFrame({"batch": check["batch"], "measured": check["measured_ratio"],
 
 # %%
 with pl.Config(tbl_width_chars=200, tbl_cols=-1):
-    print(check.select("batch", pl.col("measured_base_running").alias("rr base"),
+    print(Table(check.select("batch", pl.col("measured_base_running").alias("rr base"),
              pl.col("base_running").alias("model base"),
              pl.col("measured_hisparse_running").alias("rr hisparse"),
              pl.col("hisparse_running").alias("model hisparse"),
@@ -235,7 +236,7 @@ with pl.Config(tbl_width_chars=200, tbl_cols=-1):
              pl.col("hisparse_resident_mb_per_req").round(0).alias("MB/req hisparse"),
              pl.col("base_step_ms").round(1).alias("step ms base"),
              pl.col("hisparse_step_ms").round(1).alias("step ms hisparse"),
-             pl.col("hisparse_miss_ms").round(1).alias("fetch ms")))
+             pl.col("hisparse_miss_ms").round(1).alias("fetch ms"))))
 
 # %%
 ratios = check.select("batch", pl.col("measured_ratio").alias("measured (sglang#33075)"),
@@ -297,13 +298,13 @@ from toolkit.replay.selection_scaling import DATA, bundled_fit  # noqa: E402
 
 measured = pl.read_csv(DATA)
 fits = bundled_fit()
-pl.DataFrame([{"buffer / k": f.buffer_ratio, "k exponent": round(f.k_slope, 3),
+Table(pl.DataFrame([{"buffer / k": f.buffer_ratio, "k exponent": round(f.k_slope, 3),
                "context exponent": round(f.context_slope, 3),
                "held-out median |error|": f"{math.expm1(f.cv_median_abs_log):.0%}",
                "band (10-90%)": f"x{math.exp(f.band_log[0]):.2f} - x{math.exp(f.band_log[1]):.2f}",
                "cells": f.cells, "k": f"{f.k_range[0]}-{f.k_range[1]}",
                "context": f"{f.context_range[0]}-{f.context_range[1]}"}
-              for f in fits.values()])
+              for f in fits.values()]))
 
 # %%
 mean_cells = measured.group_by("context_tokens", "k", "buffer_ratio").agg(
@@ -327,12 +328,12 @@ lines = alt.Chart(mean_cells).mark_line().encode(
 # One row per sweep: cells that ran, were skipped (their run already existed) or failed.
 
 # %%
-ws.sql("""
+Table(ws.sql("""
     SELECT grid_fingerprint, count(*) AS cells, count(*) FILTER (status = 'done') AS ran,
            count(*) FILTER (status = 'skipped') AS skipped,
            count(*) FILTER (status = 'failed') AS failed
     FROM sweeps GROUP BY grid_fingerprint ORDER BY cells DESC, grid_fingerprint
-""")
+"""))
 
 # %%
 ws.close()

@@ -21,7 +21,8 @@
 #   **prediction** for a model the fit never saw.
 # * **Prices: sourced** InferenceX survey values (July 2026, hyperscaler tier unless stated).
 # * **Selections: real** (the bundled SmolLM2 recording) for the HiSparse section, scaled to
-#   k = 2048 by keeping each row's miss ratio (an **assumption**).
+#   k = 2048 by the measured selection-scaling fit (an **extrapolation** from a 135M dense
+#   model's selections beyond its measured k range, with its band; notebook 02).
 # * **Published figures** (a public analysis of GLM-5.3 serving) are shown next to
 #   the model's answers, never used to fit it.
 
@@ -35,6 +36,7 @@ import polars as pl
 import toolkit
 from toolkit import charts
 from toolkit.serving import predict, validate
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=60, tbl_width_chars=140, tbl_hide_column_data_types=True,
@@ -66,7 +68,7 @@ COLS = ["hardware", "engine", "interactivity", "source", "basis", "reachable", "
 
 # %%
 shape = ws.compare("glm-5.2", HARDWARE)
-shape.select(COLS)
+Table(shape.select(COLS))
 
 # %% [markdown]
 # Read the `p90_ttft_s` column before the prices: without a TTFT bound the point on the
@@ -82,7 +84,7 @@ shape.select(COLS)
 
 # %%
 shape_2s = ws.compare("glm-5.2", HARDWARE, max_p90_ttft_s=2.0)
-shape_2s.select(COLS)
+Table(shape_2s.select(COLS))
 
 # %% [markdown]
 # The same question for a model with measured points: DeepSeek-R1 FP8 on MI355X, p90 TTFT
@@ -93,9 +95,9 @@ shape_2s.select(COLS)
 
 # %%
 dsr1 = ws.compare("dsr1", ("mi355x",), interactivity=(100.0,), max_p90_ttft_s=2.0)
-dsr1.select("hardware", "engine", "source", "tput_per_gpu", "tput_per_gpu_low",
+Table(dsr1.select("hardware", "engine", "source", "tput_per_gpu", "tput_per_gpu_low",
             "tput_per_gpu_high", "model_tput_per_gpu", "p90_ttft_s", "usd_per_mtok_total",
-            "model_usd_per_mtok_total", "layout")
+            "model_usd_per_mtok_total", "layout"))
 
 # %% [markdown]
 # ### Cost vs interactivity with its band
@@ -118,7 +120,7 @@ charts.cost_band(curve, title="GLM-5.2, 8K in / 1K out, p90 TTFT <= 10 s: $/M to
 # %%
 agentic = ws.compare("glm-5.2", HARDWARE, isl=65536, osl=512, cached_prefix_fraction=0.95,
                      max_p90_ttft_s=2.0)
-agentic.select(COLS)
+Table(agentic.select(COLS))
 
 # %% [markdown]
 # ## 3. Next to the published figures
@@ -163,9 +165,9 @@ rows += [
 reach = {hw: pick(agentic, hw, 150)["front_max_interactivity"] for hw in HARDWARE}
 print("fastest modelled interactivity (tok/s/user) per front:",
       {hw: None if v is None else round(v, 1) for hw, v in reach.items()})
-pl.DataFrame(rows, schema={"figure": pl.String, "published": pl.Float64, "model": pl.Float64},
-             orient="row").with_columns((pl.col("model") / pl.col("published") - 1).alias(
-                 "difference"))
+Table(pl.DataFrame(rows, schema={"figure": pl.String, "published": pl.Float64,
+                                 "model": pl.Float64}, orient="row").with_columns(
+    (pl.col("model") / pl.col("published") - 1).alias("difference")), percent=("difference",))
 
 # %% [markdown]
 # **Why they differ.** First, where a front stops short of a target (`reachable = false`;
@@ -200,7 +202,7 @@ specs = pl.DataFrame([{"hardware": h, "hbm_tb_per_s": ws.hardware(h).hbm_bandwid
                        "scaleup_domain_gpus": ws.hardware(h).scaleup_domain_gpus,
                        "usd_per_gpu_hour": ws.hardware(h).price_usd_per_gpu_hour("hyperscaler")}
                       for h in HARDWARE])
-specs
+Table(specs)
 
 # %%
 every = ws.compare("glm-5.2", HARDWARE, isl=65536, osl=512, cached_prefix_fraction=0.95,
@@ -212,7 +214,7 @@ matched = wide.drop_nulls(["gb200", "gb300"]).with_columns(
 if "mi355x" in wide.columns:
     matched = matched.with_columns((pl.col("mi355x") / pl.col("gb200")).alias(
         "mi355x_over_gb200_tput"))
-matched
+Table(matched)
 
 # %% [markdown]
 # Published (GLM-5.3, each accelerator on its own engine): GB300/GB200 throughput per GPU
@@ -260,13 +262,14 @@ hisparse = predict(validate(pl.DataFrame(cases)), breakdown=True).select(
     (pl.col("term_t_miss_s") * 1e3).alias("exposed_miss_ms"),
     pl.col("pred_tput_per_gpu").alias("tput_per_gpu"),
     pl.col("pred_median_ttft").alias("ttft_s"))
-hisparse
+Table(hisparse)
 
 # %% [markdown]
 # ## 5. Priced HiSparse decode per GPU: cost vs interactivity, and where the step time goes
 # The decode-step model (`toolkit/serving/step.py`) prices the same replay at batches 8, 32
 # and 128 per GPU, synchronous and overlapped, on each accelerator (GLM-5.2, 32K in / 8K out,
-# misses scaled to k = 2048: an **assumption**); each pricing is a `decode_costs` row, and
+# misses scaled to k = 2048 by the selection-scaling fit: an **extrapolation**, with its band
+# in `usd_per_million_total_tokens_low/_high`); each pricing is a `decode_costs` row, and
 # both charts are named queries (`cost_per_mtok`, `step_time`). Diamonds: the published
 # GLM-5.3 figures (a different, agentic workload), for scale only.
 
@@ -276,11 +279,11 @@ for hw in HARDWARE:
         for overlap in (False, True):
             ws.record_replay_cost(
                 run["run_id"], model="glm-5.2", hardware=hw, batch_per_gpu=batch,
-                overlap=overlap, miss_scale=GLM.index_topk / rows_.k, isl_tokens=32_768,
+                overlap=overlap, isl_tokens=32_768,
                 osl_tokens=8_192)
 cost = ws.query("cost_per_mtok")
-cost.select("hardware", "setting", pl.col("interactivity_tok_s_user").round(1),
-            pl.col("usd_per_mtok_total").round(4), "on_front")
+Table(cost.select("hardware", "setting", pl.col("interactivity_tok_s_user").round(1),
+                  pl.col("usd_per_mtok_total").round(4), "on_front"))
 
 # %%
 charts.cost_pareto(cost, ws.query("published_costs"),

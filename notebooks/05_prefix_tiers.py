@@ -36,6 +36,7 @@ import polars as pl
 import toolkit
 from toolkit import charts
 from toolkit.serving import bundled_points_path, predict, validate
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=30, tbl_width_chars=140, tbl_hide_column_data_types=True,
@@ -63,13 +64,13 @@ def run_grid(name: str, text: str):
 ws.ingest(ROOT / "traces/mooncake/conversation_trace.jsonl", "mooncake",
           "mooncake_conversation")
 ws.synth_agentic("synthetic_coding", "coding")
-ws.sql("""
+Table(ws.sql("""
     SELECT trace, count(*) AS requests, round(avg(input_tokens)) AS mean_isl,
            round(avg(output_tokens)) AS mean_osl,
            round(sum(input_tokens) / sum(output_tokens)) AS isl_over_osl,
            count(DISTINCT session_id) AS sessions
     FROM requests GROUP BY trace ORDER BY trace
-""")
+"""))
 
 # %% [markdown]
 # ## 1. Concurrency sweep on GB200-sized tiers
@@ -90,14 +91,14 @@ concurrency = [4, 8, 16, 32]
 shares = ws.query("tier_shares").filter(pl.col("hardware") == "gb200")
 shares = shares.with_columns(
     pl.format("device {} K tokens", pl.col("device_capacity_tokens") // 1000).alias("label"))
-ws.sql("""
+Table(ws.sql("""
     SELECT device_capacity_tokens AS device_tokens, concurrency,
            round(gpu_hit_rate, 3) AS gpu, round(host_hit_rate, 3) AS host,
            round(overall_hit_rate, 3) AS overall, round(p90_ttft_s, 3) AS p90_ttft_s,
            round(p50_tpot_s * 1000, 1) AS p50_tpot_ms
     FROM tier_runs WHERE trace = 'synthetic_coding'
     ORDER BY device_capacity_tokens DESC, concurrency
-""")
+"""), percent=("gpu", "host", "overall"))
 
 # %%
 charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: where prompt tokens come from")
@@ -118,7 +119,7 @@ charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: wher
 # with p90 TTFT near 47 s: the next cliff a larger `--hicache-ratio` would move.
 
 # %%
-ws.sql("""
+Table(ws.sql("""
     SELECT concurrency, round(gpu_hit_rate, 3) AS model_gpu, round(host_hit_rate, 3) AS model_host,
            CASE concurrency WHEN 8 THEN 0.903 WHEN 16 THEN 0.548 END AS published_gpu,
            CASE concurrency WHEN 8 THEN 0.060 WHEN 16 THEN 0.403 END AS published_host
@@ -126,7 +127,7 @@ ws.sql("""
     WHERE trace = 'synthetic_coding' AND device_capacity_tokens = 600000
       AND concurrency IN (8, 16)
     ORDER BY concurrency
-""")
+"""), percent=("model_gpu", "model_host", "published_gpu", "published_host"))
 
 # %% [markdown]
 # ## 2. TTFT per configuration
@@ -161,7 +162,7 @@ concurrency = [4, 8, 16, 32]
 surface = ws.sweep_query("sweep_cost_surface", hardware_sweep.sweep_id)
 run_ids = surface.filter(pl.col("concurrency") == 16)["run_id"].to_list()
 cost = ws.query("tier_cost").filter(pl.col("run_id").is_in(run_ids)).drop("run_id")
-cost
+Table(cost)
 
 # %%
 charts.cost_bars(cost, "Synthetic coding agents, 16 users: $ per million total tokens")
@@ -189,12 +190,12 @@ trace = "mooncake_conversation"
 [axes]
 device_tokens = [-1, "none"]   # unbounded tiers; GB200 default pools
 """)
-ws.sql("""
+Table(ws.sql("""
     SELECT device_capacity_tokens AS device_tokens, host_capacity_tokens AS host_tokens,
            round(gpu_hit_rate, 4) AS gpu, round(host_hit_rate, 4) AS host,
            round(overall_hit_rate, 4) AS overall, round(p90_ttft_s, 3) AS p90_ttft_s
     FROM tier_runs WHERE trace = 'mooncake_conversation' ORDER BY device_capacity_tokens
-""")
+"""), percent=("gpu", "host", "overall"))
 
 # %% [markdown]
 # ## 5. SGLang's radix cache vs the page-granular ideal
@@ -224,7 +225,7 @@ both = ws.sql("""
     WHERE trace = 'synthetic_coding' AND hardware = 'gb200' AND device_capacity_tokens = 600000
     ORDER BY concurrency, radix_semantics
 """)
-both
+Table(both, percent=("gpu", "host", "overall"))
 
 # %%
 sem = ws.sql("SELECT run_id, radix_semantics AS label FROM tier_runs")
@@ -310,7 +311,7 @@ side = measured.join(model, on=["users", "offload"], how="inner").select(
     pl.col("gpu_hit_rate").alias("model_gpu"), pl.col("host").alias("measured_host"),
     pl.col("host_hit_rate").alias("model_host"), pl.col("p50_ttft_s").alias("measured_ttft_s"),
     "model_p50_ttft_s", pl.col("p50_tpot_s").alias("measured_tpot_s"), "model_p50_tpot_s")
-side
+Table(side, percent=("measured_gpu", "model_gpu", "measured_host", "model_host"))
 
 # %%
 long = pl.concat([
@@ -386,7 +387,8 @@ for r in vside.iter_rows(named=True):
           f"vLLM model {r['vllm_model_gpu']:.1%} ({r['vllm_model_gpu'] - r['measured_gpu']:+.1%}); "
           f"CPU measured {r['measured_host']:.1%} vs vLLM model {r['vllm_model_host']:.1%} "
           f"({r['vllm_model_host'] - r['measured_host']:+.1%})")
-vside
+Table(vside, percent=("measured_gpu", "vllm_model_gpu", "sglang_model_gpu", "measured_host",
+                     "vllm_model_host", "sglang_model_host"))
 
 # %% [markdown]
 # **Reading it.** The engine's rules barely move the modelled rates: vLLM's block pool and

@@ -32,6 +32,7 @@ import polars as pl
 import toolkit
 from toolkit import charts
 from toolkit.cost import missed_rows_per_token_for
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=160, tbl_hide_column_data_types=True,
@@ -43,11 +44,11 @@ STORE_DIR = ROOT / "build" / "notebooks" / "07"
 shutil.rmtree(STORE_DIR, ignore_errors=True)  # each run starts from an empty store
 ws = toolkit.open(STORE_DIR, create=True)
 ws.record_engram("bundled", TEXTS)
-ws.sql("""
+Table(ws.sql("""
     SELECT trace, requests, tokens, lookups, compressed_vocab, backbone_vocab, table_rows,
            total_rows, row_bytes, lookups // tokens AS lookups_per_token
     FROM engram_traces
-""")
+"""))
 
 # %% [markdown]
 # ## 1. How Zipfian is N-gram reuse?
@@ -55,7 +56,7 @@ ws.sql("""
 # own reuse figures (section 2) must agree.
 
 # %%
-ws.sql("""
+Table(ws.sql("""
     WITH c AS (SELECT count(*) AS n FROM engram_lookups GROUP BY layer, ngram, head, row),
          r AS (SELECT n, row_number() OVER (ORDER BY n DESC) AS rk, count(*) OVER () AS rows,
                       sum(n) OVER () AS lookups FROM c)
@@ -66,7 +67,7 @@ ws.sql("""
                AS hottest_10pct_share,
            round(count(*) FILTER (WHERE n = 1) / any_value(rows), 4) AS rows_read_once
     FROM r
-""")
+"""), percent=("hottest_1pct_share", "hottest_10pct_share", "rows_read_once"))
 
 # %% [markdown]
 # ## 2. Hit ratio vs HBM cache size
@@ -86,7 +87,8 @@ runs = ws.sql("""
     FROM engram_runs WHERE trace = 'bundled' AND backing = 'dram' AND hardware = 'gb200'
     ORDER BY policy, cache_mb
 """)
-runs.filter(pl.col("policy") == "lru")
+Table(runs.filter(pl.col("policy") == "lru"),
+      percent=("hit_ratio", "hottest_1pct_share", "hottest_10pct_share"))
 
 # %%
 charts.engram_hit_curve(ws.query("engram_hit_curve", trace="bundled", step=500),
@@ -119,7 +121,7 @@ bytes_tier = ws.sql("""
       AND hbm_cache_bytes IN (1e6, 1e7, 1e8)
     ORDER BY backing, cache_mb
 """)
-bytes_tier
+Table(bytes_tier, percent=("hit_ratio",))
 
 # %%
 charts.engram_bytes_per_token(ws.query("engram_bytes_per_token", trace="bundled").filter(
@@ -143,7 +145,8 @@ for hw in HARDWARE:
         ws.replay_engram("bundled", 10e6, backing=backing, hardware=hw)
 placements = ws.query("engram_tokens_per_usd", trace="bundled",
                        cache_bytes=1e7).with_columns(pl.col("m_tokens_per_usd").round(2))
-placements.pivot(on="hardware", index=["placement", "fetch_mode"], values="m_tokens_per_usd")
+Table(placements.pivot(on="hardware", index=["placement", "fetch_mode"],
+                       values="m_tokens_per_usd"))
 
 # %%
 charts.engram_tokens_per_usd(placements)
@@ -174,7 +177,7 @@ for hw in ("gb200", "gb300", "mi355x"):
                     "missed_rows_needed": round(need, 1),
                     "lookups_needed": round(need / miss_10mb, 1),
                     "engram_layers_needed": round(need / miss_10mb / 16, 1)})
-pl.DataFrame(gap)
+Table(pl.DataFrame(gap))
 
 # %% [markdown]
 # Reading: with 2 Engram layers x 2 orders x 8 heads = 32 lookups per token (the reference

@@ -75,7 +75,7 @@ def test_selections_flags_refused(captured):
     res = runner.invoke(app, [*base, "--selections", "cap"])
     assert res.exit_code == 2 and "--selections needs --store" in res.output
     res = runner.invoke(app, [*base, "--selections", "nope", "--store", str(captured)])
-    assert res.exit_code == 2 and "no selection trace of that name" in res.output
+    assert res.exit_code == 2 and "no selection trace named 'nope'" in res.output
     res = runner.invoke(app, [*base[:3], "dsr1", "--hardware", "gb200", "--selections", "cap",
                               "--store", str(captured)])
     assert res.exit_code == 2 and "dense model" in res.output

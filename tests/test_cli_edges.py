@@ -424,6 +424,34 @@ class TestReadableOutput:
         assert ">40</td>" in page and "40.0" not in page
         assert "2 more rows" in repr(Table(pl.concat([df] * 3), limit=1))
 
+    def test_notebook_table_percent_and_bands(self):
+        """``Table(df, percent=...)`` shows shares as percentages with ``(%)`` in the
+        header; a band's ends read in their figure's unit (``p90_ttft_s_low`` in s beside
+        ``p90_ttft_s``, not in ms); an unknown percent column is one clear error."""
+        from toolkit.tables import Table
+
+        df = pl.DataFrame({"users": [8, 16], "gpu": [0.903, 0.548], "p90_ttft_s": [1.3, 2.0],
+                           "p90_ttft_s_low": [0.72, 0.9], "p90_ttft_s_high": [7.1, 9.9]})
+        text = repr(Table(df, percent=("gpu",))).splitlines()
+        assert text[0].split() == ["users", "gpu", "(%)", "p90_ttft", "(s)", "p90_ttft_low",
+                                   "(s)", "p90_ttft_high", "(s)"]
+        assert text[2].split() == ["8", "90.30", "1.300", "0.720", "7.100"]
+        assert ">gpu (%)</th>" in Table(df, percent=("gpu",))._repr_html_()
+        with pytest.raises(ValueError, match="no column 'host'"):
+            Table(df, percent=("host",))
+
+    def test_decimal_sums_read_as_numbers(self):
+        """DuckDB's ``sum()`` of integers arrives as a Decimal column (HUGEINT): shown with
+        separators like any whole number, not as ``1057408``."""
+        import duckdb
+
+        from toolkit.tables import Table, value_text
+
+        df = duckdb.sql("SELECT sum(x) AS lookups, 5::DECIMAL(10, 2) AS d "
+                        "FROM range(1000) t(x)").pl()
+        assert repr(Table(df)).splitlines()[2].split() == ["499,500", "5"]
+        assert value_text("lookups", df["lookups"][0]) == "499,500"
+
     def test_prefix_sweep_one_row_per_capacity(self, cli_store):
         """Several capacities print one row each (capacity, tokens, hit ratios, time), not a
         block per capacity, and the kernel load is reported apart from every elapsed_s; JSON

@@ -12,6 +12,8 @@ from typer.core import TyperGroup
 from toolkit.commands.common import (
     MAX_GB,
     StoreOpt,
+    check_names,
+    check_trace_param,
     check_workers,
     choices,
     cli_store,
@@ -430,6 +432,7 @@ def replay_prefix_cmd(
 ) -> None:
     """Replay a request timeline's prefix blocks through one cache (docs/prefix.md:
     exact semantics)."""
+    check_names(model=model)
     from toolkit.runtime.progress import compile_notice, status
 
     out = Output.from_options(fmt, as_json, output)
@@ -539,6 +542,7 @@ def sql_cmd(
     with cli_store(store) as s:
         try:
             if named is not None:  # the named queries' module: ~0.3 s, not for plain SQL
+                check_trace_param(s, param or [])  # before it loads
                 from toolkit.commands.queries import run_named
 
                 df = run_named(s, named, param or [])
@@ -578,9 +582,9 @@ def report_cmd(
         "KV-cache tiering report"),
 ) -> None:
     """Write a self-contained HTML report of a store plus SVG and PNG of every chart."""
-    from toolkit.report import write_report
+    with cli_store(store) as s:  # a missing store first: the charts' libraries take seconds
+        from toolkit.report import write_report
 
-    with cli_store(store) as s:
         path = guard(write_report, s, out, title)
     typer.echo(f"report: {path}")
 

@@ -18,6 +18,7 @@ import os
 import shutil
 import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 CELL_CHARS = 80  # longest value shown in a grid or a record
@@ -70,7 +71,13 @@ class _Column:
 
 
 def _unit_of(name: str, values: list[Any]) -> tuple[str, str | None, float]:
-    """(base name, unit, divisor) for a column whose name carries a scalable unit."""
+    """(base name, unit, divisor) for a column whose name carries a scalable unit; a
+    band's ends (``p90_ttft_s_low``) take the unit of their figure (``p90_ttft_low (s)``)."""
+    for band in ("_low", "_high"):
+        if name.endswith(band):
+            base, unit, scale = _unit_of(name[: -len(band)], values)
+            if unit is not None:
+                return base + band, unit, scale
     nums = [abs(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)
             and v == v]
     if name.endswith("_bytes"):
@@ -141,6 +148,17 @@ def _as_number(s: str) -> float | int | None:
     return int(v) if v.is_integer() and abs(v) < 1e15 else v
 
 
+def _plain(v: Any) -> Any:
+    """A DuckDB DECIMAL or HUGEINT (``sum()`` of integers: Polars' Decimal) as the int
+    (no fractional digits: ``DECIMAL(38, 0)``) or float (``0.903``, ``6.000``) it is, so it
+    gets separators and significant digits like any number."""
+    if isinstance(v, Decimal):
+        exponent = v.as_tuple().exponent
+        whole = isinstance(exponent, int) and exponent >= 0 and abs(v) < 10**15
+        return int(v) if whole else float(v)
+    return v
+
+
 def _cell(v: Any, col: _Column, integral: bool, limit: int | None = CELL_CHARS) -> str:
     if v is None:
         return "null"
@@ -163,10 +181,15 @@ def _cell(v: Any, col: _Column, integral: bool, limit: int | None = CELL_CHARS) 
 def _columns(df: Any) -> list[tuple[_Column, bool]]:
     """Each column's display and whether its numbers are all whole (then shown as such)."""
     out = []
+    scales: dict[str, tuple[str | None, float]] = {}
     for name, dtype in df.schema.items():
-        values = df.get_column(name).to_list()
+        values = [_plain(v) for v in df.get_column(name).to_list()]
         numeric = dtype.is_numeric()
         base, unit, scale = _unit_of(name, values) if numeric else (name, None, 1.0)
+        scales[name] = (unit, scale)
+        stem = name.removesuffix("_low").removesuffix("_high")
+        if unit is not None and stem != name and scales.get(stem, (None,))[0] is not None:
+            unit, scale = scales[stem]  # a band's ends read in their figure's unit
         scaled = unit is not None
         if numeric and unit is None:
             base, unit = _fixed_unit(name)
@@ -247,7 +270,7 @@ def _grid(df: Any, text_limit: int | None = CELL_CHARS) -> _Grid:
     rows = list(df.iter_rows())
     cells = []
     for j, (c, integral) in enumerate(cols):
-        values = [r[j] for r in rows]
+        values = [_plain(r[j]) for r in rows]
         cells.append([_cell(v, c, integral) for v in values] if c.numeric
                      else _text_cells(values, c, text_limit))
     return _Grid([c.header for c, _ in cols], cells, [c.numeric for c, _ in cols])
@@ -408,6 +431,7 @@ def format_record(row: dict[str, Any]) -> str:
 
 def value_text(name: str, v: Any) -> str:
     """One value of column ``name`` on its own, with its unit."""
+    v = _plain(v)
     if isinstance(v, int | float) and not isinstance(v, bool):
         _, unit, scale = _unit_of(name, [v])
         scaled = unit is not None
@@ -441,9 +465,20 @@ class Table:
     Args:
         df: a Polars frame.
         limit: rows shown (the rest counted in a note).
+        percent: columns holding shares (0.903) to show as percentages: the values times
+            100, the header marked ``(%)`` (``gpu`` -> ``gpu (%)``, 90.30).
     """
 
-    def __init__(self, df: Any, limit: int = 40) -> None:
+    def __init__(self, df: Any, limit: int = 40, percent: tuple[str, ...] | list[str] = ()) -> None:
+        if percent:
+            import polars as pl
+
+            missing = [c for c in percent if c not in df.columns]
+            if missing:
+                raise ValueError(f"Table: no column {missing[0]!r} to show as a percentage "
+                                 f"(columns: {', '.join(df.columns)})")
+            df = df.with_columns([pl.col(c) * 100 for c in percent]).rename(
+                {c: f"{c}_pct" for c in percent})
         self.df = df
         self.limit = limit
 

@@ -93,6 +93,10 @@ def cluster_cmd(
 ) -> None:
     """Replay a timeline over N serving instances behind a router (one event loop, each
     instance its own exact GPU / host / storage prefix cache)."""
+    from toolkit.commands.common import check_key, check_names
+
+    check_names(hardware=hardware, model=model)  # names first: a typo costs no import
+    check_key(store, "requests", trace)
     from dataclasses import replace
 
     from toolkit.cost.from_replay import run_cluster

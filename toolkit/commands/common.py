@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -137,3 +137,63 @@ def require_key(s: Store, table: str, name: str, what: str = "requests") -> None
     if name not in keys:
         known = ", ".join(keys[:20]) + (", ..." if len(keys) > 20 else "") or "none"
         fail(f"no {what} named {name!r} in store {s.root} (table {table}); known: {known}")
+
+
+def check_names(*, hardware: str | Iterable[str] | None = None, model: str | None = None,
+                flags: tuple[str, str] = ("--hardware", "--model")) -> None:
+    """Refuse an unknown accelerator or model name from the spec registries alone (TOML
+    files, no NumPy, Polars, DuckDB or numba: ~50 ms), before a command opens its store or
+    loads a kernel, so a typo costs the CLI's start-up and nothing more; one line naming
+    the flag and the names the registry holds (third-party plug-ins included).
+
+    Args:
+        hardware: one name or several (``"gb200,gb300"`` is split at commas).
+        model: a model name or alias.
+        flags: the options' names as the command spells them, for the message.
+    """
+    if hardware is not None:
+        from toolkit.hardware import get_hardware
+
+        names = hardware.split(",") if isinstance(hardware, str) else list(hardware)
+        for name in (n.strip() for n in names):
+            if name:
+                try:
+                    get_hardware(name)
+                except RegistryError as e:
+                    fail(f"{flags[0]} {name}: {e} (toolkit hardware list)")
+    if model is not None:
+        from toolkit.models import get_model
+
+        try:
+            get_model(model)
+        except RegistryError as e:
+            fail(f"{flags[1]} {model}: {e} (toolkit models list)")
+
+
+def check_key(store: Path, table: str, name: str, what: str = "requests") -> None:
+    """:func:`require_key` for a command that opens its store later (or inside a library
+    call): opens the store, checks ``name`` in ``table``, closes it."""
+    with cli_store(store) as s:
+        require_key(s, table, name, what)
+
+
+#: The tables whose keys are trace names (request timelines, selection traces, Engram
+#: lookup traces): a named query's ``trace`` parameter names one of them.
+TRACE_TABLES = ("requests", "selections", "engram_traces")
+
+
+def check_trace_param(s: Store, params: list[str]) -> None:
+    """``toolkit sql --query NAME --param trace=T``: a trace the store does not hold is one
+    line naming it and the traces it does hold, not an empty table; checked before the
+    named queries (and Polars) load."""
+    for p in params:
+        key, sep, value = p.partition("=")
+        name = value.strip()
+        if key.strip() != "trace" or not sep or name.lower() in ("", "null", "none"):
+            continue
+        known = sorted(set().union(*(s.keys(t) for t in TRACE_TABLES)))
+        if name not in known:
+            shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "") or "none"
+            fail(f"--param trace={name}: no trace named {name!r} in store {s.root} (tables "
+                 f"{', '.join(TRACE_TABLES)}); known: {shown}; `toolkit info --store "
+                 f"{s.root}` lists every table")

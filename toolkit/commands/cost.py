@@ -15,7 +15,16 @@ from typing import Annotated
 import typer
 
 from toolkit.commands import measured as m
-from toolkit.commands.common import choices, cli_store, fail, field_default, guard, ttft_bound
+from toolkit.commands.common import (
+    check_key,
+    check_names,
+    choices,
+    cli_store,
+    fail,
+    field_default,
+    guard,
+    ttft_bound,
+)
 from toolkit.commands.output import FormatOpt, Output, OutputOpt, render_table
 from toolkit.cost.config import CompareConfig
 from toolkit.errors import ToolkitError
@@ -127,6 +136,7 @@ def cost_cmd(
     output: Path | None = None,
 ) -> None:
     """$ per million tokens at a throughput (InferenceX: $/GPU-hr / (tok/s/GPU x 3600 / 1e6))."""
+    check_names(hardware=hardware)
     from toolkit.cost.price import quote
 
     out = Output.from_options(fmt, as_json, output)
@@ -177,6 +187,7 @@ def cost_at_interactivity_cmd(
     """$/M tokens per (hardware, engine, model, precision, ISL, OSL) at a target
     interactivity: Steffen spline on each series' throughput-vs-interactivity Pareto front,
     as InferenceX does."""
+    m.check_points_name(store, measured_points)
     from toolkit.cost.interpolate import cost_at_interactivity, read_measurements
 
     out = Output.from_options(fmt, as_json, output)
@@ -391,7 +402,10 @@ def cost_compare_cmd(
     where they cover the question, else from the serving model's Pareto front of layouts x
     concurrency, with low/high bands, a p90 TTFT bound (10 s by default) and `reachable` /
     `edge` flags."""
-
+    check_names(hardware=hardware, model=model)  # before the serving model's libraries load
+    if selections is not None and store is not None:
+        check_key(store, "selections", selections, "selection trace")
+    m.check_points_name(store, measured_points)
     from toolkit.cost.compare import compare, engines_for, measurement_scope
     from toolkit.serving.params import ServingParams, bundled_params
 

@@ -12,6 +12,8 @@ from typer.core import TyperGroup
 from toolkit.commands.common import (
     MAX_GB,
     StoreOpt,
+    check_key,
+    check_names,
     choices,
     cli_store,
     fail,
@@ -125,6 +127,8 @@ def replay_engram_cmd(
 ) -> None:
     """Replay Engram lookups through an HBM row cache over DRAM or SSD and price the
     placement (hits, misses, bytes per token per tier, reuse, tokens per dollar)."""
+    check_names(hardware=hardware, model=model)  # names first: a typo costs no import
+    check_key(store, "engram_traces", trace, "Engram lookup trace")
     from toolkit.cost.engram import run_engram
     from toolkit.runtime.progress import compile_notice, status
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, cli_store, guard
+from toolkit.commands.common import StoreOpt, cli_store, fail, guard
 
 export_app = typer.Typer(help="Export a run's timeline (Perfetto) or a whole store (Parquet).",
                          no_args_is_help=True)
@@ -29,9 +29,16 @@ def export_perfetto_cmd(
     """A tier replay's per-request timeline as Chrome trace-event JSON: tracks for the GPU's
     prefill lane, host and storage tier loads; queue, prefill-wait and decode slices per
     request; counters of running and waiting requests and host tier use (docs/formats.md)."""
-    from toolkit.export import write_perfetto
+    with cli_store(store) as s:  # the id first: a typo costs no exporter start-up
+        runs = [*s.keys("tier_runs"), *s.keys("cluster_runs")]
+        if run not in runs and run.partition("/")[0] not in s.keys("plan_runs"):
+            shown = ", ".join(runs[:8]) + (", ..." if len(runs) > 8 else "") or "none"
+            fail(f"--run: no tier replay {run!r} in store {s.root}, nor a cluster replay or "
+                 f"plan of that id (tables tier_runs, cluster_runs, plan_runs); runs: {shown}"
+                 " (`toolkit replay tiers` makes one; a plan's timeline: --run "
+                 "PLAN_ID[/RANK])")
+        from toolkit.export import write_perfetto
 
-    with cli_store(store) as s:
         res = guard(write_perfetto, s, run, out, replace=replace)
     slices = ", ".join(f"{n:,} {k}" for k, n in res["slices"].items())
     typer.echo(f"wrote {res['events']:,} events ({slices}) of {run} to {res['path']}")

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import fail
+from toolkit.commands.common import check_key, fail
 
 PANEL = "Bench results (sglang.bench_serving JSONL, vllm bench serve JSON)"
 
@@ -88,6 +88,14 @@ def measurement_source(path: Path | None, store: Path | None, name: str | None, 
     return MeasurementSource(path=str(path) if path is not None else None,
                              store=str(store) if store is not None else None, name=name,
                              layout=bench, flag_prefix=prefix)
+
+
+def check_points_name(store: Path | None, name: str | None) -> None:
+    """``--store S --measured-points NAME``: a name the store does not hold is one line
+    naming the table, before the serving model's libraries (Polars, SciPy) load; anything
+    else about the pair is left to :func:`measurement_source`."""
+    if store is not None and name is not None and store.is_dir() and any(store.iterdir()):
+        check_key(store, "measured_points", name, "measured points")
 
 
 def show_notes(notes: list[str]) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from toolkit.commands.common import (
+    check_names,
     check_workers,
     cli_store,
     fail,
@@ -127,6 +128,7 @@ def plan_cmd(
         fail("give --store, --trace and --model (or a subcommand: toolkit plan explain)")
     if engine not in ("local", "ray"):
         fail(f"--engine {engine!r}: local or ray")
+    check_names(hardware=hardware, model=model)  # names first: a typo costs no search start-up
     cfg = guard(PlanConfig, trace=trace, model=model, hardware=_names(hardware),
                 interactivity=interactivity, selections=selections, engram=engram,
                 max_p90_ttft_s=ttft_bound(max_p90_ttft_s), ttft_confidence=ttft_confidence,
@@ -194,9 +196,10 @@ def explain_cmd(
 ) -> None:
     """Why a plan was chosen: the binding constraint and, per dimension, the next-best
     alternative and what it would cost."""
-    from toolkit.plan.explain import explain, explain_text
+    with cli_store(store) as s:  # the id first: a typo costs no search start-up
+        require_key(s, "plan_runs", plan.partition("/")[0], "plan")
+        from toolkit.plan.explain import explain, explain_text
 
-    with cli_store(store) as s:
         out = guard(explain, s, plan)
     if as_json:
         typer.echo(json.dumps(out, default=str))

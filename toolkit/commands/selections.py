@@ -9,12 +9,15 @@ import typer
 
 from toolkit.commands.common import (
     StoreOpt,
+    check_key,
+    check_names,
     check_workers,
     choices,
     cli_store,
     fail,
     field_default,
     guard,
+    require_key,
 )
 from toolkit.commands.mrc import PolicyOpt, SampleKeysOpt, SampleRateOpt, policy_curve_rows
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
@@ -115,6 +118,7 @@ def replay_selections_cmd(
 ) -> None:
     """Replay top-k selections through per-(request, layer) device buffers (docs/selections.md);
     shows progress on a terminal for replays longer than ~2 s (never with --json)."""
+    check_names(model=model)
     from toolkit.models import get_model
     from toolkit.replay.selections import model_config, replay_selections
     from toolkit.runtime.progress import compile_notice
@@ -126,9 +130,7 @@ def replay_selections_cmd(
         policy = "opt-bypass"
     quiet = False if out.quiet else None
     with cli_store(store) as s, compile_notice(quiet):
-        if trace not in s.keys("selections"):
-            known = ", ".join(s.keys("selections")) or "none"
-            fail(f"no selection trace {trace!r} in {s.root}; known: {known}")
+        require_key(s, "selections", trace, "selection trace")
         options = {"policy": policy, "buffer_tokens": buffer_tokens, "mode": mode,
                    "initial": initial}
         if model is not None:
@@ -172,11 +174,6 @@ def replay_mrc_cmd(
 ) -> None:
     """Miss ratio at every size: LRU exactly in one pass (stack distances; stored in
     miss_curves), any policy from a spatially sampled stream (SHARDS, mini caches)."""
-    import polars as pl
-
-    from toolkit.replay.mrc import miss_curve_table
-    from toolkit.runtime.progress import compile_notice, status
-
     out = Output.from_options(fmt, as_json, output)
     if kind not in ("selections", "prefix", "engram"):
         fail(f"--kind must be selections, prefix or engram, got {kind!r}")
@@ -188,6 +185,15 @@ def replay_mrc_cmd(
         if not wanted or min(wanted) < 0 or max(wanted) > MAX_INT:
             fail(f"--sizes must be integers in [0, 2^53], got {sizes!r}")
         wanted = sorted(set(wanted))
+    check_key(store, {"selections": "selections", "prefix": "requests",
+                      "engram": "engram_traces"}[kind], trace,
+              {"selections": "selection trace", "prefix": "requests",
+               "engram": "Engram lookup trace"}[kind])
+    import polars as pl
+
+    from toolkit.replay.mrc import miss_curve_table
+    from toolkit.runtime.progress import compile_notice, status
+
     quiet = False if out.quiet else None
     if policy != "lru" or sample_rate is not None or sample_keys is not None:
         with cli_store(store) as s, compile_notice(quiet), status(f"miss curve {trace}",

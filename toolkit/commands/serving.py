@@ -23,6 +23,7 @@ from toolkit.commands.measured import (
     SpecOpt,
     StoreOpt,
     TpOpt,
+    check_points_name,
     measurement_source,
     show_notes,
 )
@@ -47,6 +48,41 @@ def _points(path: Path | None):
     from toolkit.serving.points import bundled_points_path, read_points
 
     return guard(read_points, path or bundled_points_path())
+
+
+def _names_in_file(path: Path) -> None:
+    """A configurations CSV's unknown ``hardware`` or ``model`` (the names people mistype)
+    refused before Polars and the serving model load, in the words of the full validation
+    (:func:`toolkit.serving.points.validate`); anything else (Parquet, an unreadable or
+    ragged file, empty cells, other columns) is left to it."""
+    import csv
+
+    from toolkit.hardware import hardware_names
+    from toolkit.models import get_model, model_names
+    from toolkit.registry import RegistryError
+
+    if path.suffix.lower() != ".csv" or not path.is_file():
+        return
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if not {"hardware", "model"} <= set(reader.fieldnames or ()):
+                return
+            known, seen = set(hardware_names()), set()
+            for i, row in enumerate(reader):
+                hw, model = row.get("hardware"), row.get("model")
+                if hw and hw not in known:
+                    fail(f"{path}: row {i + 1} field 'hardware': unknown hardware {hw!r}; "
+                         "known: toolkit hardware list")
+                if model and model not in seen:
+                    try:
+                        get_model(model)
+                    except RegistryError:
+                        fail(f"{path}: row {i + 1} field 'model': unknown model {model!r}; "
+                             f"known: {', '.join(model_names())}")
+                    seen.add(model)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return
 
 
 def _measured(points: Path | None, store: Path | None, name: str | None, **layout):
@@ -95,6 +131,7 @@ def fit_cmd(
     at full weight, TTFT at <= 64 users); writes them with kind = "fitted", the data used, in-sample
     residuals and cross-validated error bands. Exits 1 naming every parameter that ends at
     a bound of its range (the model is then compensating for something it lacks)."""
+    check_points_name(store, measured_points)
     from toolkit.serving.crossval import fit_with_bands
     from toolkit.serving.fit import bound_report, fit
 
@@ -143,6 +180,7 @@ def predict_cmd(
 ) -> None:
     """Predict median TPOT, median / p90 TTFT (s), interactivity and throughput per GPU
     (InferenceX divisors) for every row; unknown hardware, model or engine stops at its row."""
+    _names_in_file(points)  # before Polars and the serving model load
     from toolkit.commands.output import write_file
     from toolkit.serving.predict import predict
 
@@ -244,6 +282,7 @@ def validate_cmd(
     of tput_per_gpu, TPOT and TTFT and Spearman rho per hardware, on held-out rows only; the
     calibrated bands' coverage per column and (vendor, engine) group, and the p90 TTFT checks
     (each fold's bands calibrated without it)."""
+    check_points_name(store, measured_points)
     import polars as pl
 
     from toolkit.serving.calibration import CONFIDENCE

@@ -10,13 +10,60 @@ from typing import Annotated
 
 import typer
 
-from toolkit.commands.common import StoreOpt, check_workers, cli_store, fail, guard
+from toolkit.commands.common import (
+    StoreOpt,
+    check_names,
+    check_workers,
+    cli_store,
+    fail,
+    guard,
+)
 from toolkit.commands.output import FormatOpt, JsonOpt, Output, OutputOpt
 from toolkit.errors import ToolkitError
 from toolkit.registry import RegistryError
-from toolkit.sweep.engines import CONNECT_TIMEOUT_S
 
 store_app = typer.Typer(help="Store maintenance.", no_args_is_help=True)
+
+#: The table each sweep kind's traces live in: ``toolkit.sweep.kinds``' ``trace_table``,
+#: repeated here (``tests/test_errors_early.py`` keeps the two equal) so that a mistyped
+#: name in a grid costs no import of the replays and the serving model.
+GRID_TRACE_TABLES = {"selections": "selections", "prefix": "requests", "tiers": "requests",
+                     "plan": "requests"}
+
+
+def _grid_names(grid: Path, store: Path) -> None:
+    """The accelerator, model and trace names a grid file gives (top level, ``[fixed]``,
+    ``[axes]``), checked against the spec registries and the store before the sweep
+    package loads; whatever else is wrong with the file :func:`toolkit.sweep.load_grid`
+    words (this check skips what it cannot read)."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(grid.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return
+    fixed, axes = (doc.get(k) if isinstance(doc.get(k), dict) else {} for k in ("fixed", "axes"))
+
+    def names(key: str, *extra: object) -> list[str]:
+        out: list[str] = []
+        for v in (doc.get(key), fixed.get(key), axes.get(key), *extra):
+            for x in v if isinstance(v, list) else [v]:
+                out += [y for y in (x if isinstance(x, list) else [x]) if isinstance(y, str)]
+        return out
+
+    check_names(hardware=names("hardware"), model=None, flags=(f"{grid}: hardware", ""))
+    for m in dict.fromkeys(names("model")):
+        check_names(model=m, flags=("", f"{grid}: model"))
+    table = GRID_TRACE_TABLES.get(doc.get("kind"))
+    traces = names("trace", doc.get("traces"))
+    if table and traces and store.is_dir() and any(store.iterdir()):
+        with cli_store(store) as s:
+            keys = s.keys(table)
+            for t in dict.fromkeys(traces):
+                if t not in keys:
+                    shown = ", ".join(keys[:20]) + (", ..." if len(keys) > 20 else "") or "none"
+                    fail(f"{grid}: trace {t!r} is not in store {s.root} (table {table}); "
+                         f"known: {shown}")
 
 
 def sweep_cmd(
@@ -38,10 +85,10 @@ def sweep_cmd(
                           "record (record it, run the rest).")
     ] = "raise",
     connect_timeout_s: Annotated[
-        float, typer.Option("--connect-timeout-s", min=0.001, max=86_400.0,
-                            help="Give up on an unreachable --address after this many "
-                            "seconds.")
-    ] = CONNECT_TIMEOUT_S,
+        float | None, typer.Option("--connect-timeout-s", min=0.001, max=86_400.0,
+                                   help="Give up on an unreachable --address after this "
+                                   "many seconds (default: the engine's, 30 s).")
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show Ray's own log lines.")
     ] = False,
@@ -51,7 +98,12 @@ def sweep_cmd(
 ) -> None:
     """Run every cell of a grid not already in the store (resumable; exit 1 if a cell
     failed). Shows a cell counter on a terminal (never with --json)."""
+    _grid_names(grid, store)  # names first: the sweep package loads the replays (~1 s)
     from toolkit.sweep import SweepError, SweepInterrupted, load_grid, run
+    from toolkit.sweep.engines import CONNECT_TIMEOUT_S
+
+    if connect_timeout_s is None:  # the engines' default, read once they are imported
+        connect_timeout_s = CONNECT_TIMEOUT_S
 
     out = Output.from_options(fmt, as_json, output)
     if on_error not in ("raise", "record"):

@@ -15,6 +15,7 @@ import typer
 from toolkit.commands.common import (
     MAX_GB,
     StoreOpt,
+    check_names,
     choices,
     cli_store,
     fail,
@@ -104,6 +105,7 @@ def tiers_cmd(
     output: OutputOpt = None,
 ) -> None:
     """Replay a timeline through GPU / host / storage prefix tiers (HiCache semantics)."""
+    check_names(hardware=hardware, model=model)
     with cli_store(store) as s:  # names first: a typo costs no kernel or cost-model import
         require_key(s, "requests", trace)
     from toolkit.models import get_model
