@@ -40,6 +40,7 @@ from toolkit.plan.config import PlanConfig
 from toolkit.plan.search import plan
 from toolkit.replay.tiers import ClusterReplayConfig, ServiceAssumptions, TierReplayConfig
 from toolkit.replay.tiers.cluster import stream_for
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_cols=-1, tbl_width_chars=170, tbl_hide_column_data_types=True,
@@ -79,8 +80,7 @@ for scale in (1.0, 2.0, 4.0):
             "usd_per_mtok_total", "p90_ttft_s", "binding", "ratio_to_next",
             "beyond_band")}})
 load = pl.DataFrame(rows).with_columns(pl.col("layout").str.replace(r" conc \d+$", ""))
-load.with_columns(pl.col("usd_per_hour_total", "usd_per_mtok_total", "p90_ttft_s",
-                         "ratio_to_next").round(3))
+Table(load)  # formatted as the CLI prints it
 
 # %%
 alt.Chart(load).mark_line(point=True).encode(
@@ -160,7 +160,8 @@ side = (shares.filter(pl.col("source").is_in(["GPU (L1)", "host (L2)"]))
         .select("users_per_instance", "source", "share")
         .pivot(on="source", index="users_per_instance", values="share")
         .sort("users_per_instance"))
-side.with_columns(pl.col("GPU (L1)", "host (L2)").round(3))
+Table(side.rename({"GPU (L1)": "gpu_l1", "host (L2)": "host_l2"}),
+      percent=("gpu_l1", "host_l2"))
 
 # %% [markdown]
 # The published shares are of **reused** prompt tokens; the replay's are of all prompt
@@ -192,10 +193,9 @@ charts.cluster_ttft_cdf(cdf, title="TTFT CDF per router (16 x GB200 TP8, Mooncak
                                    "conversation, recorded rate)")
 
 # %%
-store.query("SELECT router, instances, gpu_hit_share, p50_ttft_s, p90_ttft_s "
-            "FROM cluster_runs WHERE list_contains($ids, run_id) ORDER BY gpu_hit_share",
-            {"ids": ids}).with_columns(
-    pl.col("gpu_hit_share", "p50_ttft_s", "p90_ttft_s").round(4))
+Table(store.query("SELECT router, instances, gpu_hit_share, p50_ttft_s, p90_ttft_s "
+                  "FROM cluster_runs WHERE list_contains($ids, run_id) "
+                  "ORDER BY gpu_hit_share", {"ids": ids}), percent=("gpu_hit_share",))
 
 # %% [markdown]
 # ## What is modelled, and what is not
