@@ -39,6 +39,7 @@ import polars as pl
 import toolkit
 from toolkit import charts
 from toolkit.serving import bundled_points_path, cross_validate, read_points
+from toolkit.tables import Table
 
 alt.renderers.enable("svg")
 pl.Config(tbl_rows=40, tbl_width_chars=130, tbl_hide_column_data_types=True,
@@ -76,7 +77,8 @@ def error_table(group):
     err = ws.query("model_error", group=group)
     rows = err.filter(pl.col("metric_rank") == 1).select("key", "rows")
     wide = err.pivot(on="metric", index="key", values="median_abs_err")
-    return rows.join(wide, on="key").rename({"key": group})
+    return Table(rows.join(wide, on="key").rename({"key": group}),
+                 percent=tuple(c for c in wide.columns if c != "key"))
 
 
 error_table("hardware")
@@ -119,8 +121,8 @@ charts.pareto_fronts(fronts, measured, "DeepSeek-R1 FP4 8K/1K: modelled fronts a
 targets = tuple(float(x) for x in (10, 15, 20, 30, 40, 50, 60, 70, 80, 100, 120, 150, 200))
 banded = ws.compare("dsr1", hardware, precision="fp4", interactivity=targets,
                     measured=False, max_p90_ttft_s=None)
-print(banded.group_by("hardware", "engine", "basis").agg(
-    pl.col("reachable").sum().alias("targets_reached")).sort("hardware"))
+print(Table(banded.group_by("hardware", "engine", "basis").agg(
+    pl.col("reachable").sum().alias("targets_reached")).sort("hardware")))
 charts.front_band(banded, measured, "DeepSeek-R1 FP4 8K/1K: modelled front, calibrated 80% "
                   "band, measured points")
 
@@ -143,15 +145,16 @@ coverage = pl.concat([
                                          *(f"{c}_coverage" for c in cols),
                                          *(f"{c}_width" for c in cols[:2]))
     for s in ("kfold", "hardware", "time")])
-coverage
+Table(coverage, percent=tuple(f"{c}_coverage" for c in cols))
 
 # %% [markdown]
 # Per (vendor, engine) group under leave-one-hardware-out: where the bands are kept and where
 # they are not.
 
 # %%
-calibration.coverage_table(calibration.nested_bands(frames, "hardware")).select(
-    "group", "rows", *(f"{c}_coverage" for c in cols))
+Table(calibration.coverage_table(calibration.nested_bands(frames, "hardware")).select(
+    "group", "rows", *(f"{c}_coverage" for c in cols)),
+    percent=tuple(f"{c}_coverage" for c in cols))
 
 # %% [markdown]
 # ### p90 TTFT as its own target
@@ -166,8 +169,8 @@ p90 = pl.DataFrame([{"scheme": s, **calibration.p90_check(calibration.nested_ban
                     for s in ("kfold", "hardware")])
 bounds = pl.DataFrame([r for s in ("kfold", "hardware")
                        for r in calibration.bound_check(frames, s) if r["confidence"] == 0.8])
-print(p90)
-bounds
+print(Table(p90))
+Table(bounds)
 
 # %% [markdown]
 # ### Sparse-attention models, leave one source out
@@ -177,9 +180,11 @@ bounds
 
 # %%
 dsa = pl.read_csv(CV / "heldout_dsa.csv", infer_schema_length=None)
-calibration.dsa_loso(dsa).select("source", "rows", "tput_per_gpu_median_err",
-                                 "tput_per_gpu_median_ratio", "tput_per_gpu_coverage",
-                                 "median_tpot_median_err", "median_tpot_coverage")
+Table(calibration.dsa_loso(dsa).select("source", "rows", "tput_per_gpu_median_err",
+                                       "tput_per_gpu_median_ratio", "tput_per_gpu_coverage",
+                                       "median_tpot_median_err", "median_tpot_coverage"),
+      percent=("tput_per_gpu_median_err", "tput_per_gpu_coverage", "median_tpot_median_err",
+               "median_tpot_coverage"))
 
 # %% [markdown]
 # ## 4. The bundled held-out file reproduces

@@ -38,6 +38,10 @@ def _grid_names(grid: Path, store: Path) -> None:
     words (this check skips what it cannot read)."""
     import tomllib
 
+    from toolkit.runtime.files import file_problem
+
+    if file_problem(grid) is not None:  # /dev/zero, a FIFO, a directory: load_grid words it
+        return
     try:
         doc = tomllib.loads(grid.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
