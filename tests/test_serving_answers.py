@@ -577,3 +577,23 @@ def test_fully_cached_prompt_is_finite():
     p = predict(_frame(*rows))
     for c in ("pred_median_ttft", "pred_tput_per_gpu", "pred_median_tpot"):
         assert p[c].is_finite().all() and (p[c] > 0).all(), c
+
+
+def test_prefill_collectives_follow_the_prefill_link():
+    """A prefill forward's expert dispatch/combine and all-reduces cross the prefill instance's
+    link: a 16-GPU H100 prefill instance (two 8-GPU NVLink domains, the rest over 400 Gb/s
+    NICs) pays far more per prompt token than one 8-GPU instance inside NVLink, and a
+    single-GPU instance pays nothing."""
+    rows = [_row(hardware="h100", framework="dynamo-trt", disagg=True, num_prefill_gpu=16,
+                 prefill_tp=16, prefill_ep=16, prefill_dp_attention=True),
+            _row(hardware="h100", framework="dynamo-trt", disagg=True, num_prefill_gpu=8,
+                 prefill_tp=8, prefill_ep=8, prefill_dp_attention=True)]
+    d = design(_frame(*rows))
+    th = bundled_params().row_values(levels(d))
+    t = prefill_terms(d, th)
+    per_gpu_bytes = t["prefill_comm_bytes"]
+    # same bytes per GPU up to the shard factor (15/16 vs 7/8) and tokens per GPU (1/16 vs 1/8)
+    np.testing.assert_allclose(per_gpu_bytes[0] / per_gpu_bytes[1], (15 / 16) / (7 / 8) / 2)
+    per_byte = t["t_prefill_comm_s"] / per_gpu_bytes
+    assert per_byte[0] > 3 * per_byte[1]  # NIC-bound vs NVLink
+    assert (t["t_prefill_comm_s"] < t["t_prefill_compute_s"]).all()

@@ -88,3 +88,56 @@ class TestQueue:
         # the wait is the queue ahead: ~1,024 users / the completion rate
         rate = out["pred_tput_per_gpu"][1] * 16 / (0.9 * 256)
         assert over == pytest.approx(1024 / rate, rel=0.5)
+
+
+class TestTrtRecipeBatches:
+    """InferenceX's Dynamo + TensorRT-LLM recipes set the decode workers' ``max_batch_size``
+    (``toolkit/data/inferencex/dynamo_trt_decode_batches.csv``, read from every version of its
+    ``nvidia-master.yaml``)."""
+
+    H100 = dict(hardware="h100", framework="dynamo-trt", disagg=True, is_multinode=True,
+                isl=1024, osl=1024, num_prefill_gpu=16, num_decode_gpu=48, prefill_tp=16,
+                prefill_ep=16, prefill_dp_attention=True, decode_tp=16, decode_ep=16,
+                date="2026-02-08")
+
+    def test_recipe_batch_caps_each_decode_worker(self):
+        """H100 1K/1K, 6 users: ``ctx1_gen3_tep16_batch1`` (three TEP16 decode workers of one
+        request each); 30 users: ``batch8``; with DP attention the batch is per rank
+        (``ctx1_gen1_dep16_batch32`` at 615 users: 32 x 16 per worker)."""
+        d = _design(_row(**self.H100, conc=6), _row(**self.H100, conc=30),
+                    _row(**{**self.H100, "num_decode_gpu": 16, "decode_dp_attention": True,
+                            "spec_method": "mtp"}, conc=615))
+        assert d.n_dec.tolist() == [3.0, 3.0, 1.0]
+        assert d.max_running.tolist() == [1.0, 8.0, 32.0 * 16]
+
+    def test_only_inferencex_runs_of_a_listed_layout(self):
+        """No run date (a sweep or a plan), another concurrency or another engine: the engine
+        default (2,048 per rank); a given ``max_running_requests`` wins over the recipe."""
+        d = _design(_row(**{**self.H100, "date": None}, conc=6), _row(**self.H100, conc=7),
+                    _row(**{**self.H100, "framework": "dynamo-sglang"}, conc=6),
+                    _row(**self.H100, conc=6, max_running_requests=5))
+        assert d.max_running[:2].tolist() == [2048.0, 2048.0]
+        assert np.isinf(d.max_running[2])  # SGLang: its request pool, not the TRT recipe
+        assert d.max_running[3] == 5.0
+
+    def test_bundled_rows_matched(self):
+        """64 of the 80 bundled Dynamo-TRT rows find their recipe; every batch is a recipe's."""
+        from toolkit.serving import bundled_points_path, read_points
+        from toolkit.serving.recipes import _trt_decode_batches, trt_recipe_batches
+
+        pts = read_points(bundled_points_path())
+        b = trt_recipe_batches(pts)
+        trt = (pts["framework"] == "dynamo-trt").to_numpy()
+        assert np.isfinite(b).sum() == 64 and not np.isfinite(b[~trt]).any()
+        assert set(b[np.isfinite(b)].tolist()) <= set(
+            _trt_decode_batches()["decode_max_batch_size"].cast(float).to_list())
+
+    def test_the_wait_for_a_decode_slot_is_the_ttft(self):
+        """Six users on three one-request decode workers: half of them wait for a whole
+        1,024-token decode, so the median TTFT is seconds (InferenceX measured 12.7 s); the
+        engine default leaves it at the prefill's fraction of a second."""
+        df = validate(pl.DataFrame([_row(**self.H100, conc=6),
+                                    _row(**self.H100, conc=6, max_running_requests=2048)]))
+        p = predict(df)
+        ttft = p["pred_median_ttft"].to_list()
+        assert ttft[0] > 5.0 > 1.0 > ttft[1]

@@ -94,6 +94,7 @@ class Design:
     dp_attn: np.ndarray
     pre_dp_attn: np.ndarray  # prefill instance runs attention data-parallel (aggregated: dp_attn)
     ep_moe: np.ndarray  # expert parallel (dispatch/combine) vs tensor-parallel MoE
+    pre_ep_moe: np.ndarray  # the prefill instance's MoE (aggregated: ep_moe)
     # hardware
     hbm_bw: np.ndarray
     hbm_usable: np.ndarray
@@ -102,6 +103,7 @@ class Design:
     link_bw_dec: np.ndarray  # collective bandwidth of a decode instance
     dec_beyond_domain: np.ndarray  # decode instance spans more than one scale-up domain
     link_bw_pre: np.ndarray
+    pre_beyond_domain: np.ndarray  # prefill instance spans more than one scale-up domain
     xfer_bw: np.ndarray  # prefill -> decode KV transfer bandwidth per GPU
     # model
     layers: np.ndarray
@@ -250,6 +252,8 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         max_running = np.where(np.isfinite(given), max_running, np.inf)
         sglang_cap = np.zeros(n, dtype=bool)
 
+    ep_moe = (np.maximum(ep_d, 1) > 1) | (g_dec > np.maximum(tp_d, 1))
+
     def opt(col: str, default: float) -> np.ndarray:
         if col in df.columns:
             return df[col].cast(pl.Float64).fill_null(default).to_numpy()
@@ -287,7 +291,9 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         dp_attn=df["decode_dp_attention"].to_numpy().astype(bool),
         pre_dp_attn=np.where(disagg, df["prefill_dp_attention"].to_numpy().astype(bool),
                              df["decode_dp_attention"].to_numpy().astype(bool)),
-        ep_moe=(np.maximum(ep_d, 1) > 1) | (g_dec > np.maximum(tp_d, 1)),
+        ep_moe=ep_moe,
+        pre_ep_moe=np.where(disagg, (np.maximum(ep_p, 1) > 1) | (g_pre > np.maximum(tp_p, 1)),
+                            ep_moe),
         hbm_bw=hw_col(lambda h: h.hbm_bandwidth_bytes_per_s),
         hbm_usable=hbm_usable,
         peak_w=peak_w,
@@ -295,6 +301,7 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         link_bw_dec=_mixed_link(g_dec, dom, up, out),
         dec_beyond_domain=g_dec > dom,
         link_bw_pre=_mixed_link(g_pre, dom, up, out),
+        pre_beyond_domain=g_pre > dom,
         xfer_bw=np.where(span <= dom, up, out),
         layers=mod_col(lambda m: m.num_layers),
         moe_layers=mod_col(lambda m: m.num_layers - m.num_dense_layers),

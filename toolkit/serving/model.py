@@ -226,7 +226,22 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     t_comp = run / (g * peak * th["eff_prefill"])
     chunks = np.maximum(np.ceil(new / PREFILL_CHUNK_TOKENS), 1.0)
     weights_pg = (d.dense_bytes + d.routed_bytes) / g
-    t_chunks = chunks * (th["overhead_s"] + weights_pg / (d.hbm_bw * th["eff_mem"]))
+    # the prefill forward's collectives, as a decode step's (:func:`decode_terms`) over the
+    # prefill instance's own link: bytes scale with the new tokens, one latency per
+    # collective per chunk (not overlapped with the GEMMs: assumed, as in decode)
+    shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
+    ep_bytes = np.where(d.pre_ep_moe, d.moe_layers * new / g * d.topk_experts * d.hidden
+                        * EP_BYTES_PER_VALUE * shard, 0.0)
+    n_allreduce = np.where(d.pre_dp_attn, 0.0, 1.0) + np.where(d.pre_ep_moe, 0.0, 1.0)
+    ar_bytes = n_allreduce * d.layers * new * d.hidden * 2.0 * 2.0 * shard
+    n_coll = np.where(d.pre_ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
+    n_coll = np.where(g > 1, n_coll, 0.0)
+    lat = np.where(d.pre_beyond_domain, th["scaleout_collective_latency_s"],
+                   th["collective_latency_s"])
+    t_comm = (ep_bytes + ar_bytes) / (d.link_bw_pre * th["eff_comm"])
+    t_comp = t_comp + t_comm
+    t_chunks = chunks * (th["overhead_s"] + weights_pg / (d.hbm_bw * th["eff_mem"])
+                         + n_coll * lat)
     kv_per_token = d.layers * d.kv_row_bytes + d.idx_layers * d.idx_row_bytes
     kv_total = d.isl * kv_per_token
     t_xfer = np.where(d.disagg, kv_total / (g * d.xfer_bw * th["eff_comm"]), 0.0)
@@ -234,6 +249,7 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     t_host = d.isl * d.host_prefix_fraction * kv_per_token / (g * d.h2d_bw)
     age = _age_factor(d, th)
     return {"t_prefill_s": (t_comp + t_chunks) * age + t_host, "prefill_flops": flops,
+            "prefill_comm_bytes": ep_bytes + ar_bytes, "t_prefill_comm_s": t_comm * age,
             "t_prefill_compute_s": t_comp * age, "t_prefill_per_chunk_s": t_chunks / chunks * age,
             "t_kv_transfer_s": t_xfer, "t_host_prefix_load_s": t_host}
 

@@ -131,6 +131,16 @@ concurrency instead: no cap below the users (:data:`MORI_DP_EP_UNCAPPED_FROM`)."
 
 MORI_DP_EP_UNCAPPED_FROM = "2026-05-27"
 
+TRT_DECODE_BATCHES_FILE = "dynamo_trt_decode_batches.csv"
+"""The decode workers' ``max_batch_size`` of InferenceX's Dynamo + TensorRT-LLM DeepSeek-R1
+recipes (``toolkit/data/inferencex/``; one row per recipe layout and concurrency, each with
+its recipe file and the InferenceX commit, from every version of ``nvidia-master.yaml``:
+``benchmarks/inferencex_trt_batches.py``). The recipes set it far below the engine default
+(``ctx1_gen3_tep16_batch1``: three decode workers of one request each), and a user beyond the
+workers' slots waits for a whole decode before its prefill result is used."""
+TRT_RECIPE_KEYS = ("hardware", "precision", "isl", "osl", "spec_method", "conc",
+                   "num_prefill_gpu", "num_decode_gpu", "decode_tp", "decode_dp_attention")
+
 
 class RecipeError(ValueError):
     """A recipe value is out of range or an engine version is unknown."""
@@ -322,6 +332,48 @@ def length_ratio(df: pl.DataFrame) -> np.ndarray:
     return np.where(given, v, RANGE_RATIO)
 
 
+@cache
+def _trt_decode_batches() -> pl.DataFrame:
+    from toolkit.serving.points import bundled_points_path
+
+    return pl.read_csv(bundled_points_path(TRT_DECODE_BATCHES_FILE), schema_overrides={
+        "decode_dp_attention": pl.Boolean, "first_seen": pl.String, "last_seen": pl.String})
+
+
+def trt_recipe_batches(df: pl.DataFrame) -> np.ndarray:
+    """Per row, the decode ``max_batch_size`` of InferenceX's Dynamo + TensorRT-LLM recipe
+    that ran it (:data:`TRT_DECODE_BATCHES_FILE`), or NaN. Only InferenceX's own runs (a
+    ``dynamo-trt`` row with a run ``date``) are matched, on layout, shape, MTP and
+    concurrency; where the recipe changed over time, the version in force at the run date
+    (the latest first seen on or before it; else the earliest)."""
+    n = df.height
+    if n == 0 or not all(k in df.columns for k in (*TRT_RECIPE_KEYS, "date", "framework")):
+        return np.full(n, np.nan)
+    rows = df.select(*[pl.col(k) for k in TRT_RECIPE_KEYS],
+                     pl.col("date").cast(pl.String).fill_null(""),
+                     pl.col("framework").cast(pl.String).fill_null(""),
+                     pl.int_range(n, dtype=pl.Int64).alias("_row"))
+    rows = rows.filter((pl.col("framework") == "dynamo-trt") & (pl.col("date") != ""))
+    if rows.height == 0:
+        return np.full(n, np.nan)
+    tab = _trt_decode_batches()
+    rows = rows.with_columns(
+        [pl.col(k).cast(tab.schema[k], strict=False) for k in TRT_RECIPE_KEYS])
+    hit = rows.join(tab, on=list(TRT_RECIPE_KEYS), how="inner")
+    if hit.height == 0:
+        return np.full(n, np.nan)
+    # in force at the run date: the latest version first seen on or before it, else the
+    # earliest version
+    hit = hit.with_columns((pl.col("first_seen") <= pl.col("date")).alias("_before"))
+    best = (hit.sort(["_row", "_before", "first_seen"], descending=[False, True, False])
+            .group_by("_row", maintain_order=True)
+            .agg(pl.col("decode_max_batch_size").filter(pl.col("_before")).last()
+                 .fill_null(pl.col("decode_max_batch_size").first())))
+    out = np.full(n, np.nan)
+    out[best["_row"].to_numpy()] = best["decode_max_batch_size"].to_numpy().astype(np.float64)
+    return out
+
+
 def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
                 hardware: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-row (cap on running requests per decode instance, SGLang-default flag).
@@ -356,6 +408,9 @@ def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
     cap = np.where(mori & ~uncapped, np.where(dpa, MORI_DECODE_CAPS["dp_per_rank"] * g_dec,
                                   np.where(ep, MORI_DECODE_CAPS["ep_only"],
                                            MORI_DECODE_CAPS["no_dp"])), cap)
+    # InferenceX's Dynamo + TensorRT-LLM recipes set the decode workers' batch (per rank)
+    recipe = trt_recipe_batches(df)
+    cap = np.where(np.isfinite(recipe), recipe * ranks, cap)
     sglang_default = (fam == "sglang") & ~mori
     given = _counts_column(df, "max_running_requests", np.full(n, np.nan))
     has = np.isfinite(given)
