@@ -219,6 +219,8 @@ class TestRecipes:
         table_row = dict(dis, isl=1024, osl=1024, num_prefill_gpu=16, num_decode_gpu=48)
         d = design(_frame(_row(**table_row), _row(**table_row, decode_instance_gpus=12)))
         assert d.g_dec.tolist() == [48, 12] and d.n_dec.tolist() == [1, 4]
+        other = _frame(_row(**table_row, model="glm-5"))  # the table is DeepSeek-R1's configs
+        assert not np.isfinite(instance_gpus(other, np.array([16]), np.array([48]))[1]).any()
         for kw, msg in (({"decode_instance_gpus": 0}, "row 2: decode_instance_gpus 0 must be "
                          "a whole number of GPUs in 1 .. 32"),
                         ({"decode_instance_gpus": 64}, "row 2: decode_instance_gpus 64 must"),

@@ -109,12 +109,12 @@ MI355X_GPUS_PER_NODE = 8
 (SemiAnalysisAI/InferenceX ``benchmarks/multi_node/amd_utils/submit.sh`` @ bba936ee0)."""
 
 _NO_LAYOUT = (1, 1)  # (tp, ep) the early GB200 Dynamo-SGLang configs exported on both sides
-_GB200 = ("gb200", "dynamo-sglang")
-_MI355X = ("mi355x", "mori-sglang")
+_GB200 = ("dsr1", "gb200", "dynamo-sglang")
+_MI355X = ("dsr1", "mi355x", "mori-sglang")
 
-INSTANCE_GPUS: dict[tuple[str, str, str, str, int, int, tuple[int, int], tuple[int, int]],
+INSTANCE_GPUS: dict[tuple[str, str, str, str, str, int, int, tuple[int, int], tuple[int, int]],
                     tuple[int, int]] = {
-    # (hardware, framework, precision, ISL/OSL, num_prefill_gpu, num_decode_gpu,
+    # (model, hardware, framework, precision, ISL/OSL, num_prefill_gpu, num_decode_gpu,
     #  reported prefill (tp, ep), reported decode (tp, ep)) -> (GPUs per prefill instance,
     #  GPUs per decode instance) = *_NODES x GPUs per node / num-worker of one search-space
     # block of InferenceX's config (every concurrency of the block), read at the commit in
@@ -360,14 +360,14 @@ def instance_gpus(df: pl.DataFrame, pool_pre: np.ndarray, pool_dec: np.ndarray
     disagg = df["disagg"].to_numpy().astype(bool)
     pre, dec = np.full(n, np.nan), np.full(n, np.nan)
     shape = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
-    cols = [df[c].to_list() for c in ("hardware", "framework", "precision", "isl", "osl",
-                                      "num_prefill_gpu", "num_decode_gpu", "prefill_tp",
-                                      "prefill_ep", "decode_tp", "decode_ep")]
-    for i, (hw, eng, prec, isl, osl, npg, ndg, tpp, epp, tpd, epd) in enumerate(
+    cols = [df[c].to_list() for c in ("model", "hardware", "framework", "precision", "isl",
+                                      "osl", "num_prefill_gpu", "num_decode_gpu",
+                                      "prefill_tp", "prefill_ep", "decode_tp", "decode_ep")]
+    for i, (mod, hw, eng, prec, isl, osl, npg, ndg, tpp, epp, tpd, epd) in enumerate(
             zip(*cols, strict=True)):
         if not disagg[i]:
             continue
-        got = INSTANCE_GPUS.get((hw, eng, prec, shape.get((isl, osl), ""), npg, ndg,
+        got = INSTANCE_GPUS.get((mod, hw, eng, prec, shape.get((isl, osl), ""), npg, ndg,
                                  (tpp, epp), (tpd, epd)))
         if got is not None:
             pre[i], dec[i] = got
