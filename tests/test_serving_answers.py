@@ -32,6 +32,7 @@ from toolkit.serving.recipes import (
     MTP_ACCEPT,
     RecipeError,
     admission_gates,
+    instance_gpus,
     length_ratio,
     parse_version,
     prefill_batching,
@@ -168,6 +169,75 @@ class TestRecipes:
         assert [a.tolist() for a in prefill_batching(df)] == [[4096], [3]]
         with pytest.raises(RecipeError, match="row 1: prefill_max_prompts 0 must be >= 1"):
             prefill_batching(_frame(_row(prefill_max_prompts=0)))
+
+    def test_instance_widths_follow_inferencex_configs(self, points):
+        """The bundled disaggregated rows that report ``tp = 1`` take the width their config
+        states (GB200 Dynamo-SGLang FP4 1K/1K at 2,048 users: one DEP48 decode worker over 12
+        trays; at 4 users two DEP4 workers; FP8 8K/1K at 512 users: 5 DEP8 prefill workers and
+        one DEP32 decode worker; MI355X MoRI-SGLang: 8-GPU workers); no other row is in the
+        table, and the early GB200 rows without image keep their halved pools."""
+        disagg = points["disagg"].to_numpy()
+        tp1 = disagg & ((points["decode_tp"] == 1) | (points["prefill_tp"] == 1)).to_numpy()
+        pools = points["num_prefill_gpu"].to_numpy(), points["num_decode_gpu"].to_numpy()
+        pre, dec = instance_gpus(points, *pools)
+        assert np.array_equal(np.isfinite(dec), tp1) and np.array_equal(np.isfinite(pre), tp1)
+        assert tp1.sum() == 15
+        d = design(points)
+
+        def at(hw, prec, isl, conc):
+            rows = np.flatnonzero(tp1 & (points["hardware"] == hw).to_numpy()
+                                  & (points["precision"] == prec).to_numpy()
+                                  & (points["isl"] == isl).to_numpy()
+                                  & (points["conc"] == conc).to_numpy())
+            assert len(rows) == 1
+            i = int(rows[0])
+            return d.g_pre[i], d.n_pre[i], d.g_dec[i], d.n_dec[i]
+
+        assert at("gb200", "fp4", 1024, 2048) == (4, 4, 48, 1)
+        assert at("gb200", "fp4", 1024, 4) == (4, 1, 4, 2)
+        assert at("gb200", "fp8", 8192, 512) == (8, 5, 32, 1)
+        assert at("gb200", "fp8", 1024, 16) == (4, 1, 4, 4)
+        assert at("mi355x", "fp8", 1024, 1024) == (8, 1, 8, 2)
+        assert at("mi355x", "fp4", 1024, 256) == (8, 1, 8, 2)
+        early = np.flatnonzero((points["hardware"] == "gb200").to_numpy() & disagg
+                               & points["image"].is_null().to_numpy())
+        assert len(early) == 8 and not np.isfinite(dec[early]).any()
+        assert (d.total_gpus[early] == points["num_decode_gpu"].to_numpy()[early]).all()
+
+    def test_instance_width_columns_override_and_refuse_bad_values(self):
+        """``prefill_instance_gpus`` / ``decode_instance_gpus`` set a disaggregated row's
+        instances (over the table and the widening rule, which stays for other rows); a value
+        outside 1 .. its pool, fractional, unreadable, too few GPUs for the weights, or on an
+        aggregated row is refused naming the row and field."""
+        dis = dict(hardware="gb200", framework="dynamo-sglang", disagg=True, precision="fp4",
+                   num_prefill_gpu=8, num_decode_gpu=32, prefill_tp=1, prefill_ep=1,
+                   decode_tp=1, decode_ep=1)
+        d = design(_frame(_row(**dis, prefill_instance_gpus=8, decode_instance_gpus=16),
+                          _row(**dis)))
+        assert d.g_pre.tolist() == [8, 4] and d.n_pre.tolist() == [1, 2]
+        assert d.g_dec.tolist() == [16, 4] and d.n_dec.tolist() == [2, 8]
+        table_row = dict(dis, isl=1024, osl=1024, num_prefill_gpu=16, num_decode_gpu=48)
+        d = design(_frame(_row(**table_row), _row(**table_row, decode_instance_gpus=12)))
+        assert d.g_dec.tolist() == [48, 12] and d.n_dec.tolist() == [1, 4]
+        other = _frame(_row(**table_row, model="glm-5"))  # the table is DeepSeek-R1's configs
+        assert not np.isfinite(instance_gpus(other, np.array([16]), np.array([48]))[1]).any()
+        for kw, msg in (({"decode_instance_gpus": 0}, "row 2: decode_instance_gpus 0 must be "
+                         "a whole number of GPUs in 1 .. 32"),
+                        ({"decode_instance_gpus": 64}, "row 2: decode_instance_gpus 64 must"),
+                        ({"prefill_instance_gpus": 2.5}, "row 2: prefill_instance_gpus 2.5 "
+                         "must be a whole number of GPUs in 1 .. 8"),
+                        ({"decode_instance_gpus": 1}, "row 2: decode_instance_gpus 1: 1 GPUs "
+                         "cannot hold")):
+            with pytest.raises(RecipeError, match=msg):
+                design(_frame(_row(**dis), _row(**dis, **kw)))
+        with pytest.raises(RecipeError, match="row 1: decode_instance_gpus applies to "
+                                              "disaggregated rows only"):
+            design(_frame(_row(decode_instance_gpus=8), _row(**dis)))
+        rows = validate(pl.DataFrame([_row(**dis), _row(**dis)]).with_columns(
+            decode_instance_gpus=pl.Series(["8", "eight"])))
+        with pytest.raises(RecipeError, match="row 2: decode_instance_gpus 'eight' is not a "
+                                              "number"):
+            design(rows)
 
     def test_length_spread_is_an_input(self):
         """``random_range_ratio`` (the client's --random-range-ratio) sets the lengths the

@@ -8,8 +8,12 @@ turn InferenceX's layout columns into pools and instances are written down once,
 * **Disaggregated** rows: a prefill pool of ``num_prefill_gpu`` and a decode pool of
   ``num_decode_gpu`` GPUs, split into instances of ``max(tp, ep)`` GPUs, widened to the
   smallest power of two (up to the pool) that holds the weights in HBM, because some rows
-  report ``tp = 1`` for a wide-EP deployment. Eight early GB200 rows without ``image`` repeat
-  the total GPU count in both fields: there the total counts once, split evenly.
+  report ``tp = 1`` for a wide-EP deployment. Where the recipe states the width, it is used
+  as stated (:data:`toolkit.serving.recipes.INSTANCE_GPUS`: the December 2025 GB200
+  Dynamo-SGLang runs exported ``tp = ep = 1`` for instances of 4 to 48 GPUs; the optional
+  columns ``prefill_instance_gpus`` / ``decode_instance_gpus``). Eight early GB200 rows
+  without ``image`` repeat the total GPU count in both fields: there the total counts once,
+  split evenly.
 * ``scaleup_domain_gpus`` decides the link an instance's collectives use: inside the domain
   (NVL72 rack, 8-GPU node) the scale-up bandwidth, beyond it the per-GPU scale-out NIC.
 """
@@ -31,6 +35,7 @@ from toolkit.serving.recipes import (
     admission_gates,
     age_days,
     engine_caps,
+    instance_gpus,
     length_ratio,
     mtp_inputs,
     prefill_batching,
@@ -164,8 +169,9 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
     of the KV pool kept for the prefix cache, not running requests), ``engram_hbm_bytes``
     (Engram rows per GPU, out of the KV budget), ``engram_miss_bytes`` and ``engram_layers``
     (Engram row bytes each token fetches from host DRAM per Engram layer). Recipe columns
-    (MTP drafts and acceptance, ``kv_dtype``, ``max_running_requests``, ``engine_date``) are
-    read by :mod:`toolkit.serving.recipes`. ``engine_defaults=False``: no engine's own cap on
+    (MTP drafts and acceptance, ``kv_dtype``, ``max_running_requests``, ``engine_date``,
+    ``prefill_instance_gpus`` / ``decode_instance_gpus``) are read by
+    :mod:`toolkit.serving.recipes`. ``engine_defaults=False``: no engine's own cap on
     running requests, only HBM and a given ``max_running_requests`` (what-if capacity, as
     :mod:`toolkit.serving.scenario` reports it).
     """
@@ -212,8 +218,20 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         g = np.where(g < need, _pow2_at_least(need), g)
         return np.minimum(g, pool)  # an instance never spans more than its pool
 
-    g_dec = np.where(disagg, instance(tp_d, ep_d, pool_d), tp_d.astype(np.float64))
-    g_pre = np.where(disagg, instance(tp_p, ep_p, pool_p), g_dec)
+    # a stated width (a recipe column, or the recipe's own config: ``INSTANCE_GPUS``) is the
+    # deployment's; only an unstated one is derived from tp/ep and the weights
+    stated_pre, stated_dec = instance_gpus(df, pool_p, pool_d)
+    for name, g in (("prefill_instance_gpus", stated_pre), ("decode_instance_gpus", stated_dec)):
+        short = np.isfinite(g) & ((dense_b + routed_b) / np.where(np.isfinite(g), g, 1.0)
+                                  > hbm_usable)
+        if short.any():
+            i = int(np.flatnonzero(short)[0])
+            raise RecipeError(f"row {i + 1}: {name} {g[i]:g}: {g[i]:g} GPUs cannot hold the "
+                              f"model's weights in HBM")
+    g_dec = np.where(disagg, np.where(np.isfinite(stated_dec), stated_dec,
+                                      instance(tp_d, ep_d, pool_d)), tp_d.astype(np.float64))
+    g_pre = np.where(disagg, np.where(np.isfinite(stated_pre), stated_pre,
+                                      instance(tp_p, ep_p, pool_p)), g_dec)
     n_dec = np.where(disagg, np.maximum(np.floor(pool_d / g_dec), 1), 1.0)
     n_pre = np.where(disagg, np.maximum(np.floor(pool_p / g_pre), 1), 1.0)
 

@@ -23,6 +23,9 @@ Optional row columns (InferenceX rows carry none of them; defaults below):
 * ``prefill_max_tokens`` / ``prefill_max_prompts``: tokens and prompts one disaggregated
   prefill forward may take (default: :data:`PREFILL_BATCH_TRT` for Dynamo + TensorRT-LLM, else
   one 8,192-token chunk of as many prompts as fit);
+* ``prefill_instance_gpus`` / ``decode_instance_gpus``: GPUs per prefill / decode instance of
+  a disaggregated row (default: :data:`INSTANCE_GPUS` for InferenceX recipes whose ``tp`` /
+  ``ep`` do not give it, else the reported ``max(tp, ep)`` widened to hold the weights);
 * ``random_range_ratio``: the benchmark client's ``--random-range-ratio``: prompt and output
   lengths uniform in ``[ratio L, L]`` (default 0.8, InferenceX's configs; 1 = fixed lengths).
 
@@ -91,6 +94,64 @@ PREFILL_BATCH_TRT: dict[tuple[str, str, str], tuple[int, int]] = {
 """A disaggregated TensorRT-LLM prefill worker's batch: tokens and prompts per forward. Other
 engines and shapes keep the client's default (one 8,192-token chunk, as many prompts as fit);
 the optional row columns ``prefill_max_tokens`` / ``prefill_max_prompts`` override both."""
+
+
+GB200_GPUS_PER_NODE = 4
+"""GPUs per GB200 compute tray (a Slurm node of InferenceX's GB200 runner): its Dynamo +
+TensorRT-LLM script on the same runner sets ``ntasks_per_node=4`` and places a worker of
+``tp`` GPUs on ``(tp + 3) / 4`` nodes (SemiAnalysisAI/InferenceX
+``benchmarks/dsr1_fp4_gb200_dynamo-trt_slurm.sh`` @ be3394ea5); the bundled rows' pools are
+the configs' ``*_NODES`` x 4 (e.g. ``DECODE_NODES=12`` -> 48 decode GPUs)."""
+
+MI355X_GPUS_PER_NODE = 8
+"""GPUs per MI355X node of InferenceX's MoRI-SGLang runs: ``GPUS_PER_NODE`` defaults to 8
+("8 for MI355X"), and a worker takes ``*_NODES x GPUS_PER_NODE / *_WORKERS`` GPUs
+(SemiAnalysisAI/InferenceX ``benchmarks/multi_node/amd_utils/submit.sh`` @ bba936ee0)."""
+
+_NO_LAYOUT = (1, 1)  # (tp, ep) the early GB200 Dynamo-SGLang configs exported on both sides
+_GB200 = ("dsr1", "gb200", "dynamo-sglang")
+_MI355X = ("dsr1", "mi355x", "mori-sglang")
+
+INSTANCE_GPUS: dict[tuple[str, str, str, str, str, int, int, tuple[int, int], tuple[int, int]],
+                    tuple[int, int]] = {
+    # (model, hardware, framework, precision, ISL/OSL, num_prefill_gpu, num_decode_gpu,
+    #  reported prefill (tp, ep), reported decode (tp, ep)) -> (GPUs per prefill instance,
+    #  GPUs per decode instance) = *_NODES x GPUs per node / num-worker of one search-space
+    # block of InferenceX's config (every concurrency of the block), read at the commit in
+    # force on the rows' run dates.
+    #
+    # GB200 Dynamo-SGLang, image lmsysorg/sglang:v0.5.5.post2: "tp, ep, and dp-attn do nothing
+    # because they are hardcoded in" the launch scripts; the configs set tp = ep = 1 and the
+    # runs exported that, though each block's comment names a wide-EP layout. InferenceX later
+    # set ep to exactly these widths ("fix: update ep metadata in gb200 dynamo sglang configs
+    # to match comments (#486)", a27b37e5c, 2026-01-19); rows run after it report their ep.
+    # .github/configs/nvidia-master.yaml dsr1-fp8-gb200-dynamo-sglang @ be3394ea5 (2025-12-21;
+    # the 8K/1K low-latency block also @ 84320a0aa, 2025-12-19, then to 512 users):
+    (*_GB200, "fp8", "1k1k", 16, 32, _NO_LAYOUT, _NO_LAYOUT): (8, 32),  # 2 P / 4 nodes, 1 D / 8
+    (*_GB200, "fp8", "1k1k", 4, 16, _NO_LAYOUT, _NO_LAYOUT): (4, 4),  # 1 P / 1 node, 4 D / 4
+    (*_GB200, "fp8", "1k1k", 24, 48, _NO_LAYOUT, _NO_LAYOUT): (8, 48),  # 3 P / 6, 1 D / 12
+    (*_GB200, "fp8", "8k1k", 4, 4, _NO_LAYOUT, _NO_LAYOUT): (4, 4),  # 1 P / 1, 1 D / 1
+    (*_GB200, "fp8", "8k1k", 40, 32, _NO_LAYOUT, _NO_LAYOUT): (8, 32),  # 5 P / 10, 1 D / 8
+    # dsr1-fp4-gb200-dynamo-sglang @ be3394ea5 (unchanged 2025-12-18 .. 2026-01-19):
+    (*_GB200, "fp4", "1k1k", 4, 8, _NO_LAYOUT, _NO_LAYOUT): (4, 4),  # 1 P / 1 node, 2 D / 2
+    (*_GB200, "fp4", "1k1k", 16, 48, _NO_LAYOUT, _NO_LAYOUT): (4, 48),  # 4 P / 4, 1 D / 12
+    (*_GB200, "fp4", "1k1k", 16, 32, _NO_LAYOUT, _NO_LAYOUT): (4, 32),  # 4 P / 4, 1 D / 8
+    (*_GB200, "fp4", "8k1k", 4, 16, _NO_LAYOUT, _NO_LAYOUT): (4, 4),  # 1 P / 1, 4 D / 4
+    (*_GB200, "fp4", "8k1k", 24, 48, _NO_LAYOUT, _NO_LAYOUT): (4, 48),  # 6 P / 6, 1 D / 12
+    (*_GB200, "fp4", "8k1k", 40, 32, _NO_LAYOUT, _NO_LAYOUT): (4, 32),  # 10 P / 10, 1 D / 8
+    # MI355X MoRI-SGLang ("sglang-disagg" then): a worker is *_NODES x 8 / num-worker GPUs,
+    # the larger of the reported tp and ep (the config's tp/ep switch EP and DP attention on).
+    # .github/configs/amd-master.yaml dsr1-fp8-mi355x-sglang-disagg @ bba936ee0 (2026-02-23):
+    (*_MI355X, "fp8", "1k1k", 8, 16, (8, 1), (1, 8)): (8, 8),  # 1 P / 1 node, 2 D / 2 nodes
+    (*_MI355X, "fp8", "8k1k", 16, 8, (8, 1), (1, 8)): (8, 8),  # 2 P / 2 nodes, 1 D / 1 node
+    # dsr1-fp4-mi355x-sglang-disagg @ ee032b37f (2026-02-13):
+    (*_MI355X, "fp4", "1k1k", 8, 16, (1, 8), (1, 8)): (8, 8),  # 1 P / 1 node, 2 D / 2 nodes
+}
+"""GPUs per prefill and decode instance of disaggregated InferenceX recipes whose exported
+``tp`` / ``ep`` do not give the instance width (GB200 Dynamo-SGLang, December 2025) or give
+it only as the larger of the two (MI355X MoRI-SGLang, ``tp`` 1 with ``ep`` 8). Other rows:
+``max(tp, ep)``, widened to hold the weights (:func:`toolkit.serving.layout.design`); the
+optional row columns ``prefill_instance_gpus`` / ``decode_instance_gpus`` override both."""
 
 
 ENGINE_FAMILY: dict[str, str] = {
@@ -291,6 +352,59 @@ def prefill_batching(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
             tokens[i], prompts[i] = got
     return (_counts_column(df, "prefill_max_tokens", tokens),
             _counts_column(df, "prefill_max_prompts", prompts))
+
+
+def instance_gpus(df: pl.DataFrame, pool_pre: np.ndarray, pool_dec: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row GPUs per (prefill, decode) instance where stated: the optional columns
+    ``prefill_instance_gpus`` / ``decode_instance_gpus``, else :data:`INSTANCE_GPUS` for the
+    row's recipe; NaN where neither says (the layout then derives the width).
+
+    ``pool_pre`` / ``pool_dec``: each row's prefill and decode GPUs (the bounds of a width).
+
+    Raises:
+        RecipeError: a given width that is not a whole number of GPUs within its pool, or one
+            given on an aggregated row (row and field named).
+    """
+    n = df.height
+    disagg = df["disagg"].to_numpy().astype(bool)
+    pre, dec = np.full(n, np.nan), np.full(n, np.nan)
+    shape = {(1024, 1024): "1k1k", (8192, 1024): "8k1k"}
+    cols = [df[c].to_list() for c in ("model", "hardware", "framework", "precision", "isl",
+                                      "osl", "num_prefill_gpu", "num_decode_gpu",
+                                      "prefill_tp", "prefill_ep", "decode_tp", "decode_ep")]
+    for i, (mod, hw, eng, prec, isl, osl, npg, ndg, tpp, epp, tpd, epd) in enumerate(
+            zip(*cols, strict=True)):
+        if not disagg[i]:
+            continue
+        got = INSTANCE_GPUS.get((mod, hw, eng, prec, shape.get((isl, osl), ""), npg, ndg,
+                                 (tpp, epp), (tpd, epd)))
+        if got is not None:
+            pre[i], dec[i] = got
+    out = []
+    for name, default, pool, side in (("prefill_instance_gpus", pre, pool_pre, "prefill"),
+                                      ("decode_instance_gpus", dec, pool_dec, "decode")):
+        if name not in df.columns:
+            out.append(default)
+            continue
+        raw = df[name]
+        v = raw.cast(pl.Float64, strict=False).to_numpy()
+        unreadable = raw.is_not_null().to_numpy() & ~np.isfinite(v)
+        if unreadable.any():
+            i = int(np.flatnonzero(unreadable)[0])
+            raise RecipeError(f"row {i + 1}: {name} {raw[i]!r} is not a number of GPUs")
+        given = np.isfinite(v)
+        if (given & ~disagg).any():
+            i = int(np.flatnonzero(given & ~disagg)[0])
+            raise RecipeError(f"row {i + 1}: {name} applies to disaggregated rows only "
+                              f"(an aggregated instance is decode_tp GPUs)")
+        bad = given & ((v < 1) | (v != np.floor(v)) | (v > pool))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise RecipeError(f"row {i + 1}: {name} {v[i]:g} must be a whole number of GPUs "
+                              f"in 1 .. {pool[i]:g} (the row's {side} GPUs)")
+        out.append(np.where(given, v, default))
+    return out[0], out[1]
 
 
 def _counts_column(df: pl.DataFrame, name: str, default: np.ndarray, note: str = ""
