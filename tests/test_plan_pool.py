@@ -78,7 +78,7 @@ def store(tmp_path_factory: pytest.TempPathFactory):
 
 def test_plan_replays_its_layouts_pool(store) -> None:
     """An MI355X plan that runs TP4 replays a TP4 instance's pool (it replayed TP8's, 3.2M
-    tokens, before); a GB200 disaggregated plan replays one of its 24 prefill ranks."""
+    tokens, before); a GB200 disaggregated plan replays one of its prefill side's DPA ranks."""
     for hw in ("mi355x", "gb200"):
         r = plan(store, PlanConfig(trace="conv", model="glm-5.2", hardware=(hw,),
                                    host_dram_gb=(0.0,), ssd_gb=(0.0,), prefix_reserve=(0.0,),
@@ -103,4 +103,6 @@ def test_plan_replays_its_layouts_pool(store) -> None:
             want = {"TP4 EP1": 1_524_121, "TP8 EP1": 3_248_258}
             assert p["device_pool_tokens"] == want[" ".join(p["layout"].split()[:2]).split("+")[0]]
         else:
-            assert p["layout"].startswith("disagg P24/") and p["device_pool_ranks"] == 24
+            # one cache per DPA rank of the prefill side: its GPU count
+            prefill_gpus = int(p["layout"].split()[1].split("/")[0].lstrip("P"))
+            assert p["layout"].startswith("disagg P") and p["device_pool_ranks"] == prefill_gpus
