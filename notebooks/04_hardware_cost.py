@@ -74,11 +74,11 @@ Table(shape.select(COLS))
 # Read the `p90_ttft_s` column before the prices: without a TTFT bound the point on the
 # throughput front that meets an interactivity target may queue prompts for minutes, and is
 # cheap only because its users wait. `cost compare` therefore keeps only points with p90
-# TTFT <= 10 s unless told otherwise (`--max-p90-ttft-s none` lifts it; section 3 shows a
-# GB200 front at 150 tok/s/user with a p90 TTFT of minutes when it is lifted). The next
+# TTFT <= 10 s unless told otherwise (`--max-p90-ttft-s none` lifts it; section 3 prints the
+# p90 TTFT of GB200's unbounded front at 150 tok/s/user beside the published 14-19 s). The next
 # table tightens the bound to 2 s. The bound holds on the upper end of each point's p90 TTFT
 # band (`--ttft-confidence 0.8`), and those bands are ~10x wide (notebook 06: p90 TTFT's
-# held-out error is 33-48%), so where no GLM-5.2 point's upper end is under 2 s every row is
+# held-out error is 33-47%), so where no GLM-5.2 point's upper end is under 2 s every row is
 # `reachable = false`: the toolkit says it cannot promise 2 s rather than price an
 # optimistic point (`--ttft-confidence 0.5` asks for less).
 
