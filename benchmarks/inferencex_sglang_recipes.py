@@ -7,7 +7,9 @@ worker batches at most ``--max-prefill-tokens`` / ``--chunked-prefill-size`` tok
 below the engine's defaults (H100 ``h100-fp8-1p2d-max-tp-mtp``: 2,048-token prefill of two
 prompts, 128 running decode requests). SGLang divides ``--max-running-requests`` over the
 attention-DP ranks (``ModelRunner``: ``server_args.max_running_requests // dp_size``) and, with
-DP attention, the chunked-prefill size too, so both are per *worker*, as stored here.
+DP attention, the chunked-prefill size too (``ServerArgs``: ``chunked_prefill_size //
+dp_size``), so both are per *worker*, as stored here; ``--max-prefill-tokens`` is each DP
+rank's budget, so a prefill worker's is ``prefill_dp_attention_ranks`` times it.
 
 Each search-space entry of InferenceX's ``nvidia-master.yaml`` names its recipe
 (``CONFIG_FILE=recipes/...``) next to the concurrencies and the worker layout it ran. The
@@ -42,8 +44,8 @@ COLUMNS = ("hardware", "precision", "isl", "osl", "spec_method", "conc", "num_pr
            "num_decode_gpu", "decode_tp", "decode_dp_attention",
            "decode_max_running_requests", "prefill_max_prefill_tokens",
            "prefill_chunked_prefill_size", "prefill_max_running_requests",
-           "speculative_num_draft_tokens", "config_file", "recipe_path", "first_seen",
-           "last_seen", "commit")
+           "prefill_dp_attention_ranks", "speculative_num_draft_tokens", "config_file",
+           "recipe_path", "first_seen", "last_seen", "commit")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -67,8 +69,10 @@ def _recipes(repo: Path) -> dict[tuple, tuple]:
         if not dec:
             continue
         hw, prec = hwp.split("-", 1)
+        pre_dp = (pre.get("dp-size") or pre.get("data-parallel-size") or 1
+                  if pre.get("enable-dp-attention") else 1)
         limits = (dec.get("max-running-requests"), pre.get("max-prefill-tokens"),
-                  pre.get("chunked-prefill-size"), pre.get("max-running-requests"),
+                  pre.get("chunked-prefill-size"), pre.get("max-running-requests"), pre_dp,
                   dec.get("speculative-num-draft-tokens"))
         isl_n, osl_n = (int(s.rstrip("k")) * 1024 for s in (isl, osl))
         out[(hw, prec, isl_n, osl_n, mode, name)] = (path, limits)

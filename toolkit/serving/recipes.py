@@ -360,10 +360,15 @@ def prefill_batching(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
             tokens[i], prompts[i] = got
     # InferenceX's Dynamo + SGLang recipes: a prefill forward takes at most
     # --max-prefill-tokens and --chunked-prefill-size tokens of at most
-    # --max-running-requests prompts (each per prefill worker)
+    # --max-running-requests prompts
     sg = sglang_recipe_limits(df)
+    # --chunked-prefill-size is the worker's (SGLang divides it over the attention-DP ranks),
+    # --max-prefill-tokens each rank's
+    ranks = np.where(np.isfinite(sg["prefill_dp_attention_ranks"]),
+                     sg["prefill_dp_attention_ranks"], 1.0)
     with np.errstate(invalid="ignore"):
-        sg_tokens = np.fmin(sg["prefill_max_prefill_tokens"], sg["prefill_chunked_prefill_size"])
+        sg_tokens = np.fmin(sg["prefill_max_prefill_tokens"] * ranks,
+                            sg["prefill_chunked_prefill_size"])
     tokens = np.where(np.isfinite(sg_tokens), sg_tokens, tokens)
     sg_prompts = sg["prefill_max_running_requests"]
     prompts = np.where(np.isfinite(sg_prompts), sg_prompts, prompts)
@@ -527,11 +532,13 @@ def sglang_recipe_limits(df: pl.DataFrame) -> dict[str, np.ndarray]:
     """Per row, the limits of InferenceX's Dynamo + SGLang recipe that ran it
     (:data:`SGLANG_RECIPES_FILE`), NaN where the recipe does not state one or no recipe
     matches (see :func:`_recipe_lookup`): ``decode_max_running_requests`` (per decode
-    worker: SGLang divides it over the attention-DP ranks), ``prefill_max_prefill_tokens``,
-    ``prefill_chunked_prefill_size`` and ``prefill_max_running_requests`` (per prefill
-    worker)."""
+    worker: SGLang divides it over the attention-DP ranks), ``prefill_chunked_prefill_size``
+    and ``prefill_max_running_requests`` (per prefill worker, likewise divided),
+    ``prefill_max_prefill_tokens`` (per attention-DP rank) and
+    ``prefill_dp_attention_ranks``."""
     values = ("decode_max_running_requests", "prefill_max_prefill_tokens",
-              "prefill_chunked_prefill_size", "prefill_max_running_requests")
+              "prefill_chunked_prefill_size", "prefill_max_running_requests",
+              "prefill_dp_attention_ranks")
     if df.height == 0:
         return {v: np.full(0, np.nan) for v in values}
     return _recipe_lookup(df, "dynamo-sglang", _sglang_recipes(), values)
