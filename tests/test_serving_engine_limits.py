@@ -141,3 +141,60 @@ class TestTrtRecipeBatches:
         p = predict(df)
         ttft = p["pred_median_ttft"].to_list()
         assert ttft[0] > 5.0 > 1.0 > ttft[1]
+
+
+class TestSglangRecipeLimits:
+    """InferenceX's Dynamo + SGLang srt-slurm recipes set the decode workers'
+    ``--max-running-requests`` and the prefill workers' ``--max-prefill-tokens`` /
+    ``--chunked-prefill-size`` / ``--max-running-requests``
+    (``toolkit/data/inferencex/dynamo_sglang_recipes.csv``)."""
+
+    # a bundled row: H100 FP8 1K/1K MTP, 32 users, one TP16 prefill and two TP16 decode
+    # workers (``h100-fp8-1p2d-max-tp-mtp.yaml``)
+    H100 = dict(hardware="h100", framework="dynamo-sglang", disagg=True, is_multinode=True,
+                spec_method="mtp", isl=1024, osl=1024, num_prefill_gpu=16,
+                num_decode_gpu=32, prefill_tp=16, prefill_ep=1, decode_tp=16, decode_ep=1,
+                date="2026-02-13")
+
+    def test_recipe_caps_decode_and_batches_prefill(self):
+        """Decode 128 running requests per worker; prefill 2,048 tokens of at most 2 prompts;
+        with DP attention (``h100-fp8-1p1d-max-dep-mtp``) 64 per worker (SGLang divides it
+        over the 16 DP ranks) and 4 prompts."""
+        dep = {**self.H100, "num_decode_gpu": 16, "decode_ep": 16, "decode_dp_attention": True}
+        d = _design(_row(**self.H100, conc=32), _row(**dep, conc=4))
+        assert d.max_running.tolist() == [128.0, 64.0]
+        assert not d.sglang_default_cap.any()
+        assert d.pre_chunk_tokens.tolist() == [2048.0, 2048.0]
+        assert d.pre_max_prompts.tolist() == [2.0, 4.0]
+
+    def test_only_inferencex_runs_and_given_columns_win(self):
+        """No run date, an unlisted concurrency or another engine: SGLang's own cap (its
+        request pool) and the default 8,192-token prefill chunk; given columns win."""
+        from toolkit.serving.client import CHUNK_TOKENS, MAX_PREFILL_PROMPTS
+
+        d = _design(_row(**{**self.H100, "date": None}, conc=32), _row(**self.H100, conc=33),
+                    _row(**{**self.H100, "framework": "dynamo-trt"}, conc=32),
+                    _row(**self.H100, conc=32, max_running_requests=5, prefill_max_tokens=4096,
+                         prefill_max_prompts=3))
+        assert np.isinf(d.max_running[:2]).all() and d.sglang_default_cap[:2].all()
+        assert d.max_running[2] == 2048.0  # TensorRT-LLM's default, not the SGLang recipe
+        assert d.pre_chunk_tokens[:2].tolist() == [CHUNK_TOKENS] * 2
+        assert d.pre_max_prompts[:2].tolist() == [MAX_PREFILL_PROMPTS] * 2
+        assert d.max_running[3] == 5.0 and not d.sglang_default_cap[3]
+        assert (d.pre_chunk_tokens[3], d.pre_max_prompts[3]) == (4096.0, 3.0)
+
+    def test_bundled_rows_matched(self):
+        """27 of the 60 bundled Dynamo-SGLang rows find their recipe (H100 10/10, H200 10/10,
+        B200 2/20, GB200 5/20); no other engine's row does."""
+        from toolkit.serving import bundled_points_path, read_points
+        from toolkit.serving.recipes import sglang_recipe_limits
+
+        pts = read_points(bundled_points_path())
+        got = sglang_recipe_limits(pts)
+        hit = np.isfinite(got["prefill_max_running_requests"])
+        sg = (pts["framework"] == "dynamo-sglang").to_numpy()
+        assert hit.sum() == 27 and not hit[~sg].any()
+        per_hw = pts.filter(pl.Series(hit))["hardware"].value_counts().sort("hardware")
+        assert per_hw.rows() == [("b200", 2), ("gb200", 5), ("h100", 10), ("h200", 10)]
+
+

@@ -21,8 +21,9 @@ Optional row columns (InferenceX rows carry none of them; defaults below):
   ``enable_balance``: iterations a prompt may be held until every attention-DP rank has one)
   on an aggregated TensorRT-LLM instance with attention data parallelism.
 * ``prefill_max_tokens`` / ``prefill_max_prompts``: tokens and prompts one disaggregated
-  prefill forward may take (default: :data:`PREFILL_BATCH_TRT` for Dynamo + TensorRT-LLM, else
-  one 8,192-token chunk of as many prompts as fit);
+  prefill forward may take (default: :data:`PREFILL_BATCH_TRT` for Dynamo + TensorRT-LLM,
+  :func:`sglang_recipe_limits` for InferenceX's dated Dynamo + SGLang rows, else one
+  8,192-token chunk of as many prompts as fit);
 * ``prefill_instance_gpus`` / ``decode_instance_gpus``: GPUs per prefill / decode instance of
   a disaggregated row (default: :data:`INSTANCE_GPUS` for InferenceX recipes whose ``tp`` /
   ``ep`` do not give it, else the reported ``max(tp, ep)`` widened to hold the weights);
@@ -199,6 +200,13 @@ its recipe file and the InferenceX commit, from every version of ``nvidia-master
 ``benchmarks/inferencex_trt_batches.py``). The recipes set it far below the engine default
 (``ctx1_gen3_tep16_batch1``: three decode workers of one request each), and a user beyond the
 workers' slots waits for a whole decode before its prefill result is used."""
+SGLANG_RECIPES_FILE = "dynamo_sglang_recipes.csv"
+"""The decode workers' ``--max-running-requests`` and the prefill workers'
+``--max-prefill-tokens``, ``--chunked-prefill-size`` and ``--max-running-requests`` of
+InferenceX's Dynamo + SGLang DeepSeek-R1 srt-slurm recipes (``toolkit/data/inferencex/``; one
+row per recipe layout and concurrency, each with its recipe file and the InferenceX commit, from
+every version of ``nvidia-master.yaml``: ``benchmarks/inferencex_sglang_recipes.py``)."""
+
 TRT_RECIPE_KEYS = ("hardware", "precision", "isl", "osl", "spec_method", "conc",
                    "num_prefill_gpu", "num_decode_gpu", "decode_tp", "decode_dp_attention")
 
@@ -350,6 +358,20 @@ def prefill_batching(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         got = PREFILL_BATCH_TRT.get((hw, prec, shape.get((isl, osl), ""))) if trt[i] else None
         if got is not None:
             tokens[i], prompts[i] = got
+    # InferenceX's Dynamo + SGLang recipes: a prefill forward takes at most
+    # --max-prefill-tokens and --chunked-prefill-size tokens of at most
+    # --max-running-requests prompts
+    sg = sglang_recipe_limits(df)
+    # --chunked-prefill-size is the worker's (SGLang divides it over the attention-DP ranks),
+    # --max-prefill-tokens each rank's
+    ranks = np.where(np.isfinite(sg["prefill_dp_attention_ranks"]),
+                     sg["prefill_dp_attention_ranks"], 1.0)
+    with np.errstate(invalid="ignore"):
+        sg_tokens = np.fmin(sg["prefill_max_prefill_tokens"] * ranks,
+                            sg["prefill_chunked_prefill_size"])
+    tokens = np.where(np.isfinite(sg_tokens), sg_tokens, tokens)
+    sg_prompts = sg["prefill_max_running_requests"]
+    prompts = np.where(np.isfinite(sg_prompts), sg_prompts, prompts)
     return (_counts_column(df, "prefill_max_tokens", tokens),
             _counts_column(df, "prefill_max_prompts", prompts))
 
@@ -454,38 +476,72 @@ def _trt_decode_batches() -> pl.DataFrame:
         "decode_dp_attention": pl.Boolean, "first_seen": pl.String, "last_seen": pl.String})
 
 
-def trt_recipe_batches(df: pl.DataFrame) -> np.ndarray:
-    """Per row, the decode ``max_batch_size`` of InferenceX's Dynamo + TensorRT-LLM recipe
-    that ran it (:data:`TRT_DECODE_BATCHES_FILE`), or NaN. Only InferenceX's own runs (a
-    ``dynamo-trt`` row with a run ``date``) are matched, on layout, shape, MTP and
-    concurrency; where the recipe changed over time, the version in force at the run date
-    (the latest first seen on or before it; else the earliest)."""
+def _recipe_lookup(df: pl.DataFrame, framework: str, tab: pl.DataFrame,
+                   values: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Per row and value column, the value of the recipe of ``tab`` that ran it, or NaN. Only
+    InferenceX's own runs (a ``framework`` row with a run ``date``) are matched, on layout,
+    shape, MTP and concurrency; where the recipe changed over time, the version in force at
+    the run date (the latest first seen on or before it; else the earliest)."""
     n = df.height
+    out = {v: np.full(n, np.nan) for v in values}
     if n == 0 or not all(k in df.columns for k in (*TRT_RECIPE_KEYS, "date", "framework")):
-        return np.full(n, np.nan)
+        return out
     rows = df.select(*[pl.col(k) for k in TRT_RECIPE_KEYS],
                      pl.col("date").cast(pl.String).fill_null(""),
                      pl.col("framework").cast(pl.String).fill_null(""),
                      pl.int_range(n, dtype=pl.Int64).alias("_row"))
-    rows = rows.filter((pl.col("framework") == "dynamo-trt") & (pl.col("date") != ""))
+    rows = rows.filter((pl.col("framework") == framework) & (pl.col("date") != ""))
     if rows.height == 0:
-        return np.full(n, np.nan)
-    tab = _trt_decode_batches()
+        return out
     rows = rows.with_columns(
         [pl.col(k).cast(tab.schema[k], strict=False) for k in TRT_RECIPE_KEYS])
     hit = rows.join(tab, on=list(TRT_RECIPE_KEYS), how="inner")
     if hit.height == 0:
-        return np.full(n, np.nan)
+        return out
     # in force at the run date: the latest version first seen on or before it, else the
     # earliest version
     hit = hit.with_columns((pl.col("first_seen") <= pl.col("date")).alias("_before"))
     best = (hit.sort(["_row", "_before", "first_seen"], descending=[False, True, False])
             .group_by("_row", maintain_order=True)
-            .agg(pl.col("decode_max_batch_size").filter(pl.col("_before")).last()
-                 .fill_null(pl.col("decode_max_batch_size").first())))
-    out = np.full(n, np.nan)
-    out[best["_row"].to_numpy()] = best["decode_max_batch_size"].to_numpy().astype(np.float64)
+            .agg([pl.col(v).filter(pl.col("_before")).last()
+                  .fill_null(pl.col(v).first()) for v in values]))
+    idx = best["_row"].to_numpy()
+    for v in values:
+        out[v][idx] = best[v].cast(pl.Float64).fill_null(np.nan).to_numpy()
     return out
+
+
+def trt_recipe_batches(df: pl.DataFrame) -> np.ndarray:
+    """Per row, the decode ``max_batch_size`` of InferenceX's Dynamo + TensorRT-LLM recipe
+    that ran it (:data:`TRT_DECODE_BATCHES_FILE`), or NaN (see :func:`_recipe_lookup`)."""
+    if df.height == 0:
+        return np.full(0, np.nan)
+    return _recipe_lookup(df, "dynamo-trt", _trt_decode_batches(),
+                          ("decode_max_batch_size",))["decode_max_batch_size"]
+
+
+@cache
+def _sglang_recipes() -> pl.DataFrame:
+    from toolkit.serving.points import bundled_points_path
+
+    return pl.read_csv(bundled_points_path(SGLANG_RECIPES_FILE), schema_overrides={
+        "decode_dp_attention": pl.Boolean, "first_seen": pl.String, "last_seen": pl.String})
+
+
+def sglang_recipe_limits(df: pl.DataFrame) -> dict[str, np.ndarray]:
+    """Per row, the limits of InferenceX's Dynamo + SGLang recipe that ran it
+    (:data:`SGLANG_RECIPES_FILE`), NaN where the recipe does not state one or no recipe
+    matches (see :func:`_recipe_lookup`): ``decode_max_running_requests`` (per decode
+    worker: SGLang divides it over the attention-DP ranks), ``prefill_chunked_prefill_size``
+    and ``prefill_max_running_requests`` (per prefill worker, likewise divided),
+    ``prefill_max_prefill_tokens`` (per attention-DP rank) and
+    ``prefill_dp_attention_ranks``."""
+    values = ("decode_max_running_requests", "prefill_max_prefill_tokens",
+              "prefill_chunked_prefill_size", "prefill_max_running_requests",
+              "prefill_dp_attention_ranks")
+    if df.height == 0:
+        return {v: np.full(0, np.nan) for v in values}
+    return _recipe_lookup(df, "dynamo-sglang", _sglang_recipes(), values)
 
 
 def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
@@ -493,7 +549,9 @@ def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
     """Per-row (cap on running requests per decode instance, SGLang-default flag).
 
     The optional column ``max_running_requests`` wins; else InferenceX's MoRI-SGLang recipe
-    (:data:`MORI_DECODE_CAPS`, rows with a run ``date`` only), TensorRT-LLM's
+    (:data:`MORI_DECODE_CAPS`, rows with a run ``date`` only), InferenceX's Dynamo +
+    TensorRT-LLM and Dynamo + SGLang recipes (:func:`trt_recipe_batches`,
+    :func:`sglang_recipe_limits`, dated rows only), TensorRT-LLM's
     ``max_batch_size`` and vLLM's ``max_num_seqs`` defaults per scheduler (x attention-DP
     ranks). SGLang's default depends on its KV pool:
     those rows get ``inf`` here and the flag, and :func:`toolkit.serving.model.max_batch`
@@ -525,7 +583,12 @@ def engine_caps(df: pl.DataFrame, g_dec: np.ndarray, hbm_bytes: np.ndarray,
     # InferenceX's Dynamo + TensorRT-LLM recipes set the decode workers' batch (per rank)
     recipe = trt_recipe_batches(df)
     cap = np.where(np.isfinite(recipe), recipe * ranks, cap)
-    sglang_default = (fam == "sglang") & ~mori
+    # InferenceX's Dynamo + SGLang recipes set the decode workers' --max-running-requests
+    # (per worker: SGLang divides it over the attention-DP ranks)
+    sg_recipe = sglang_recipe_limits(df)["decode_max_running_requests"]
+    has_sg = np.isfinite(sg_recipe)
+    cap = np.where(has_sg, sg_recipe, cap)
+    sglang_default = (fam == "sglang") & ~mori & ~has_sg
     given = _counts_column(df, "max_running_requests", np.full(n, np.nan))
     has = np.isfinite(given)
     return np.where(has, given, cap), sglang_default & ~has
