@@ -109,9 +109,9 @@ charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: wher
 # of idle sessions first, and the next turn finds its prefix's head on the GPU and its tail
 # on the host. The overall hit rate does not move (94.5%, set by the workload: the new
 # tokens of each turn) because write-through keeps every evicted page on the host. With the
-# default 1.59M-token pool the host share appears only at 32 users (GPU 86.1%, host 8.4%);
-# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.4% → 53.5%, host
-# 0.1% → 41.1% (SGLang semantics; 54.0% / 40.5% page-granular, section 5) against the
+# default 1.59M-token pool the host share appears only at 32 users (GPU 85.9%, host 8.6%);
+# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.4% → 53.6%, host
+# 0.1% → 40.9% (SGLang semantics; 53.8% / 40.7% page-granular, section 5) against the
 # published 90.3% → 54.8% and 6.0% → 40.3%. The parameter that matters is the ratio of concurrent
 # session contexts to the device pool (here ~8 sessions × ~60-150K tokens vs 600K), not the
 # absolute numbers; the published run's workload and pool sizes are not public. At 32 users
@@ -237,12 +237,12 @@ charts.tier_share_bars(shares_both, "600K-token device pool: page-granular ideal
 
 # %% [markdown]
 # **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.4-94.5% either
-# way). At 16 users they differ by half a point: SGLang's radix tree keeps 53.5% of prompt
-# tokens on the GPU against 54.0% page-granular, and evicts 0.9% more pages (2.20M against
-# 2.18M). SGLang evicts whole leaves, each an idle session's tail, which is also where
+# way). At 16 users they differ by a fifth of a point: SGLang's radix tree keeps 53.6% of
+# prompt tokens on the GPU against 53.8% page-granular, and evicts 0.2% more pages (2.194M
+# against 2.189M). SGLang evicts whole leaves, each an idle session's tail, which is also where
 # page-granular LRU evicts first, so the two choose nearly the same pages.
-# Write-through catches the rest on the host (41.1% SGLang, 40.5% page-granular), so the
-# overall rate (94.5%) and p90 TTFT (0.63 s against 0.64 s) barely move. At 32 users the
+# Write-through catches the rest on the host (40.9% SGLang, 40.7% page-granular), so the
+# overall rate (94.5%) and p90 TTFT (0.60 s against 0.63 s) barely move. At 32 users the
 # host overflows under both.
 
 # %% [markdown]

@@ -168,7 +168,7 @@ Table(side.rename({"GPU (L1)": "gpu_l1", "host (L2)": "host_l2"}),
 # tokens (InferenceX's hit-rate definition). On these synthetic sessions the replay does
 # **not** reproduce AgentX's fall from 8 to 16 users: the TP4 instance's pool (its real HBM)
 # holds every session's prefix up to 16 users per instance (GPU 94.5%, host 0) and the GPU
-# share only starts to fall at 32 (94.1%, host 0.4%). The synthetic sessions' contexts are
+# share only starts to fall at 32 (93.8%, host 0.7%). The synthetic sessions' contexts are
 # smaller than AgentX's relative to the pool; with AgentX's own sessions not bundled, the
 # notebook cannot tell whether the replay would reproduce the published fall
 # (`benchmarks/cluster_agentic.py` puts the replay beside InferenceX's measured B200 hit
