@@ -104,6 +104,29 @@ def mean_rows_attended(first: np.ndarray, last: np.ndarray, topk: np.ndarray) ->
     return np.where(k >= L, dense, np.where(k <= c, k, part))
 
 
+def _collectives(d: Design, th: dict[str, np.ndarray], tok: np.ndarray, g: np.ndarray,
+                 dp_attn: np.ndarray, ep_moe: np.ndarray, beyond_domain: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One forward's collectives over ``tok`` tokens on an instance of ``g`` GPUs, per GPU:
+    expert dispatch + combine bytes, all-reduce bytes (TP attention, TP MoE), the number of
+    collectives and the latency of each. Decode steps and prefill forwards share it: the
+    same kernels move the same activations, only over their own instance's link."""
+    shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
+    ep_bytes = np.where(ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden
+                        * EP_BYTES_PER_VALUE * shard, 0.0)
+    n_allreduce = np.where(dp_attn, 0.0, 1.0) + np.where(ep_moe, 0.0, 1.0)
+    ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
+    n_coll = np.where(ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
+    n_coll = np.where(g > 1, n_coll, 0.0)
+    # a collective of an instance beyond one scale-up domain also crosses the NICs: its
+    # latency is a term of its own (fitted; it was an assumed 2x of the in-domain latency,
+    # under which a whole accelerator held out missed by up to 85%: H100's multi-node
+    # instances against H200's single-node ones)
+    lat = np.where(beyond_domain, th["scaleout_collective_latency_s"],
+                   th["collective_latency_s"])
+    return ep_bytes, ar_bytes, n_coll, lat
+
+
 def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dict[str, np.ndarray]:
     """Every term of one decode step at ``batch`` requests per decode instance (per GPU)."""
     g = d.g_dec
@@ -140,19 +163,8 @@ def decode_terms(d: Design, th: dict[str, np.ndarray], batch: np.ndarray) -> dic
     t_attn = np.maximum((kv + idx) / bw, attn / peak_a)
     t_hbm = (w_dense + w_routed + kv + idx) / bw
     t_comp = gemm / peak_w + attn / peak_a
-    shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
-    ep_bytes = np.where(d.ep_moe, d.moe_layers * tok / g * d.topk_experts * d.hidden
-                        * EP_BYTES_PER_VALUE * shard, 0.0)
-    n_allreduce = np.where(d.dp_attn, 0.0, 1.0) + np.where(d.ep_moe, 0.0, 1.0)
-    ar_bytes = n_allreduce * d.layers * tok * d.hidden * 2.0 * 2.0 * shard
-    n_coll = np.where(d.ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
-    n_coll = np.where(g > 1, n_coll, 0.0)
-    # a collective of an instance beyond one scale-up domain also crosses the NICs: its
-    # latency is a term of its own (fitted; it was an assumed 2x of the in-domain latency,
-    # under which a whole accelerator held out missed by up to 85%: H100's multi-node
-    # instances against H200's single-node ones)
-    lat = np.where(d.dec_beyond_domain, th["scaleout_collective_latency_s"],
-                   th["collective_latency_s"])
+    ep_bytes, ar_bytes, n_coll, lat = _collectives(d, th, tok, g, d.dp_attn, d.ep_moe,
+                                                   d.dec_beyond_domain)
     t_comm_bw = (ep_bytes + ar_bytes) / (d.link_bw_dec * th["eff_comm"])
     t_comm_lat = n_coll * lat
     t_comm = t_comm_bw + t_comm_lat
@@ -226,18 +238,11 @@ def prefill_terms(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]
     t_comp = run / (g * peak * th["eff_prefill"])
     chunks = np.maximum(np.ceil(new / PREFILL_CHUNK_TOKENS), 1.0)
     weights_pg = (d.dense_bytes + d.routed_bytes) / g
-    # the prefill forward's collectives, as a decode step's (:func:`decode_terms`) over the
-    # prefill instance's own link: bytes scale with the new tokens, one latency per
-    # collective per chunk (not overlapped with the GEMMs: assumed, as in decode)
-    shard = np.maximum(g - 1.0, 0.0) / np.maximum(g, 1.0)
-    ep_bytes = np.where(d.pre_ep_moe, d.moe_layers * new / g * d.topk_experts * d.hidden
-                        * EP_BYTES_PER_VALUE * shard, 0.0)
-    n_allreduce = np.where(d.pre_dp_attn, 0.0, 1.0) + np.where(d.pre_ep_moe, 0.0, 1.0)
-    ar_bytes = n_allreduce * d.layers * new * d.hidden * 2.0 * 2.0 * shard
-    n_coll = np.where(d.pre_ep_moe, 2.0 * d.moe_layers, 0.0) + n_allreduce * d.layers
-    n_coll = np.where(g > 1, n_coll, 0.0)
-    lat = np.where(d.pre_beyond_domain, th["scaleout_collective_latency_s"],
-                   th["collective_latency_s"])
+    # the prefill forward's collectives, as a decode step's, over the prefill instance's own
+    # link: bytes scale with the new tokens, one latency per collective per chunk (not
+    # overlapped with the GEMMs: assumed, as in decode)
+    ep_bytes, ar_bytes, n_coll, lat = _collectives(d, th, new, g, d.pre_dp_attn, d.pre_ep_moe,
+                                                   d.pre_beyond_domain)
     t_comm = (ep_bytes + ar_bytes) / (d.link_bw_pre * th["eff_comm"])
     t_comp = t_comp + t_comm
     t_chunks = chunks * (th["overhead_s"] + weights_pg / (d.hbm_bw * th["eff_mem"])
