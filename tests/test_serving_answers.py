@@ -446,30 +446,34 @@ class TestCompare:
         assert ttft_plausible(rows, bundled_params(), None).all()
 
     def test_measured_first_matches_the_front(self):
-        """dsr1 FP8 8k/1k on MI355X at 100 tok/s/user, p90 TTFT <= 2 s: the model meets the
-        bound at no point (at the default 0.8 TTFT confidence), so the bundled ATOM rows
-        answer, interpolated along their own front (computed here independently), with a
-        band and a note that three points do not bracket the target densely."""
-        cfg = CompareConfig("dsr1", ("mi355x",), (100.0,), max_p90_ttft_s=2.0)
+        """dsr1 FP8 8k/1k on MI355X at 100 tok/s/user, p90 TTFT <= 1 s at 0.9 confidence:
+        the model meets the bound at no point, so the bundled ATOM rows answer, interpolated
+        along their own front (computed here independently), with a band and a note that
+        two points do not bracket the target densely. (At 2 s and the default 0.8 the model
+        meets the bound and the answer is blended.)"""
+        cfg = CompareConfig("dsr1", ("mi355x",), (100.0,), max_p90_ttft_s=1.0,
+                            ttft_confidence=0.9)
         row = compare(cfg).to_dicts()[0]
         assert row["source"] == "measured" and row["basis"] == "measured"
+        loose = compare(CompareConfig("dsr1", ("mi355x",), (100.0,), max_p90_ttft_s=2.0))
+        assert loose["source"].to_list() == ["blended"]
         pts = read_points(bundled_points_path()).filter(
             (pl.col("hardware") == "mi355x") & (pl.col("framework") == "atom")
             & (pl.col("model") == "dsr1") & (pl.col("precision") == "fp8")
-            & (pl.col("isl") == 8192) & (pl.col("osl") == 1024) & (pl.col("p90_ttft") <= 2.0))
+            & (pl.col("isl") == 8192) & (pl.col("osl") == 1024) & (pl.col("p90_ttft") <= 1.0))
         x, y = pts["median_intvty"].to_numpy(), pts["tput_per_gpu"].to_numpy()
         t = pts["p90_ttft"].to_numpy()
         f = pareto_front(x, y)
         inferencex = float(steffen_interpolate(x[f], y[f], 100.0))
         # the best of the fronts of the points within each TTFT threshold (so a looser
-        # bound never answers less); here a tighter threshold's front bends higher
+        # bound never answers less; at 2 s a tighter threshold's front bent higher)
         best = 0.0
         for tau in np.unique(t):
             k = np.flatnonzero(t <= tau)
             fk = k[pareto_front(x[k], y[k])]
             if x[fk][-1] >= 100.0:
                 best = max(best, float(steffen_interpolate(x[fk], y[fk], 100.0)))
-        assert row["tput_per_gpu"] == pytest.approx(best) and best > inferencex * 1.01
+        assert row["tput_per_gpu"] == pytest.approx(best) and best >= inferencex
         assert row["tput_per_gpu"] > 900  # the row at 113 tok/s/user reaches 992
         assert row["model_tput_per_gpu"] is None and row["gpus"] == 8
         assert "not dense" in row["note"]

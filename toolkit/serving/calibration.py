@@ -17,9 +17,12 @@ The bands here are **split-conformal quantiles of cross-validated log residuals*
   :data:`MIN_REGIME_ROWS` residuals;
 * the quantile levels are inflated for the pool's size (split conformal: the
   ``ceil((n + 1) q) / n`` rank), so a pool of 40 rows gives a slightly wider band than 400;
-* p90 TTFT is its **own target**: its prediction is moved by the regime's median residual
-  (the replayed client's p90 was about half the measured: no arrival burstiness, no engine
-  hiccups are modelled), a ``fitted`` correction, and its band is centred on it;
+* p90 TTFT is its **own target**: its prediction is moved by the median residual of its
+  (vendor, engine) group where the pool holds :data:`MIN_GROUP_ROWS` of them, else of its
+  regime (the replayed client's p90 was about half the measured: no arrival burstiness, no
+  engine hiccups are modelled; AMD SGLang's measured p90 is 5-10x its median where other
+  engines' is ~2x), a ``fitted`` correction; its band is that centre plus the regime's
+  quantiles of each pool row's deviation from its own centre;
 * a sparse-attention (DSA) model takes the DSA checks' residuals (``heldout_dsa.csv``: the
   bundled InferenceX GLM-5 runs and the public GLM-5.2 points of ``toolkit/data/dsa``) for the
   columns they measured, without regimes (too few rows), widened to every source's own
@@ -70,7 +73,15 @@ figures are mildly optimistic by that choice. Throughput and TPOT are split (the
 differs by regime), as is p90 TTFT (its centring by regime brought the 5-fold median error
 to 33%); median-TTFT splits made its band wider, not better (median width 36x vs 15x)."""
 CENTRED = ("p90_ttft",)
-"""Columns whose prediction is moved by the regime's median residual (own target)."""
+"""Columns whose prediction is moved by a median residual (own target)."""
+MIN_GROUP_ROWS = 20
+"""Fewest residuals of one (vendor, engine) group in a pool before a centred column takes
+that group's own median residual as its centre. Why a group and not only a regime: with the
+regime's centre, hardware held out, p90 TTFT's median error was 46% (AMD SGLang rows'
+measured p90 is 5-10x their median TTFT at 4-64 users, other engines' ~2x, and nothing the
+model takes in separates them); with the group's, 37% (`serving validate --from-cv`). A
+median of 20 residuals is stable; quantiles per group would not be, so the band's spread
+stays the regime's."""
 POOLS = {"fitted-pair": (("kfold", "fitted-pair"), ("time", "fitted-pair")),
          "shared-terms": (("hardware", "shared-terms"), ("time", "shared-terms"))}
 """Calibration pool of each basis: (scheme, basis of the held-out row in that scheme)."""
@@ -97,6 +108,15 @@ def regime(conc: np.ndarray, disagg: np.ndarray, mode: str = "class-conc") -> np
     return np.char.add(np.char.add(cls.astype(str), "/"), band.astype(str))
 
 
+def engine_group(df: pl.DataFrame) -> np.ndarray:
+    """``<vendor>/<engine>`` of each row (``amd/sglang``, ``nvidia/dynamo-trt``)."""
+    from toolkit.hardware import get_hardware
+
+    vendor = {h: get_hardware(h).vendor for h in df["hardware"].unique().to_list()}
+    return df.select(pl.format("{}/{}", pl.col("hardware").replace_strict(vendor),
+                               pl.col("framework"))).to_series().to_numpy().astype(str)
+
+
 def row_keys(df: pl.DataFrame) -> np.ndarray:
     cols = [c for c in KEY_COLS if c in df.columns]
     return df.select(pl.concat_str([pl.col(c).cast(pl.String).fill_null("") for c in cols],
@@ -110,6 +130,7 @@ def residuals(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     for scheme, df in frames.items():
         keys = row_keys(df)
         conc, disagg = df["conc"].to_numpy(), df["disagg"].cast(pl.Boolean).to_numpy()
+        group = engine_group(df)
         for m, p in COLUMNS.items():
             if m not in df.columns or p not in df.columns:
                 continue
@@ -123,8 +144,8 @@ def residuals(frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
                 "key": keys[ok], "scheme": scheme,
                 "fold": df["fold"].cast(pl.String).to_numpy()[ok] if "fold" in df.columns
                 else np.full(ok.sum(), scheme),
-                "basis": df["basis"].to_numpy()[ok], "regime": reg[ok], "column": m,
-                "r": np.log(meas[ok] / pred[ok])}))
+                "basis": df["basis"].to_numpy()[ok], "regime": reg[ok], "group": group[ok],
+                "column": m, "r": np.log(meas[ok] / pred[ok])}))
     return pl.concat(out) if out else pl.DataFrame()
 
 
@@ -155,14 +176,18 @@ def _envelope(r: np.ndarray, schemes: np.ndarray, levels: list[float],
 def calibrate(res: pl.DataFrame, dsa: pl.DataFrame | None = None,
               confidences=CONFIDENCES) -> dict:
     """Quantile tables per basis -> column -> regime (plus engine class and ``all``), and a
-    ``dsa`` table per column, from residual frames (:func:`residuals`)."""
+    ``dsa`` table per column, from residual frames (:func:`residuals`). A centred column's
+    regimes also carry their median residual (``centre``) and its ``q`` are quantiles of the
+    deviations from each row's own centre; its ``engine_groups`` the groups' centres."""
     levels = _levels(confidences)
     table: dict = {"levels": levels, "regimes": dict(REGIMES), "groups": {}}
     for basis, members in POOLS.items():
+        if res.height == 0:
+            continue
         sel = pl.lit(False)
         for scheme, b in members:
             sel = sel | ((pl.col("scheme") == scheme) & (pl.col("basis") == b))
-        pool = res.filter(sel) if res.height else res
+        pool = res.filter(sel)
         cols: dict = {}
         for m in COLUMNS:
             g = pool.filter(pl.col("column") == m) if pool.height else pool
@@ -170,18 +195,29 @@ def calibrate(res: pl.DataFrame, dsa: pl.DataFrame | None = None,
                 continue
             reg = g["regime"].to_numpy().astype(str)
             r, sch = g["r"].to_numpy(), g["scheme"].to_numpy().astype(str)
-            entries = {"all": {"rows": int(r.size), "q": _envelope(r, sch, levels)}}
+            masks = {"all": np.ones(r.size, dtype=bool)}
             for cls in ("agg", "disagg"):
-                mask = np.char.startswith(reg, cls + "/")
-                if mask.sum() >= MIN_REGIME_ROWS:
-                    entries[cls] = {"rows": int(mask.sum()),
-                                    "q": _envelope(r[mask], sch[mask], levels)}
-            for name in np.unique(reg):
-                mask = reg == name
-                if mask.sum() >= MIN_REGIME_ROWS:
-                    entries[str(name)] = {"rows": int(mask.sum()),
-                                          "q": _envelope(r[mask], sch[mask], levels)}
-            cols[m] = entries
+                masks[cls] = np.char.startswith(reg, cls + "/")
+            masks.update({str(name): reg == name for name in np.unique(reg)})
+            masks = {k: v for k, v in masks.items() if k == "all" or v.sum() >= MIN_REGIME_ROWS}
+            if m not in CENTRED:
+                cols[m] = {k: {"rows": int(v.sum()), "q": _envelope(r[v], sch[v], levels)}
+                           for k, v in masks.items()}
+                continue
+            # centred: each residual's own centre (its group's median, else its regime's,
+            # with the regime fallbacks), the band from the deviations around it
+            grp = g["group"].to_numpy().astype(str)
+            groups = {str(k): {"rows": int((grp == k).sum()),
+                               "centre": float(np.median(r[grp == k]))}
+                      for k in np.unique(grp) if (grp == k).sum() >= MIN_GROUP_ROWS}
+            centres = {k: float(np.median(r[v])) for k, v in masks.items()}
+            own = np.array([groups[k]["centre"] if k in groups else
+                            centres.get(n) or centres.get(n.split("/")[0], centres["all"])
+                            for k, n in zip(grp, reg, strict=True)])
+            d = r - own
+            entries = {k: {"rows": int(v.sum()), "centre": centres[k],
+                           "q": _envelope(d[v], sch[v], levels)} for k, v in masks.items()}
+            cols[m] = {**entries, "engine_groups": groups}
         table["groups"][basis] = cols
     if dsa is not None and dsa.height:
         cols = {}
@@ -195,38 +231,56 @@ def calibrate(res: pl.DataFrame, dsa: pl.DataFrame | None = None,
     return table
 
 
-def _lookup(entries: dict, reg: np.ndarray, levels: list[float]) -> np.ndarray:
-    """Quantile rows (n x levels) for each row's regime, with the fallbacks."""
+def _entry(entries: dict, name: str) -> dict | None:
+    return entries.get(name) or entries.get(name.split("/")[0]) or entries.get("all")
+
+
+def _lookup(entries: dict, reg: np.ndarray, levels: list[float],
+            group: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile rows (n x levels) for each row's regime, with the fallbacks, and each row's
+    centre: its engine group's, else its regime's (NaN where none is stored: the quantiles
+    are then of the residuals themselves)."""
     out = np.full((reg.size, len(levels)), np.nan)
+    centre = np.full(reg.size, np.nan)
     for name in np.unique(reg):
-        e = entries.get(str(name)) or entries.get(str(name).split("/")[0]) or entries.get("all")
-        if e:
+        if e := _entry(entries, str(name)):
             out[reg == name] = e["q"]
-    return out
+            centre[reg == name] = e.get("centre", np.nan)
+    groups = entries.get("engine_groups", {})
+    if group is not None and groups:
+        for k in np.unique(group):
+            if (c := groups.get(str(k))) is not None:
+                centre[group == k] = c["centre"]
+    return out, centre
 
 
 def band_logs(cal: dict, column: str, basis: np.ndarray, reg: np.ndarray,
               dsa: np.ndarray | None = None, confidence: float = CONFIDENCE,
-              centred: tuple[str, ...] = CENTRED
+              centred: tuple[str, ...] = CENTRED, group: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row: the log shift of the point prediction (0 unless the column is centred) and
-    the log low / high of the ``confidence`` central interval around the unshifted one."""
+    the log low / high of the ``confidence`` central interval around the unshifted one.
+    ``group``: each row's (vendor, engine) (:func:`engine_group`), for a centred column's
+    group centres."""
     levels = cal["levels"]
     n = basis.size
     q = np.full((n, len(levels)), np.nan)
+    own = np.full(n, np.nan)  # a centre stored with quantiles of deviations around it
     for b in ("fitted-pair", "shared-terms"):
         entries = cal["groups"].get(b, {}).get(column)
         mask = basis == b
         if entries and mask.any():
-            q[mask] = _lookup(entries, reg[mask], levels)
+            q[mask], own[mask] = _lookup(entries, reg[mask], levels,
+                                         None if group is None else group[mask])
     if dsa is not None and dsa.any():
         entries = cal["groups"].get("dsa", {}).get(column)
         if entries:
-            q[dsa] = entries["all"]["q"]
+            q[dsa], own[dsa] = entries["all"]["q"], entries["all"].get("centre", np.nan)
     lo_i = _level_index(levels, (1 - confidence) / 2)
     hi_i = _level_index(levels, (1 + confidence) / 2)
     mid_i = _level_index(levels, 0.5)
-    centre = q[:, mid_i] if column in centred else np.zeros(n)
+    q = q + np.nan_to_num(own)[:, None]
+    centre = np.where(np.isnan(own), q[:, mid_i], own) if column in centred else np.zeros(n)
     lo, hi = q[:, lo_i], q[:, hi_i]
     # the band holds the point answer: a quantile on the wrong side of it is the point itself
     lo, hi = np.minimum(lo, centre), np.maximum(hi, centre)
@@ -246,13 +300,14 @@ def apply(df: pl.DataFrame, cal: dict, basis: np.ndarray, *,
     ``pred_*`` column of ``df`` (interactivity from TPOT's band, swapped)."""
     conc, disagg = df["conc"].to_numpy(), df["disagg"].cast(pl.Boolean).to_numpy()
     dsa = is_dsa(df)
+    group = engine_group(df)
     cols = []
     modes = cal.get("regimes", REGIMES)
     for m, p in COLUMNS.items():
         if p not in df.columns:
             continue
         reg = regime(conc, disagg, modes.get(m, "all"))
-        c, lo, hi = band_logs(cal, m, basis, reg, dsa, confidence, centred)
+        c, lo, hi = band_logs(cal, m, basis, reg, dsa, confidence, centred, group)
         v = df[p].cast(pl.Float64).to_numpy()
         cols += [pl.Series(p, v * np.exp(c)), pl.Series(f"{p}_low", v * np.exp(lo)),
                  pl.Series(f"{p}_high", v * np.exp(hi))]
@@ -300,7 +355,9 @@ def build(cv_dir: Path) -> dict:
         "basis pool (fitted-pair: 5-fold + time fitted-pair rows; shared-terms: leave-one-"
         "hardware-out + time shared-terms rows) and regime (engine class x concurrency band "
         f"<= {CONC_EDGES[0]}, <= {CONC_EDGES[1]}, more; fallback engine class, all below "
-        f"{MIN_REGIME_ROWS} rows); p90 TTFT centred on the regime's median residual; DSA "
+        f"{MIN_REGIME_ROWS} rows); p90 TTFT centred on its (vendor, engine) group's median "
+        f"residual (>= {MIN_GROUP_ROWS} rows), else its regime's, its band the regime's "
+        "quantiles of deviations from each row's own centre; DSA "
         "models from the DSA check's residuals"),
         provenance={"files": sorted(f"heldout_{s}.csv" for s in frames)
                     + (["heldout_dsa.csv"] if (cv_dir / "heldout_dsa.csv").exists() else []),
@@ -400,7 +457,8 @@ def upper(df: pl.DataFrame, cal: dict | None, confidence: float,
     reg = regime(conc, disagg, cal.get("regimes", REGIMES).get(column, "all"))
     basis = (df["basis"].to_numpy() if "basis" in df.columns
              else np.full(df.height, "fitted-pair"))
-    c, _, hi = band_logs(cal, column, basis, reg, is_dsa(df), confidence)
+    c, _, hi = band_logs(cal, column, basis, reg, is_dsa(df), confidence,
+                         group=engine_group(df))
     return v * np.exp(hi - c)
 
 
