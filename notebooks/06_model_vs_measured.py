@@ -159,7 +159,9 @@ Table(calibration.coverage_table(calibration.nested_bands(frames, "hardware")).s
 # %% [markdown]
 # ### p90 TTFT as its own target
 # The replayed client gave about half the measured p90 TTFT; the calibration moves it by the
-# regime's median held-out residual (a `fitted` correction). On held-out rows: median
+# median held-out residual of its (vendor, engine) group where 20+ rows give one, else of
+# its regime (a `fitted` correction: AMD SGLang's measured p90 is 5-10x its median TTFT,
+# other engines' about 2x, and no input of the model separates them). On held-out rows: median
 # |error|, median predicted / measured, band coverage; and, for `--ttft-confidence 0.8`
 # (the band's upper end within the bound), how many rows said to meet 1, 2, 5 and 10 s were
 # measured over it.

@@ -238,10 +238,11 @@ print(json.dumps({"measured_users": sorted(measured["users"].unique().to_list())
 #   the interactivity target within the p90 TTFT bound (10 s), and its TTFT is the serving
 #   model's at that point, at the trace's mean prompt. The tier replay's own p90 TTFT
 #   (`replay_p90_ttft_s`: one instance, closed loop, the trace's real prompt-length mix)
-#   differs from it (0.6-2.2 s against 0.36-1.5 s here): long prompts queue behind each
-#   other there, where the plan's figure is at the trace's mean prompt.
+#   differs from it (0.6-2.2 s against 0.35-3.1 s here): long prompts queue behind each
+#   other there, where the plan's figure is at the trace's mean prompt and carries the
+#   calibrated p90 centring (measured p90 over the model's, per engine: notebook 06).
 # * **Same direction.** Both say KV offload lowers TTFT at a given user count: measured p90
-#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.40 s -> 0.36 s at 4
+#   at 4 users 6.5 s -> 1.3 s, at 16 users 1,184 s -> 51 s; planned 0.40 s -> 0.35 s at 4
 #   users (more prompt tokens skip prefill and load over the host link instead).
 
 # %% [markdown]
