@@ -72,6 +72,7 @@ class Design:
     vendor: np.ndarray
     family: np.ndarray
     engine: np.ndarray
+    precision: np.ndarray  # weight precision of the checkpoint (fp4, fp8, bf16)
     disagg: np.ndarray
     mtp: np.ndarray
     mtp_draft: np.ndarray  # draft tokens verified per step (0 without MTP)
@@ -283,6 +284,7 @@ def design(df: pl.DataFrame, kv_dtype: str = KV_DTYPE,
         vendor=np.array([hws[h].vendor for h in df["hardware"].to_list()]),
         family=np.array([HARDWARE_FAMILY.get(h, h) for h in df["hardware"].to_list()]),
         engine=df["framework"].to_numpy(),
+        precision=np.array(prec, dtype=str),
         disagg=disagg,
         mtp=(df["spec_method"] == "mtp").to_numpy(),
         mtp_draft=drafts,

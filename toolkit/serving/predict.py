@@ -39,12 +39,13 @@ BREAKDOWN_COLUMNS = (
 
 def levels(d: Design) -> dict[str, np.ndarray]:
     """The labels the parameter hierarchy is keyed by."""
-    return {"vendor": d.vendor, "family": d.family, "hardware": d.hardware, "engine": d.engine}
+    return {"vendor": d.vendor, "family": d.family, "hardware": d.hardware, "engine": d.engine,
+            "precision": d.precision}
 
 
 def basis(df: pl.DataFrame, params: ServingParams) -> np.ndarray:
     """``fitted-pair`` where the fit saw the row's (hardware, engine), else ``shared-terms``
-    (the prediction rests on the global, vendor, family, hardware and engine terms that
+    (the prediction rests on the global, vendor, family, engine and precision terms that
     exist, none of them fitted on this pair)."""
     seen = set(params.pairs)
     return np.array(["fitted-pair" if f"{h}/{e}" in seen else "shared-terms"
