@@ -26,7 +26,7 @@ def test_demo_writes_report_and_summaries(tmp_path, monkeypatch):
     assert "0.3664" in out and "0.3736" in out  # unbounded block / token hit ratio
     # tiers under SGLang radix semantics (the default since issue 16; page: 0.0671 / 0.0787),
     # timed by the fitted serving model
-    assert "GPU hit 0.0689, host hit 0.0803, overall 0.1493" in out
+    assert "GPU hit 0.0689, host hit 0.0804, overall 0.1493" in out
     assert "0.1566" in out  # HiSparse LRU miss ratio at 2k on the real SmolLM2 trace
     # serving model: held-out errors over all 300 InferenceX points, then GLM-5.2 $/M
     assert "leave-one-hardware-out" in out and re.search(r"^all +300 ", out, re.M)

@@ -86,7 +86,7 @@ class TestBounds:
         fast = sub.with_columns((base["pred_median_tpot"] / 100).alias("median_tpot"),
                                 (base["pred_tput_per_gpu"] * 100).alias("tput_per_gpu"),
                                 base["pred_median_ttft"].alias("median_ttft"))
-        got = bound_report(fit(fast, max_nfev=15), fast)
+        got = bound_report(fit(fast, max_nfev=40), fast)
         pinned = {(b["parameter"], b["end"]) for b in got}
         assert ("eff_mem", "high") in pinned or ("overhead_s", "low") in pinned, pinned
 
@@ -97,7 +97,7 @@ class TestBounds:
         sub.with_columns((base["pred_median_tpot"] / 100).alias("median_tpot"),
                          (base["pred_tput_per_gpu"] * 100).alias("tput_per_gpu")).write_csv(src)
         res = runner.invoke(app, ["serving", "fit", "--points", str(src), "--no-bands",
-                                  "--max-nfev", "15", "--out", str(tmp_path / "p.json")])
+                                  "--max-nfev", "40", "--out", str(tmp_path / "p.json")])
         assert res.exit_code == 1, res.output
         assert "ended at a bound" in res.output and ("(high end" in res.output
                                                       or "(low end" in res.output)
@@ -399,13 +399,13 @@ class TestBands:
         the time split's unseen pairs), a seen pair's from the fitted-pair pool."""
         import numpy as np
 
-        from toolkit.serving.calibration import band_logs, bundled_calibration, regime
+        from toolkit.serving.calibration import REGIMES, band_logs, bundled_calibration, regime
 
         p = predict(_frame(_row(hardware="gb300", framework="sglang", precision="fp4"),
                            _row(hardware="b200", framework="sglang")))
         assert p["basis"].to_list() == ["shared-terms", "fitted-pair"]
         width = (p["pred_tput_per_gpu_high"] / p["pred_tput_per_gpu_low"]).to_numpy()
-        reg = regime(p["conc"].to_numpy(), p["disagg"].to_numpy())
+        reg = regime(p["conc"].to_numpy(), p["disagg"].to_numpy(), REGIMES["tput_per_gpu"])
         _, lo, hi = band_logs(bundled_calibration(), "tput_per_gpu", p["basis"].to_numpy(), reg)
         np.testing.assert_allclose(width, np.exp(hi - lo), rtol=1e-9)
 
