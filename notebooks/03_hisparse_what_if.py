@@ -259,8 +259,8 @@ alt.Chart(ratios).mark_line(point=True).encode(
 # under HiSparse only 4,097 MLA rows stay, but the indexer keys of every token stay too (568
 # MB). Sized by SGLang's own pool (23.7 GB per GPU) the baseline stops at 11 requests, not
 # the serving model's 20, which moves the ratio toward the measurement from batch 16 on
-# (errors -47% / -59% / -60% at 16 / 32 / 54 before, -40% / -48% / -55% after; batches 1-8
-# fit either way and are unchanged: +4%, +3%, -2%, -24%). Two gaps stay. SGLang held 6, not
+# (errors -48% / -59% / -61% at 16 / 32 / 54 before, -40% / -49% / -56% after; batches 1-8
+# fit either way and are unchanged: +4%, +3%, -2%, -25%). Two gaps stay. SGLang held 6, not
 # 11: its log (87% full at 6) implies a pool of ~233K tokens, 14.3 GB per GPU, 9.4 GB less
 # than its default fraction and the anchor give; no sourced setting of the run accounts for
 # it (the PR does not give its launch flags: a lower `--mem-fraction-static`, or memory the
@@ -269,8 +269,8 @@ alt.Chart(ratios).mark_line(point=True).encode(
 # GLM-5.1's 78 layers, 54 would not fit, which points to a model with fewer indexer layers
 # (GLM-5.2's IndexShare: 306 MB, 77 fit) or a different HiSparse pool layout; the model is
 # not switched to match. **Step time**: at the running counts the run logged, the model's
-# ratio at batch 54 is 1.9 against 3.0 measured: the model's baseline at 6 requests is 1.5x
-# faster than measured and its HiSparse step at 54 about 10% slower (the DSA caveat of
+# ratio at batch 54 is 1.9 against 3.0 measured: the model's baseline at 6 requests is 1.6x
+# faster than measured and its HiSparse step at 54 about 1% slower (the DSA caveat of
 # `cost compare`: the R1-fitted model is optimistic on DSA models). **Batch 1 (0.92x)**:
 # nothing to gain (one request fits either way), so HiSparse can only cost: each of the 78
 # layers first resolves the buffer's hits and misses and copies the misses over PCIe before

@@ -109,9 +109,9 @@ charts.tier_share_bars(shares, "Synthetic coding agents on GB200 / GLM-5.2: wher
 # of idle sessions first, and the next turn finds its prefix's head on the GPU and its tail
 # on the host. The overall hit rate does not move (94.5%, set by the workload: the new
 # tokens of each turn) because write-through keeps every evicted page on the host. With the
-# default 1.59M-token pool the host share appears only at 32 users (GPU 85.9%, host 8.6%);
-# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.4% → 53.6%, host
-# 0.1% → 40.9% (SGLang semantics; 53.8% / 40.7% page-granular, section 5) against the
+# default 1.59M-token pool the host share appears only at 32 users (GPU 85.6%, host 8.9%);
+# with a 600K-token pool the crossover sits between 8 and 16: GPU 94.4% → 52.8%, host
+# 0.1% → 41.7% (SGLang semantics; 53.0% / 41.5% page-granular, section 5) against the
 # published 90.3% → 54.8% and 6.0% → 40.3%. The parameter that matters is the ratio of concurrent
 # session contexts to the device pool (here ~8 sessions × ~60-150K tokens vs 600K), not the
 # absolute numbers; the published run's workload and pool sizes are not public. At 32 users
@@ -237,12 +237,12 @@ charts.tier_share_bars(shares_both, "600K-token device pool: page-granular ideal
 
 # %% [markdown]
 # **Reading.** Below the crossover the two agree (4 and 8 users: GPU 94.4-94.5% either
-# way). At 16 users they differ by a fifth of a point: SGLang's radix tree keeps 53.6% of
-# prompt tokens on the GPU against 53.8% page-granular, and evicts 0.2% more pages (2.194M
-# against 2.189M). SGLang evicts whole leaves, each an idle session's tail, which is also where
+# way). At 16 users they differ by a fifth of a point: SGLang's radix tree keeps 52.8% of
+# prompt tokens on the GPU against 53.0% page-granular, and evicts 0.1% more pages (2.231M
+# against 2.228M). SGLang evicts whole leaves, each an idle session's tail, which is also where
 # page-granular LRU evicts first, so the two choose nearly the same pages.
-# Write-through catches the rest on the host (40.9% SGLang, 40.7% page-granular), so the
-# overall rate (94.5%) and p90 TTFT (0.60 s against 0.63 s) barely move. At 32 users the
+# Write-through catches the rest on the host (41.7% SGLang, 41.5% page-granular), so the
+# overall rate (94.5%) and p90 TTFT (0.78 s against 0.74 s) barely move. At 32 users the
 # host overflows under both.
 
 # %% [markdown]
@@ -393,8 +393,8 @@ Table(vside, percent=("measured_gpu", "vllm_model_gpu", "sglang_model_gpu", "mea
 # %% [markdown]
 # **Reading it.** The engine's rules barely move the modelled rates: vLLM's block pool and
 # SGLang's radix tree agree at 8 and 24 users (94.5%) and within 0.5 point at 48 users
-# offload off (34.6% vs 34.1%); with offload on, vLLM's CPU tier serves 53.3% of prompt
-# tokens at 48 users against SGLang's host tier's 53.8%. What separates model and
+# offload off (34.5% vs 34.1%); with offload on, vLLM's CPU tier serves 53.7% of prompt
+# tokens at 48 users against SGLang's host tier's 53.5%. What separates model and
 # measurement is not the cache rules (vLLM's are proven against its code) but: (a) **the
 # workload**: at 8 users the synthetic sessions reuse 94.5% (their ceiling: a shared 12K
 # system prompt, whole turns appended) against 89.8-90.7% measured; at 24 users the
