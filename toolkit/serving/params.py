@@ -6,16 +6,16 @@ Each parameter is ``transform(global + vendor + family + engine [+ precision])``
 non-global terms pulled toward zero (ridge). The **precision** level (the checkpoint's weight
 precision, fp4 / fp8) holds on HBM and tensor-core efficiency and the fixed step time: FP4
 checkpoints run other kernels (block-scaled NVFP4 / MXFP4 grouped GEMMs, their own fused MoE
-paths), and without it every accelerator's FP4 rows came out 5-18% slower than measured and
+paths), and without it every accelerator's FP4 rows came out 1-16% slower than measured and
 its FP8 rows up to 16% faster, held out or not (B300 0.84x / 1.03x, B200 0.99x / 1.16x,
 MI355X 0.96x / 1.04x under 5-fold); being shared across accelerators and engines it carries
 to a held-out one (leave-one-hardware-out throughput 16.4% -> 13.8%, TPOT 16.7% -> 14.1%;
-chosen on those same splits, so they are mildly optimistic by that choice). There is no per-accelerator level: siblings of one family
-(GB200 and GB300, B200 and B300, H100 and H200, MI300X and MI325X) share every fitted term and
-differ only by their specs, so a part without data (GB300 in the DeepSeek data) is predicted
-from its specs and its family's efficiencies, never from half of a sibling's own deviation
-(with a hardware level, GB300 came out 15% slower than GB200 at the same engine, which its
-specs cannot explain).
+chosen on those same splits, so they are mildly optimistic by that choice). There is no
+per-accelerator level: siblings of one family (GB200 and GB300, B200 and B300, H100 and H200,
+MI300X and MI325X) share every fitted term and differ only by their specs, so a part without
+data (GB300 in the DeepSeek data) is predicted from its specs and its family's efficiencies,
+never from half of a sibling's own deviation (with a hardware level, GB300 came out 15%
+slower than GB200 at the same engine, which its specs cannot explain).
 """
 
 from __future__ import annotations
