@@ -149,3 +149,16 @@ def test_dsa_points_are_sourced_and_judged_by_source():
     assert set(t["source"]) == {*heldout["source"].unique(), "all"}
     sg = t.filter(pl.col("source").str.starts_with("sglang"))
     assert (sg["tput_per_gpu_median_err"] <= 0.30).all()  # the SGLang sources: within 30%
+
+
+def test_centre_summary_names_each_groups_factor():
+    """`serving calibrate` prints how far each (vendor, engine) group's p90 TTFT is moved: the
+    factor is exp of the stored centre, and AMD SGLang's (measured p90 5-10x its median TTFT)
+    is the largest."""
+    shipped = json.loads(cal.bundled_path().read_text())
+    lines = cal.centre_summary(shipped)
+    assert len(lines) == 2 and all(line.startswith("p90_ttft centre") for line in lines)
+    groups = shipped["groups"]["shared-terms"]["p90_ttft"]["engine_groups"]
+    amd = groups["amd/sglang"]["centre"]
+    assert f"amd/sglang x{np.exp(amd):.2f}" in lines[1]
+    assert amd == max(g["centre"] for g in groups.values())

@@ -245,6 +245,8 @@ def calibrate_cmd(
     tmp.replace(target)
     cal.bundled_calibration.cache_clear()
     typer.echo(f"wrote {target} (from {', '.join(table['provenance']['files'])})", err=True)
+    for line in cal.centre_summary(table):
+        typer.echo(line, err=True)
 
 
 @serving_app.command("validate")

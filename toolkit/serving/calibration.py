@@ -371,6 +371,26 @@ def build(cv_dir: Path) -> dict:
     return cal
 
 
+def centre_summary(cal: dict) -> list[str]:
+    """One line per basis pool and centred column: the factor each (vendor, engine) group's
+    prediction is multiplied by (``exp`` of its centre), and the regimes' for the rest, so a
+    user sees how far the fitted correction moves a p90 TTFT before trusting it."""
+    out = []
+    for basis, cols in cal.get("groups", {}).items():
+        for m in CENTRED:
+            e = cols.get(m)
+            if not e or "engine_groups" not in e:
+                continue
+            groups = ", ".join(f"{k} x{math.exp(v['centre']):.2f} ({v['rows']} rows)"
+                               for k, v in sorted(e["engine_groups"].items()))
+            regimes = ", ".join(f"{k} x{math.exp(v['centre']):.2f}"
+                                for k, v in sorted(e.items())
+                                if k != "engine_groups" and "centre" in v)
+            out.append(f"{m} centre, {basis} pool: {groups or 'no group with enough rows'}; "
+                       f"other rows by regime: {regimes}")
+    return out
+
+
 def bundled_path() -> Path:
     return Path(str(files("toolkit.serving").joinpath("fitted", CAL_FILE)))
 
