@@ -214,8 +214,7 @@ def calibrate(res: pl.DataFrame, dsa: pl.DataFrame | None = None,
                                "centre": float(np.median(r[grp == k]))}
                       for k in np.unique(grp) if (grp == k).sum() >= MIN_GROUP_ROWS}
             centres = {k: float(np.median(r[v])) for k, v in masks.items()}
-            own = np.array([groups[k]["centre"] if k in groups else
-                            centres.get(n) or centres.get(n.split("/")[0], centres["all"])
+            own = np.array([groups[k]["centre"] if k in groups else _fallback(centres, n)
                             for k, n in zip(grp, reg, strict=True)])
             d = r - own
             entries = {k: {"rows": int(v.sum()), "centre": centres[k],
@@ -234,8 +233,12 @@ def calibrate(res: pl.DataFrame, dsa: pl.DataFrame | None = None,
     return table
 
 
-def _entry(entries: dict, name: str) -> dict | None:
-    return entries.get(name) or entries.get(name.split("/")[0]) or entries.get("all")
+def _fallback(table: dict, name: str):
+    """``table``'s value for regime ``name``, else for its engine class, else ``all``."""
+    for key in (name, name.split("/")[0], "all"):
+        if key in table:
+            return table[key]
+    return None
 
 
 def _lookup(entries: dict, reg: np.ndarray, levels: list[float],
@@ -246,7 +249,7 @@ def _lookup(entries: dict, reg: np.ndarray, levels: list[float],
     out = np.full((reg.size, len(levels)), np.nan)
     centre = np.full(reg.size, np.nan)
     for name in np.unique(reg):
-        if e := _entry(entries, str(name)):
+        if e := _fallback(entries, str(name)):
             out[reg == name] = e["q"]
             centre[reg == name] = e.get("centre", np.nan)
     groups = entries.get("engine_groups", {})
