@@ -432,11 +432,7 @@ def nested_bands(frames: dict[str, pl.DataFrame], scheme: str,
 def coverage_table(banded: pl.DataFrame, by: str = "group") -> pl.DataFrame:
     """Share of measured values inside their band per (vendor, engine) group and overall,
     per column, with the band's median width (high / low)."""
-    from toolkit.hardware import get_hardware
-
-    vendor = {h: get_hardware(h).vendor for h in banded["hardware"].unique().to_list()}
-    df = banded.with_columns(pl.format("{}/{}", pl.col("hardware").replace_strict(vendor),
-                                       pl.col("framework")).alias(by))
+    df = banded.with_columns(pl.Series(by, engine_group(banded)))
     rows = []
     cols = {**COLUMNS, "median_intvty": "pred_median_intvty"}
     for name, g in [*((k, df.filter(pl.col(by) == k)) for k in sorted(df[by].unique())),
