@@ -162,3 +162,26 @@ def test_centre_summary_names_each_groups_factor():
     amd = groups["amd/sglang"]["centre"]
     assert f"amd/sglang x{np.exp(amd):.2f}" in lines[1]
     assert amd == max(g["centre"] for g in groups.values())
+
+
+def test_p99_ttft_takes_p90s_calibration_and_is_checked_where_recorded():
+    """Predicted p99 TTFT is never below p90 (raw or calibrated: it moves with p90's centre
+    and band), and the DSA runs that record a p99 judge it as its own target."""
+    from toolkit.serving.crossval import dsa_decode_check
+    from toolkit.serving.points import bundled_points_path, read_points
+    from toolkit.serving.predict import predict
+
+    rows = read_points(bundled_points_path()).head(30)
+    raw = predict(rows, bands=False)
+    p = predict(rows)
+    assert (raw["pred_p99_ttft"] >= raw["pred_p90_ttft"] * (1 - 1e-9)).all()
+    np.testing.assert_allclose(p["pred_p99_ttft"] / raw["pred_p99_ttft"],
+                               p["pred_p90_ttft"] / raw["pred_p90_ttft"], rtol=1e-9)
+    assert (p["pred_p99_ttft_low"] <= p["pred_p99_ttft"]).all()
+    assert (p["pred_p99_ttft"] <= p["pred_p99_ttft_high"]).all()
+    dsa = dsa_decode_check()
+    got = cal.dsa_p99_check(dsa)
+    recorded = dsa.filter(pl.col("p99_ttft") > 0)
+    assert got["rows"] == recorded.height > 0
+    assert got["sources"] == sorted(set(recorded["source"]))
+    assert 0.0 <= got["coverage"] <= 1.0 and got["median_pred_over_measured"] > 0

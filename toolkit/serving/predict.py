@@ -16,6 +16,7 @@ PRED_COLUMNS = {
     "pred_median_tpot": "median_tpot_s",
     "pred_median_ttft": "median_ttft_s",
     "pred_p90_ttft": "p90_ttft_s",
+    "pred_p99_ttft": "p99_ttft_s",
     "pred_tput_per_gpu": "tput_per_gpu",
     "pred_output_tput_per_gpu": "output_tput_per_gpu",
     "pred_median_intvty": "median_intvty",
@@ -74,8 +75,10 @@ def predict(df: pl.DataFrame, params: ServingParams | None = None, *,
             interval from the shipped calibration of cross-validated residuals
             (:mod:`toolkit.serving.calibration`; a parameter file's own ``bands.calibration``
             first, the uncalibrated percentile bands of :mod:`toolkit.serving.bands` when
-            neither exists), and centre p90 TTFT on its calibrated median. Without it the
-            raw model outputs (what cross-validation scores).
+            neither exists), and centre p90 TTFT on its calibrated median. p99 TTFT takes
+            p90's centre and band (no source with a p99 is in the calibration: the factor
+            that moves the tail at p90 moves it at p99). Without it the raw model outputs
+            (what cross-validation scores).
 
     A ``basis`` column says whether the fit saw the row's (hardware, engine) pair.
     """
