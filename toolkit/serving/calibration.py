@@ -542,6 +542,23 @@ def dsa_p99_check(dsa: pl.DataFrame, cal: dict | None = None) -> dict:
         "sources": sorted(set(rows["source"].to_list())) if "source" in rows.columns else []}
 
 
+def _measured_pair(g: pl.DataFrame, m: str, p: str):
+    """Measured, predicted and band of column ``m`` per row; throughput falls back to the
+    output throughput where a source publishes only that (its total would rest on an
+    assumed length mix: the comparison on output tokens is the same one)."""
+    def cols(m, p):
+        return (g[m].cast(pl.Float64).to_numpy() if m in g.columns else np.full(g.height, np.nan),
+                g[p].to_numpy(), g[f"{p}_low"].to_numpy(), g[f"{p}_high"].to_numpy())
+
+    meas, pred, lo, hi = cols(m, p)
+    if m == "tput_per_gpu" and "output_tput_per_gpu" in g.columns:
+        om, op, olo, ohi = cols("output_tput_per_gpu", "pred_output_tput_per_gpu")
+        use = ~np.isfinite(meas)
+        meas, pred = np.where(use, om, meas), np.where(use, op, pred)
+        lo, hi = np.where(use, olo, lo), np.where(use, ohi, hi)
+    return meas, pred, lo, hi
+
+
 def dsa_loso(dsa: pl.DataFrame, centred: bool = False) -> pl.DataFrame:
     """Leave-one-source-out check of the DSA bands: each source's rows get bands calibrated
     on the other sources' residuals only. ``centred``: also move throughput, TPOT and TTFT
@@ -562,10 +579,12 @@ def dsa_loso(dsa: pl.DataFrame, centred: bool = False) -> pl.DataFrame:
         row: dict = {"source": str(name), "rows": g.height}
         for m, p in (("tput_per_gpu", "pred_tput_per_gpu"), ("median_tpot", "pred_median_tpot"),
                      ("median_ttft", "pred_median_ttft")):
-            meas = g[m].cast(pl.Float64).to_numpy()
-            pred = g[p].to_numpy()
-            lo, hi = g[f"{p}_low"].to_numpy(), g[f"{p}_high"].to_numpy()
+            meas, pred, lo, hi = _measured_pair(g, m, p)
             ok = np.isfinite(meas) & (meas > 0) & np.isfinite(lo)
+            if not ok.any():  # a source that does not publish this column
+                row |= {f"{m}_median_err": None, f"{m}_median_ratio": None,
+                        f"{m}_coverage": None}
+                continue
             row[f"{m}_median_err"] = float(np.median(np.abs(pred[ok] / meas[ok] - 1)))
             row[f"{m}_median_ratio"] = float(np.median(pred[ok] / meas[ok]))
             row[f"{m}_coverage"] = float(np.mean((meas[ok] >= lo[ok]) & (meas[ok] <= hi[ok])))

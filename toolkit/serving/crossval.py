@@ -105,6 +105,14 @@ def fit_with_bands(df: pl.DataFrame, *, fitted_on: str = "", max_nfev: int = 100
 
 DSA_FILE = "token_position_decode_slo.csv"
 DSA_MODELS = {"zai-org/GLM-5-FP8": ("glm-5", "fp8")}
+DSA_DECODE_MTP_ACCEPT = 1.44
+"""Tokens per step of the decode-SLO runs' MTP with one draft (their server ran ``vllm serve
+zai-org/GLM-5-FP8 --tensor-parallel-size 8 --speculative-config.method mtp
+--speculative-config.num_speculative_tokens 1``: InferenceX
+``experimental/token_position_decode_slo/glm-5/serve_glm5_sbatch.sh``). The runs record no
+acceptance; assumed from the nearest measurement: vLLM's GLM-5 recipe (``GLM/GLM5.md``,
+2026-03-28 revision), GLM-5-FP8 on random tokens with 3 drafts, acceptance length 1.64; under
+one per-position acceptance ``a`` (1 + a + a^2 + a^3 = 1.64, a = 0.44) one draft gives 1.44."""
 """Rows of the decode-SLO file the model can express: GLM-5 (DSA). MiniMax-M2.5 (GQA) and
 Qwen3.5 (hybrid linear attention) have no model spec: their attention is not MLA."""
 
@@ -123,7 +131,8 @@ def dsa_decode_points() -> pl.DataFrame:
     mean_isl = raw["input_tok_s"] * raw["duration_s"] / raw["completed"]
     raw = raw.with_columns(ratio=(2.0 * mean_isl / raw["isl"] - 1.0).clip(0.01, 1.0).round(2))
     rows = [{"hardware": "h200", "framework": "vllm", "model": DSA_MODELS[r["model"]][0],
-             "precision": DSA_MODELS[r["model"]][1], "spec_method": "none", "disagg": False,
+             "precision": DSA_MODELS[r["model"]][1], "spec_method": "mtp", "mtp_draft_tokens": 1,
+             "mtp_accept": DSA_DECODE_MTP_ACCEPT, "disagg": False,
              "is_multinode": False, "isl": r["isl"], "osl": r["osl"], "conc": r["conc"],
              "num_prefill_gpu": 8, "num_decode_gpu": 8, "prefill_tp": 8, "prefill_ep": 1,
              "prefill_dp_attention": False, "decode_tp": 8, "decode_ep": 1,
@@ -139,7 +148,8 @@ def dsa_decode_points() -> pl.DataFrame:
 
 DSA_INFERENCEX = "inferencex-glm5-fp8-h200-vllm"
 """Source label of the bundled InferenceX decode-SLO GLM-5 runs."""
-DSA_PUBLIC_FILES = ("glm52_public_points.csv",)
+DSA_PUBLIC_FILES = ("glm52_public_points.csv", "glm5_dsv32_public_points.csv",
+                    "vllm_dsa_public_points.csv")
 """Public measured DSA points gathered from engine docs and PRs (``toolkit/data/dsa``,
 ``SOURCE.md`` there): one ``source`` per publication, with URL, date, engine version and the
 definition of each throughput."""
