@@ -185,16 +185,41 @@ def dsa_caveat() -> str:
     df = pl.read_csv(bundled_cv_dir() / "heldout_dsa.csv", infer_schema_length=None)
     if "source" not in df.columns:
         df = df.with_columns(pl.lit(DSA_INFERENCEX).alias("source"))
+    # throughput: the total where a source publishes it, else its output throughput
+    df = df.with_columns(
+        tput_ratio=pl.coalesce(pl.col("pred_tput_per_gpu") / pl.col("tput_per_gpu"),
+                               pl.col("pred_output_tput_per_gpu")
+                               / pl.col("output_tput_per_gpu")),
+        tpot_ratio=pl.col("pred_median_tpot") / pl.col("median_tpot"))
     parts = []
     for src, g in df.group_by("source", maintain_order=True):
-        tput = float((g["pred_tput_per_gpu"] / g["tput_per_gpu"]).median())
-        tpot = float((g["pred_median_tpot"] / g["median_tpot"]).median())
-        parts.append(f"{src[0]} ({g.height} runs): throughput {_says(tput)}, TPOT {_says(tpot)}")
-    allt = float((df["pred_tput_per_gpu"] / df["tput_per_gpu"]).median())
+        said = f"{src[0]} ({g.height} runs): throughput {_says(g['tput_ratio'].median())}"
+        if g["tpot_ratio"].drop_nulls().len():
+            said += f", TPOT {_says(g['tpot_ratio'].median())}"
+        parts.append(said)
     return ("sparse-attention (DSA) model: the serving model is fitted on DeepSeek-R1 (dense "
             "MLA) only; measured DSA checks, never fitted: " + "; ".join(parts)
-            + f" (medians of model / measured; all {df.height}: throughput {_says(allt)}); "
-            "source=model rows carry bands from these residuals")
+            + f" (medians of model / measured; all {df.height}: throughput "
+            f"{_says(df['tput_ratio'].median())}); "
+            + _engine_centres_said()
+            + "source=model rows carry bands from these residuals")
+
+
+def _engine_centres_said() -> str:
+    """What the shipped calibration does to a DSA answer's throughput per (vendor, engine)
+    group (:data:`toolkit.serving.calibration.MIN_DSA_ENGINE_SOURCES`), or nothing."""
+    import math
+
+    from toolkit.serving.calibration import bundled_calibration
+
+    cal = bundled_calibration() or {}
+    ec = (cal.get("groups", {}).get("dsa", {}).get("tput_per_gpu", {}).get("all", {})
+          .get("engine_centres", {}))
+    if not ec:
+        return ""
+    said = ", ".join(f"{k} x{math.exp(v['centre']):.2f} ({len(v['sources'])} sources)"
+                     for k, v in sorted(ec.items()))
+    return f"DSA throughput answers are multiplied by their engine's measured factor: {said}; "
 
 
 def _says(ratio: float) -> str:
