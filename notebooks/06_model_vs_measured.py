@@ -176,9 +176,12 @@ Table(bounds)
 
 # %% [markdown]
 # ### Sparse-attention models, leave one source out
-# 72 measured DSA points from three sources (InferenceX GLM-5 on H200 with vLLM; the SGLang
-# cookbook's GLM-5.2 FP8 on H200, B200 and GB300; SGLang PR #29674's GLM-5.2 NVFP4 on B200;
-# `toolkit/data/dsa/SOURCE.md`), none fitted: each source's bands come from the other two.
+# 84 measured DSA points from eight sources (InferenceX GLM-5 on H200 with vLLM; SGLang's
+# GLM-5 / GLM-5.2 cards and PRs on H200, B200, GB300 and MI300X; TensorRT-LLM's DeepSeek-V3.2
+# blog; two vLLM publications; `toolkit/data/dsa/SOURCE.md`), none in the model's fit. DSA
+# throughput is centred per (vendor, engine) group with 2+ sources; here each source's centre
+# and band come from the other sources only. Throughput is the total where a source publishes
+# it, else the output throughput.
 
 # %%
 dsa = pl.read_csv(CV / "heldout_dsa.csv", infer_schema_length=None)

@@ -67,7 +67,7 @@ class TestTargets:
         correction, whatever the targets), so 30 costs more than 20, and the two runs are
         too sparse to answer as measured: every answer is blended."""
         cfg = CompareConfig("glm-5", ("h200",), (10.0, 20.0, 30.0), isl=8192, osl=128,
-                            mtp="off", engines={"h200": "vllm"})
+                            mtp="on", engines={"h200": "vllm"})  # the runs: MTP-1
         rows = compare(cfg).to_dicts()
         assert _nondecreasing([_usd(r) for r in rows])
         assert [r["source"] for r in rows] == ["blended"] * 3

@@ -245,14 +245,16 @@ def calibrate(res: pl.DataFrame, dsa: pl.DataFrame | None = None,
                 continue
             src = g["fold"].to_numpy().astype(str)
             grp = g["group"].to_numpy().astype(str)
+            # every source counts, however many rows it has; a group without its own centre
+            # takes the raw residuals' band (its engine's offset is unknown: any of theirs)
+            entry = {"rows": int(r.size), "q": _envelope(r, src, levels, MIN_DSA_SOURCE_ROWS)}
             engines = dsa_engine_centres(r, src, grp) if m in DSA_ENGINE_CENTRED else {}
-            own = np.array([engines[k]["centre"] if k in engines else 0.0 for k in grp])
-            # every source counts, however many rows it has; the band is of the deviations
-            # from each row's engine centre (the raw residual where its group has none)
-            entry = {"rows": int(r.size), "q": _envelope(r - own, src, levels,
-                                                          MIN_DSA_SOURCE_ROWS)}
             if engines:
-                entry["engine_centres"] = engines
+                # a centred group's band: the spread of its rows around their own centre
+                mine = np.isin(grp, list(engines))
+                dev = r[mine] - np.array([engines[k]["centre"] for k in grp[mine]])
+                entry |= {"engine_centres": engines,
+                          "q_centred": _envelope(dev, src[mine], levels, MIN_DSA_SOURCE_ROWS)}
             cols[m] = {"all": entry}
         table["groups"]["dsa"] = cols
     return table
@@ -328,6 +330,7 @@ def band_logs(cal: dict, column: str, basis: np.ndarray, reg: np.ndarray,
                 c = np.array([ec[k]["centre"] if k in ec else np.nan for k in group[idx]])
                 has = np.isfinite(c)
                 own[idx[has]] = c[has]
+                q[idx[has]] = e["q_centred"]
                 engine_centred[idx[has]] = True
     lo_i = _level_index(levels, (1 - confidence) / 2)
     hi_i = _level_index(levels, (1 + confidence) / 2)
