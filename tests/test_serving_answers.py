@@ -524,7 +524,8 @@ class TestCompare:
                 pl.col("pred_output_tput_per_gpu") / pl.col("output_tput_per_gpu")).median()
             ).item()
             word = "over" if ratio > 1 else "under"
-            assert (f"{src[0]} ({g.height} runs): throughput {ratio:.2f}x ({word} by "
+            runs = f"{g.height} run" + ("s" if g.height != 1 else "")
+            assert (f"{src[0]} ({runs}): throughput {ratio:.2f}x ({word} by "
                     f"{abs(ratio - 1):.0%})") in dsa["dsa_caveat"]
         dense = json.loads(runner.invoke(app, [*args, "--model", "dsr1"]).stdout)
         assert "dsa_caveat" not in dense

@@ -193,7 +193,8 @@ def dsa_caveat() -> str:
         tpot_ratio=pl.col("pred_median_tpot") / pl.col("median_tpot"))
     parts = []
     for src, g in df.group_by("source", maintain_order=True):
-        said = f"{src[0]} ({g.height} runs): throughput {_says(g['tput_ratio'].median())}"
+        runs = f"{g.height} run" + ("s" if g.height != 1 else "")
+        said = f"{src[0]} ({runs}): throughput {_says(g['tput_ratio'].median())}"
         if g["tpot_ratio"].drop_nulls().len():
             said += f", TPOT {_says(g['tpot_ratio'].median())}"
         parts.append(said)
