@@ -376,7 +376,7 @@ def apply(df: pl.DataFrame, cal: dict, basis: np.ndarray, *,
                      pl.Series("pred_median_intvty_high", iv * np.exp(-lo))]
         if m == "p90_ttft" and P99 in df.columns:
             # no calibrated source records a p99: it moves with p90's centre and band
-            # (checked on the DSA runs that record one, :func:`p99_check`)
+            # (checked on the DSA runs that record one, :func:`dsa_p99_check`)
             v99 = df[P99].cast(pl.Float64).to_numpy()
             cols += [pl.Series(P99, v99 * np.exp(c)), pl.Series(f"{P99}_low", v99 * np.exp(lo)),
                      pl.Series(f"{P99}_high", v99 * np.exp(hi))]
@@ -611,8 +611,9 @@ def _measured_pair(g: pl.DataFrame, m: str, p: str):
 
 
 def dsa_loso(dsa: pl.DataFrame, centred: bool = False) -> pl.DataFrame:
-    """Leave-one-source-out check of the DSA bands: each source's rows get bands calibrated
-    on the other sources' residuals only. ``centred``: also move throughput, TPOT and TTFT
+    """Leave-one-source-out check of the DSA bands: each source's rows get bands (and, for a
+    (vendor, engine) group the other sources still centre, the throughput centre,
+    :data:`MIN_DSA_ENGINE_SOURCES`) calibrated on the other sources' residuals only. ``centred``: also move throughput, TPOT and TTFT
     predictions by the other sources' median residual (a DSA-specific fitted term; kept only
     if it lowers the held-out error). Per source and overall: median |error| of throughput,
     TPOT and median TTFT, and band coverage."""
