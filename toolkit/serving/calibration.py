@@ -615,7 +615,8 @@ def dsa_loso(dsa: pl.DataFrame, centred: bool = False) -> pl.DataFrame:
     (vendor, engine) group the other sources still centre, the throughput centre,
     :data:`MIN_DSA_ENGINE_SOURCES`) calibrated on the other sources' residuals only.
     ``centred``: also move throughput, TPOT and TTFT predictions by the other sources' median
-    residual (one DSA-wide term, tried and not shipped: it lowered the held-out error less). Per source and overall: median |error| of throughput,
+    residual (one DSA-wide term, tried and not shipped: it lowered the held-out error less).
+    Per source and overall: median |error| of throughput,
     TPOT and median TTFT, and band coverage."""
     res = residuals({"dsa": dsa.with_columns(pl.col("source").alias("fold"))})
     src = dsa["source"].to_numpy().astype(str)
