@@ -105,6 +105,8 @@ def fit_with_bands(df: pl.DataFrame, *, fitted_on: str = "", max_nfev: int = 100
 
 DSA_FILE = "token_position_decode_slo.csv"
 DSA_MODELS = {"zai-org/GLM-5-FP8": ("glm-5", "fp8")}
+"""Rows of the decode-SLO file the model can express: GLM-5 (DSA). MiniMax-M2.5 (GQA) and
+Qwen3.5 (hybrid linear attention) have no model spec: their attention is not MLA."""
 DSA_DECODE_MTP_ACCEPT = 1.44
 """Tokens per step of the decode-SLO runs' MTP with one draft (their server ran ``vllm serve
 zai-org/GLM-5-FP8 --tensor-parallel-size 8 --speculative-config.method mtp
@@ -113,8 +115,6 @@ zai-org/GLM-5-FP8 --tensor-parallel-size 8 --speculative-config.method mtp
 acceptance; assumed from the nearest measurement: vLLM's GLM-5 recipe (``GLM/GLM5.md``,
 2026-03-28 revision), GLM-5-FP8 on random tokens with 3 drafts, acceptance length 1.64; under
 one per-position acceptance ``a`` (1 + a + a^2 + a^3 = 1.64, a = 0.44) one draft gives 1.44."""
-"""Rows of the decode-SLO file the model can express: GLM-5 (DSA). MiniMax-M2.5 (GQA) and
-Qwen3.5 (hybrid linear attention) have no model spec: their attention is not MLA."""
 
 
 def dsa_decode_points() -> pl.DataFrame:

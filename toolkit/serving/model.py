@@ -64,8 +64,6 @@ PREFILL_CHUNK_TOKENS = 8192.0
 """Chunked-prefill size (assumed: SGLang's default for large-memory GPUs)."""
 P90_WAIT_FACTOR = 2.3
 """p90 / mean of an exponential queueing wait (ln 10)."""
-P99_WAIT_FACTOR = 4.6
-"""p99 / mean of an exponential queueing wait (ln 100)."""
 BISECTION_STEPS = 32
 EP_BYTES_PER_VALUE = 4.0
 """Bytes per hidden value of one token's expert-parallel dispatch plus combine: BF16 both ways
@@ -350,7 +348,6 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     ttft = ttft + queue_wait
     base = ttft - wait - queue_wait
     p90 = base + P90_WAIT_FACTOR * wait + queue_wait
-    p99 = base + P99_WAIT_FACTOR * wait + queue_wait
     tpot = dec["tpot_s"]
     return {
         **dec,
@@ -364,7 +361,6 @@ def solve(d: Design, th: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "median_tpot_s": tpot,
         "median_ttft_s": ttft,
         "p90_ttft_s": p90,
-        "p99_ttft_s": p99,
         "median_intvty": 1.0 / tpot,
         "tput_per_gpu": x * (d.isl + d.osl) / d.total_gpus,
         "output_tput_per_gpu": x * d.osl / d.decode_gpus,
